@@ -1,0 +1,1 @@
+"""klake engine package."""

@@ -1,0 +1,130 @@
+"""Kafka's compression codecs (spec 1.11): ids, names, compress and decompress.
+
+- gzip: a standard gzip stream.
+- snappy: Kafka frames it with xerial's `SnappyOutputStream` (magic header, then length-prefixed raw
+  snappy blocks); some old clients wrote bare raw snappy, which snappy-java also reads.
+- lz4: LZ4 frame format. Magic-0 data carries Kafka's historical wrong header checksum (KAFKA-3160):
+  the checksum byte was computed over the magic number too, so it is recomputed before decoding.
+- zstd: a standard zstd frame (written without a content size by zstd-jni's stream).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import xxhash
+import zstandard
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+IDS = {name: codec for codec, name in NAMES.items()}
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+class CompressionError(ValueError):
+    """Compressed data that its codec cannot decode."""
+
+
+def codec_id(name: str) -> int:
+    """Codec id for a `compression.type` name (`producer` is not a batch codec)."""
+    try:
+        return IDS[name]
+    except KeyError:
+        raise ValueError(f"unknown compression codec {name!r}; expected one of {sorted(IDS)}") from None
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """Compress a records blob the way Kafka's producer does for `codec`."""
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if codec == SNAPPY:
+        return _xerial_compress(data)
+    if codec == LZ4:
+        return lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                  content_checksum=False, store_size=False)
+    if codec == ZSTD:
+        return zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
+    raise ValueError(f"unknown compression codec id {codec}")
+
+
+def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes:
+    """Decompress one batch's records (v2) or one wrapper's value (v0/v1)."""
+    try:
+        if codec == NONE:
+            return bytes(data)
+        if codec == GZIP:
+            return _gunzip(bytes(data))
+        if codec == SNAPPY:
+            return _xerial_decompress(bytes(data))
+        if codec == LZ4:
+            raw = bytes(data)
+            if magic == 0:
+                raw = _fix_kafka_3160_checksum(raw)
+            return lz4.frame.decompress(raw)
+        if codec == ZSTD:
+            return _zstd_decompress(bytes(data))
+    except CompressionError:
+        raise
+    except Exception as exc:  # each library raises its own types; normalise them
+        raise CompressionError(f"{NAMES.get(codec, codec)} data does not decode: {exc}") from exc
+    raise CompressionError(f"unknown compression codec id {codec}")
+
+
+def _gunzip(data: bytes) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CompressionError(f"gzip data does not decode: {exc}") from exc
+
+
+def _xerial_compress(data: bytes) -> bytes:
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(data[start:start + _XERIAL_BLOCK]))
+        parts.append(struct.pack(">i", len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _xerial_decompress(data: bytes) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    pos = 16
+    out = []
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CompressionError(f"xerial snappy block length cut at byte {pos}")
+        (length,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if length < 0 or pos + length > len(data):
+            raise CompressionError(f"xerial snappy block at byte {pos - 4} declares {length} bytes")
+        out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        pos += length
+    return b"".join(out)
+
+
+def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
+    """KAFKA-3160: magic-0 LZ4 frames hash magic+descriptor; recompute the descriptor checksum."""
+    if len(frame) < 7 or not frame.startswith(_LZ4_MAGIC):
+        return frame
+    descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
+    checksum = (xxhash.xxh32_intdigest(frame[4:descriptor_end]) >> 8) & 0xFF
+    return frame[:descriptor_end] + bytes([checksum]) + frame[descriptor_end + 1:]
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    reader = zstandard.ZstdDecompressor().decompressobj()
+    out = reader.decompress(data)
+    if not reader.eof:
+        raise CompressionError("zstd frame is incomplete")
+    return out

@@ -1,0 +1,1 @@
+"""klake layouts package."""
