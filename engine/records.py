@@ -403,9 +403,7 @@ def _decode_legacy(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str) 
         log_append = magic == 1 and attributes & ATTR_TIMESTAMP_TYPE
         last_relative = messages[-1][0]
         for inner_offset, inner_ts, inner_key, inner_value in messages:
-            if magic == 0:
-                absolute = inner_offset
-            elif offset == 0:  # some librdkafka versions write wrapper offset 0: base 0
+            if magic == 0 or offset == 0:  # v0: absolute; some librdkafka versions write wrapper 0 = base 0
                 absolute = inner_offset
             else:  # KIP-31: relative inner offsets, wrapper carries the last absolute offset
                 absolute = offset - last_relative + inner_offset

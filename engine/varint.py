@@ -13,7 +13,7 @@ import numpy as np
 VARINT_MAX_BYTES = 5
 VARLONG_MAX_BYTES = 10
 
-_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)
+_SIZE_THRESHOLDS = np.array([1 << (7 * k) for k in range(1, VARLONG_MAX_BYTES)], dtype=np.uint64)
 
 
 class VarintError(ValueError):
@@ -41,52 +41,72 @@ def decode_at(buf: np.ndarray, positions: np.ndarray, max_bytes: int, limit: np.
     """Decode one zig-zag varint at each position of `buf` (uint8).
 
     Returns (values int64, byte lengths int64). `limit` (scalar or per position) is the exclusive end
-    the varint must stay within. Raises `VarintError` naming the first bad position's index.
+    the varint must stay within. Raises `VarintError` naming the first bad position's index. Each
+    round reads one more byte, only for the varints still continuing, so 1- and 2-byte varints (the
+    common case) cost one or two vectorized passes.
     """
     n = positions.shape[0]
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    end = len(buf) if limit is None else limit
-    idx = positions[:, None] + np.arange(max_bytes, dtype=np.int64)
-    inside = idx < (np.asarray(end)[..., None] if np.ndim(end) else end)
-    raw = buf[np.minimum(idx, len(buf) - 1)]
-    cont = (raw & 0x80) != 0
-    stop = ~cont & inside
-    has_stop = stop.any(axis=1)
-    if not has_stop.all():
-        bad = int(np.argmin(has_stop))
-        runs_out = not inside[bad].all() and cont[bad][inside[bad]].all()
-        raise VarintError(bad, "varint runs past the end of its data" if runs_out
-                          else f"varint longer than {max_bytes} bytes")
-    length = np.argmax(stop, axis=1) + 1
-    keep = np.arange(max_bytes) < length[:, None]
-    groups = np.where(keep, raw & 0x7F, 0).astype(np.uint64)
-    unsigned = np.bitwise_or.reduce(groups << _SHIFTS[:max_bytes], axis=1)
-    return zigzag_decode(unsigned), length.astype(np.int64)
+    end = np.broadcast_to(np.asarray(len(buf) if limit is None else limit, dtype=np.int64), (n,))
+    unsigned = np.zeros(n, dtype=np.uint64)
+    length = np.zeros(n, dtype=np.int64)
+    active = np.arange(n)
+    last = len(buf) - 1
+    for k in range(max_bytes):
+        at = positions[active] + k
+        outside = at >= end[active]
+        if outside.any():
+            raise VarintError(int(active[np.argmax(outside)]), "varint runs past the end of its data")
+        byte = buf[np.minimum(at, last)]
+        unsigned[active] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        done = byte < 0x80
+        length[active[done]] = k + 1
+        active = active[~done]
+        if active.shape[0] == 0:
+            return zigzag_decode(unsigned), length
+    raise VarintError(int(active[0]), f"varint longer than {max_bytes} bytes")
 
 
 def encoded_size(values: np.ndarray) -> np.ndarray:
     """Bytes needed for each value as a zig-zag varint (1..10)."""
-    u = zigzag_encode(values)
-    size = np.ones(u.shape[0], dtype=np.int64)
-    for k in range(1, VARLONG_MAX_BYTES):
-        size += u >= (np.uint64(1) << np.uint64(7 * k))
-    return size
+    return np.searchsorted(_SIZE_THRESHOLDS, zigzag_encode(values), side="right") + 1
 
 
 def encode_into(out: np.ndarray, positions: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
     """Write each value as a zig-zag varint of `sizes` bytes at `positions` in `out` (uint8)."""
     u = zigzag_encode(values)
-    top = int(sizes.max()) if sizes.shape[0] else 0
-    for k in range(top):
-        sel = sizes > k
-        if not sel.all():
-            pos, vk, sk = positions[sel], u[sel], sizes[sel]
-        else:
-            pos, vk, sk = positions, u, sizes
-        byte = ((vk >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        byte |= np.where(sk > k + 1, 0x80, 0).astype(np.uint8)
-        out[pos + k] = byte
+    pos = positions
+    k = 0
+    while u.shape[0]:
+        more = sizes > k + 1
+        out[pos + k] = (u & np.uint64(0x7F)).astype(np.uint8) | (more.view(np.uint8) << 7)
+        if not more.any():
+            return
+        if not more.all():
+            u, pos, sizes = u[more], pos[more], sizes[more]
+        u = u >> np.uint64(7)
+        k += 1
+
+
+def pack_rows(fields: list[np.ndarray], sizes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's varints of `fields`, back to back, for all rows at once.
+
+    Returns (offsets int32 of n+1, bytes uint8): row i's bytes are `bytes[offsets[i]:offsets[i+1]]`.
+    The bytes of every field are laid out as columns of one (rows x width) matrix whose unused cells
+    are masked out; boolean-mask selection reads it row-major, which is exactly the wire order.
+    """
+    n = fields[0].shape[0]
+    columns, valid = [], []
+    for values, size in zip(fields, sizes, strict=True):
+        u = zigzag_encode(values)
+        for k in range(int(size.max()) if n else 0):
+            columns.append(((u >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+                           | ((size > k + 1).view(np.uint8) << 7))
+            valid.append(size > k)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.sum(sizes, axis=0), out=offsets[1:])
+    if not columns:
+        return offsets, np.zeros(0, np.uint8)
+    return offsets, np.stack(columns, axis=1)[np.stack(valid, axis=1)]
 
 
 def encode_one(value: int) -> bytes:
