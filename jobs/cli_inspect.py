@@ -1,0 +1,310 @@
+"""`klake dump`, `klake verify`, `klake index rebuild`, `klake lookup`: look at Kafka's bytes directly.
+
+They work on a `.log` or record-set file, or on a Kafka partition directory, local or `s3://`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import sys
+from collections.abc import Iterable
+
+import numpy as np
+
+from engine import compression
+from engine.batch import TIMESTAMP_TYPE_NAMES, BatchHeaders, BatchScan, scan_batches
+from engine.errors import CorruptRecordError, KlakeError
+from engine.index_builder import build_indexes, check_indexes
+from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.lookup import list_offsets
+from engine.offset_index import OffsetIndex
+from engine.records import RecordTable, decode_records
+from engine.segment import InMemorySegment
+from engine.time_index import TimeIndex
+from layouts.kafka_layout import group_partition_files
+from layouts.names import TopicPartition, parse_partition_dir
+from layouts.storage import filesystem, list_objects, normalize_uri, object_info, read_bytes
+
+_SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    dump = commands.add_parser("dump", help="print the records or batch headers of a .log / record-set file",
+                               description="Print every record (or batch header) of a .log or record-set file. "
+                                           "Problems (CRC, partial trailing batch, ...) go to stderr and make "
+                                           "the exit code 1; the valid records before them are printed.")
+    dump.add_argument("path", help="a .log or record-set file: local path or s3:// URI")
+    dump.add_argument("--json", action="store_true", help="one JSON object per record (or batch)")
+    dump.add_argument("--batches", action="store_true", help="print batch headers instead of records")
+    dump.set_defaults(handler=run_dump)
+
+    verify = commands.add_parser("verify", help="check batches (CRC, sizes, offsets) and index sidecars",
+                                 description="Check every batch of each file and, for a segment .log with "
+                                             ".index/.timeindex beside it, that the indexes agree with the log. "
+                                             "Exit 0 when everything is valid, 1 with one line per problem.")
+    verify.add_argument("paths", nargs="+", metavar="PATH", help=".log / record-set files (local or s3://)")
+    verify.set_defaults(handler=run_verify)
+
+    index = commands.add_parser("index", help="index maintenance").add_subparsers(dest="index_command",
+                                                                                  required=True, metavar="ACTION")
+    rebuild = index.add_parser("rebuild", help="write .index/.timeindex for a segment from its .log",
+                               description="Rebuild a segment's .index and .timeindex with Kafka's recovery "
+                                           "rule (one entry when more than index.interval.bytes were written "
+                                           "since the last one; final time-index entry as at roll).")
+    rebuild.add_argument("segment", metavar="SEGMENT.log", help="the segment's .log (local or s3://)")
+    rebuild.add_argument("--out", metavar="DIR", help="directory for the sidecars (default: beside the .log)")
+    rebuild.add_argument("--index-interval-bytes", type=int, default=DEFAULT_INDEX_INTERVAL_BYTES, metavar="N",
+                         help=f"index.interval.bytes (default {DEFAULT_INDEX_INTERVAL_BYTES})")
+    rebuild.add_argument("--base-offset", type=int, metavar="N",
+                         help="segment base offset (default: from the 20-digit file name)")
+    rebuild.set_defaults(handler=run_index_rebuild)
+
+    lookup = commands.add_parser("lookup", help="offset for timestamp in a Kafka partition directory",
+                                 description="ListOffsets over a <topic>-<partition> directory: for each "
+                                             "--timestamp, the first offset whose timestamp is >= T (falling "
+                                             "through segments where Kafka stops), or -1 latest, -2 earliest, "
+                                             "-3 max timestamp. No match prints offset -1, timestamp -1.")
+    lookup.add_argument("partition_dir", metavar="PARTITION_DIR", help="<topic>-<partition> directory or s3:// prefix")
+    lookup.add_argument("--timestamp", type=int, action="append", required=True, metavar="T",
+                        help="ms since epoch, or -1/-2/-3; repeatable")
+    lookup.add_argument("--log-start-offset", type=int, metavar="N",
+                        help="ignore records below this offset (default: the first segment's base offset)")
+    lookup.set_defaults(handler=run_lookup)
+
+
+# ------------------------------------------------------------------------------------------- dump
+
+def _b64(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode("ascii")
+
+
+def record_dicts(records: RecordTable, batches: BatchHeaders) -> Iterable[dict]:
+    """Records in the fixtures' golden JSON form."""
+    table = records.to_arrow(batches).to_pydict()
+    for i in range(len(records)):
+        yield {
+            "compression": compression.NAMES[table["compression"][i]],
+            "control": table["control"][i],
+            "headers": [[h["key"], _b64(h["value"])] for h in table["headers"][i]],
+            "key": _b64(table["key"][i]),
+            "magic": table["magic"][i],
+            "offset": table["offset"][i],
+            "timestamp": table["timestamp"][i],
+            "timestamp_type": TIMESTAMP_TYPE_NAMES[table["timestamp_type"][i]],
+            "value": _b64(table["value"][i]),
+        }
+
+
+def batch_dicts(batches: BatchHeaders) -> Iterable[dict]:
+    cols = {name: getattr(batches, name).tolist() for name in (
+        "position", "size", "magic", "base_offset", "last_offset", "records_count", "partition_leader_epoch",
+        "base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "crc")}
+    codec, kind = batches.codec.tolist(), batches.timestamp_type.tolist()
+    control, txn, horizon = (batches.is_control.tolist(), batches.is_transactional.tolist(),
+                             batches.has_delete_horizon.tolist())
+    for i in range(len(batches)):
+        row = {name: values[i] for name, values in cols.items()}
+        row.update(compression=compression.NAMES[codec[i]], timestamp_type=TIMESTAMP_TYPE_NAMES[kind[i]],
+                   control=control[i], transactional=txn[i], delete_horizon=horizon[i])
+        yield row
+
+
+def _read_log(path: str) -> tuple[bytes, BatchScan, list[CorruptRecordError]]:
+    """Scan a file leniently: the valid prefix plus every problem found (framing, CRC, records)."""
+    data = read_bytes(path)
+    scan = scan_batches(data, path, strict=False)
+    problems = list(scan.problems)
+    bad = {p.position for p in problems}
+    valid = scan.headers.take(~np.isin(scan.headers.position, list(bad)))
+    return data, BatchScan(valid, scan.valid_bytes, problems), problems
+
+
+def _decode_each(data: bytes, batches: BatchHeaders, source: str) -> tuple[RecordTable | None, list[CorruptRecordError]]:
+    """Decode all records; if that fails, decode batch by batch to name every bad batch."""
+    try:
+        return decode_records(data, batches, source), []
+    except CorruptRecordError:
+        problems = []
+        good = np.ones(len(batches), dtype=bool)
+        for row in range(len(batches)):
+            try:
+                decode_records(data, batches.take(np.array([row])), source)
+            except CorruptRecordError as exc:
+                problems.append(exc)
+                good[row] = False
+        return None, problems
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    data, scan, problems = _read_log(args.path)
+    batches = scan.headers
+    out = sys.stdout
+    if args.batches:
+        for row in batch_dicts(batches):
+            out.write((json.dumps(row, sort_keys=True) if args.json else _batch_line(row)) + "\n")
+    else:
+        records, record_problems = _decode_each(data, batches, args.path)
+        problems += record_problems
+        if records is None:
+            good = ~np.isin(batches.position, [p.position for p in record_problems])
+            batches = batches.take(good)
+            records = decode_records(data, batches, args.path)
+        for row in record_dicts(records, batches):
+            out.write((json.dumps(row, sort_keys=True) if args.json else _record_line(row)) + "\n")
+    for problem in sorted(problems, key=lambda p: p.position):
+        print(f"problem: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _batch_line(b: dict) -> str:
+    return (f"baseOffset: {b['base_offset']} lastOffset: {b['last_offset']} count: {b['records_count']} "
+            f"baseSequence: {b['base_sequence']} producerId: {b['producer_id']} "
+            f"producerEpoch: {b['producer_epoch']} partitionLeaderEpoch: {b['partition_leader_epoch']} "
+            f"isTransactional: {str(b['transactional']).lower()} isControl: {str(b['control']).lower()} "
+            f"deleteHorizon: {str(b['delete_horizon']).lower()} position: {b['position']} "
+            f"{b['timestamp_type']}: {b['max_timestamp']} size: {b['size']} magic: {b['magic']} "
+            f"compresscodec: {b['compression']} crc: {b['crc']}")
+
+
+def _record_line(r: dict) -> str:
+    key = base64.b64decode(r["key"]) if r["key"] is not None else None
+    value = base64.b64decode(r["value"]) if r["value"] is not None else None
+    return (f"| offset: {r['offset']} {r['timestamp_type']}: {r['timestamp']} "
+            f"keySize: {-1 if key is None else len(key)} valueSize: {-1 if value is None else len(value)} "
+            f"magic: {r['magic']} compresscodec: {r['compression']} control: {str(r['control']).lower()} "
+            f"headerKeys: [{','.join(h[0] for h in r['headers'])}] key: {_printable(key)} payload: {_printable(value)}")
+
+
+def _printable(value: bytes | None) -> str:
+    if value is None:
+        return "null"
+    text = value.decode("utf-8", errors="backslashreplace")
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# ----------------------------------------------------------------------------------------- verify
+
+def _base_offset_of(path: str) -> int | None:
+    match = _SEGMENT_NAME.fullmatch(path.rstrip("/").rsplit("/", 1)[-1])
+    return int(match["offset"]) if match else None
+
+
+def verify_problems(path: str) -> tuple[list[str], int, int]:
+    """Every problem of one file, as "file: byte N: what" lines; plus batch and record counts."""
+    data, scan, problems = _read_log(path)
+    batches = scan.headers
+    records, record_problems = _decode_each(data, batches, path)
+    lines = [str(p) for p in problems + record_problems]
+    last = batches.last_offset
+    for i in np.flatnonzero(last[1:] <= last[:-1]).tolist():
+        lines.append(f"{path}: byte {int(batches.position[i + 1])}: offsets: last offset {int(last[i + 1])} does "
+                     f"not follow the previous batch's {int(last[i])}")
+    base = _base_offset_of(path)
+    if base is not None:
+        below = np.flatnonzero((batches.base_offset >= 0) & (batches.base_offset < base))
+        lines += [f"{path}: byte {int(batches.position[i])}: baseOffset: {int(batches.base_offset[i])} is below the "
+                  f"segment base offset {base}" for i in below.tolist()]
+        lines += _sidecar_problems(path, base, batches)
+    return sorted(set(lines), key=_byte_of), len(batches), 0 if records is None else len(records)
+
+
+def _byte_of(line: str) -> tuple[str, int]:
+    match = re.search(r": byte (\d+):", line)
+    return (line.split(":", 1)[0], int(match.group(1)) if match else -1)
+
+
+def _sidecar_problems(path: str, base: int, batches: BatchHeaders) -> list[str]:
+    stem = path[:-len(".log")]
+    index_uri, time_uri = stem + ".index", stem + ".timeindex"
+    if object_info(index_uri) is None and object_info(time_uri) is None:
+        return []
+    lines = []
+    offsets = times = None
+    if object_info(index_uri) is None:
+        lines.append(f"{index_uri}: missing (the .timeindex exists)")
+    else:
+        loaded = OffsetIndex.load(read_bytes(index_uri), base, index_uri)
+        lines += loaded.problems
+        offsets = loaded.index
+    if object_info(time_uri) is None:
+        lines.append(f"{time_uri}: missing (the .index exists)")
+    else:
+        loaded_t = TimeIndex.load(read_bytes(time_uri), base, time_uri)
+        lines += loaded_t.problems
+        times = loaded_t.index
+    if offsets is not None and times is not None:
+        lines += check_indexes(batches, offsets, times, path)
+    return lines
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    failed = False
+    for path in args.paths:
+        try:
+            problems, n_batches, n_records = verify_problems(path)
+        except (FileNotFoundError, KlakeError) as exc:
+            problems, n_batches, n_records = [f"{path}: {exc}"], 0, 0
+        for line in problems:
+            print(line)
+        if problems:
+            failed = True
+        else:
+            print(f"ok: {path}: {n_batches} batches, {n_records} records", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------- index rebuild
+
+def run_index_rebuild(args: argparse.Namespace) -> int:
+    path = args.segment
+    base = args.base_offset if args.base_offset is not None else _base_offset_of(path)
+    if base is None:
+        raise KlakeError(f"{path}: not named NNNNNNNNNNNNNNNNNNNN.log; pass --base-offset")
+    data = read_bytes(path)
+    scan = scan_batches(data, path)
+    offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes)
+    stem = path.rstrip("/").rsplit("/", 1)[-1][:-len(".log")] if path.endswith(".log") else f"{base:020d}"
+    out_dir = args.out if args.out else path.rsplit("/", 1)[0] if "/" in path else "."
+    fs, out_path = filesystem(out_dir)
+    fs.makedirs(out_path, exist_ok=True)
+    for suffix, payload in ((".index", offsets.to_bytes()), (".timeindex", times.to_bytes())):
+        with fs.open(f"{out_path}/{stem}{suffix}", "wb") as handle:
+            handle.write(payload)
+    print(json.dumps({"segment": path, "base_offset": base, "batches": len(scan.headers),
+                      "index_entries": len(offsets), "timeindex_entries": len(times),
+                      "out": normalize_uri(out_dir)}))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- lookup
+
+def load_partition_dir(uri: str) -> list[InMemorySegment]:
+    """Every segment of a Kafka partition directory, with indexes validated or rebuilt in memory."""
+    root = normalize_uri(uri)
+    name = root.rsplit("/", 1)[-1]
+    tp = parse_partition_dir(name) or TopicPartition("partition", 0)
+    files = [info for info in list_objects(root) if "/" not in info.uri[len(root) + 1:]]
+    partition = group_partition_files(tp, root, files)
+    if not partition.segments:
+        raise KlakeError(f"{uri}: no NNNNNNNNNNNNNNNNNNNN.log segments found")
+    segments = []
+    for seg in partition.segments:
+        segments.append(InMemorySegment.load(
+            seg.base_offset, read_bytes(seg.log.uri),
+            read_bytes(seg.index.uri) if seg.index else None,
+            read_bytes(seg.timeindex.uri) if seg.timeindex else None, seg.log.uri))
+    return segments
+
+
+def run_lookup(args: argparse.Namespace) -> int:
+    segments = load_partition_dir(args.partition_dir)
+    for segment in segments:
+        for problem in segment.index_problems:
+            print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)
+    for target in args.timestamp:
+        answer = list_offsets(segments, target, args.log_start_offset)
+        print(json.dumps({"target": target, "offset": answer.offset, "timestamp": answer.timestamp}))
+    return 0
