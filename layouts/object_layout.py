@@ -1,0 +1,70 @@
+"""The object layout: immutable, uniquely named segment objects (the default layout).
+
+Keys are `{root}/{topic}-{partition}/{base_offset:020d}-{segment_id}.{log|index|timeindex}`. A new
+version of a segment (append, roll, compaction) gets a new `segment_id`, so no object is ever
+overwritten; every object is created with put-if-absent (ARCHITECTURE.md, storage model).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from layouts.names import TopicPartition, validate_segment_id
+from layouts.storage import StorageOptions, ensure_object, join
+
+SEGMENT_SUFFIXES = ("log", "index", "timeindex")
+_OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,64})\.(?P<suffix>log|index|timeindex)")
+
+
+@dataclass(frozen=True)
+class SegmentKeys:
+    """The three object URIs of one segment."""
+
+    log: str
+    index: str
+    timeindex: str
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.log, self.index, self.timeindex)
+
+
+@dataclass(frozen=True)
+class ObjectSegmentName:
+    """What an object-layout file name says: base offset, segment id and suffix."""
+
+    base_offset: int
+    segment_id: str
+    suffix: str
+
+
+def new_segment_id() -> str:
+    """A fresh random segment id (64 bits as 16 hex digits); put-if-absent catches the unlikely clash."""
+    return uuid.uuid4().hex[:16]
+
+
+def object_segment_keys(root: str, tp: TopicPartition, base_offset: int, segment_id: str) -> SegmentKeys:
+    """Keys of segment `segment_id` of `tp` starting at `base_offset` in the object layout under `root`."""
+    if base_offset < 0:
+        raise ValueError(f"base offset must be >= 0, got {base_offset}")
+    stem = join(root, tp.dir_name, f"{base_offset:020d}-{validate_segment_id(segment_id)}")
+    return SegmentKeys(log=f"{stem}.log", index=f"{stem}.index", timeindex=f"{stem}.timeindex")
+
+
+def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
+    """Parse `{base_offset:020d}-{segment_id}.{suffix}`; None for any other file name."""
+    match = _OBJECT_NAME_RE.fullmatch(name)
+    if match is None:
+        return None
+    return ObjectSegmentName(int(match["offset"]), match["segment_id"], match["suffix"])
+
+
+def write_segment(keys: SegmentKeys, log: bytes, index: bytes, timeindex: bytes,
+                  options: StorageOptions | None = None) -> None:
+    """Write `.log`, then `.index`, then `.timeindex`, each put-if-absent (the commit protocol's order).
+
+    An object left by an interrupted earlier attempt is accepted if it holds the same bytes.
+    """
+    for uri, data in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
+        ensure_object(uri, data, options)
