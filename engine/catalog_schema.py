@@ -1,0 +1,131 @@
+"""The catalog's row: one segment version, with the fields ARCHITECTURE.md lists.
+
+Times are int64 ms since the epoch. `base_timestamp` is the smallest record timestamp >= 0 in the
+segment (-1 if none), so that `base_timestamp <= to` is a correct pruning bound even when timestamps
+are out of order; `largest_timestamp >= from` is the other bound. The table is partitioned by topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import astuple, dataclass, fields
+from enum import StrEnum
+
+import pyarrow as pa
+
+FORMAT_VERSION = 1
+PARTITION_COLUMNS = ["topic"]
+
+
+class SegmentState(StrEnum):
+    """Life of a segment row: ACTIVE (may still grow, as new versions), ROLLED, DELETE_STARTED.
+
+    DELETE_STARTED rows have left the live log; their objects are being deleted (two-phase delete).
+    """
+
+    ACTIVE = "ACTIVE"
+    ROLLED = "ROLLED"
+    DELETE_STARTED = "DELETE_STARTED"
+
+
+LIVE_STATES = (SegmentState.ACTIVE, SegmentState.ROLLED)
+ALLOWED_TRANSITIONS = {
+    SegmentState.ACTIVE: frozenset({SegmentState.ROLLED}),
+    SegmentState.ROLLED: frozenset({SegmentState.DELETE_STARTED}),
+    SegmentState.DELETE_STARTED: frozenset(),
+}
+
+
+class Layout(StrEnum):
+    """Which layout the `.log` object of a row lives in."""
+
+    OBJECT = "object"
+    KAFKA = "kafka"
+
+
+CATALOG_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("segment_id", pa.string(), nullable=False),
+    pa.field("log_key", pa.string(), nullable=False),
+    pa.field("index_key", pa.string(), nullable=False),
+    pa.field("timeindex_key", pa.string(), nullable=False),
+    pa.field("base_offset", pa.int64(), nullable=False),
+    pa.field("last_offset", pa.int64(), nullable=False),
+    pa.field("next_offset", pa.int64(), nullable=False),
+    pa.field("record_count", pa.int64(), nullable=False),
+    pa.field("batch_count", pa.int64(), nullable=False),
+    pa.field("size_bytes", pa.int64(), nullable=False),
+    pa.field("first_batch_timestamp", pa.int64(), nullable=False),
+    pa.field("base_timestamp", pa.int64(), nullable=False),
+    pa.field("largest_timestamp", pa.int64(), nullable=False),
+    pa.field("offset_of_largest_timestamp", pa.int64(), nullable=False),
+    pa.field("timestamp_type", pa.string(), nullable=False),
+    pa.field("state", pa.string(), nullable=False),
+    pa.field("created_at_ms", pa.int64(), nullable=False),
+    pa.field("job_id", pa.string(), nullable=False),
+    pa.field("format_version", pa.int32(), nullable=False),
+    pa.field("layout", pa.string(), nullable=False),
+    pa.field("magic", pa.int8(), nullable=False),
+])
+COLUMNS = tuple(CATALOG_SCHEMA.names)
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """Identifies one segment version: (topic, partition, segment_id)."""
+
+    topic: str
+    partition: int
+    segment_id: str
+
+
+@dataclass(frozen=True)
+class SegmentRow:
+    """One catalog row. Field order and names are `CATALOG_SCHEMA`'s."""
+
+    topic: str
+    partition: int
+    segment_id: str
+    log_key: str
+    index_key: str
+    timeindex_key: str
+    base_offset: int
+    last_offset: int
+    next_offset: int
+    record_count: int
+    batch_count: int
+    size_bytes: int
+    first_batch_timestamp: int
+    base_timestamp: int
+    largest_timestamp: int
+    offset_of_largest_timestamp: int
+    timestamp_type: str
+    state: str
+    created_at_ms: int
+    job_id: str
+    format_version: int
+    layout: str
+    magic: int
+
+    @property
+    def ref(self) -> SegmentRef:
+        return SegmentRef(self.topic, self.partition, self.segment_id)
+
+    def with_state(self, state: SegmentState) -> SegmentRow:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["state"] = str(state)
+        return SegmentRow(**values)
+
+
+
+def rows_to_table(rows: Iterable[SegmentRow]) -> pa.Table:
+    """An Arrow table with `CATALOG_SCHEMA` holding `rows`."""
+    columns = list(zip(*(astuple(r) for r in rows), strict=True)) or [()] * len(COLUMNS)
+    return pa.table([pa.array(col, type=f.type) for col, f in zip(columns, CATALOG_SCHEMA, strict=True)],
+                    schema=CATALOG_SCHEMA)
+
+
+def table_to_rows(table: pa.Table) -> list[SegmentRow]:
+    """The rows of an Arrow table that has (at least) the catalog's columns."""
+    return [SegmentRow(**{name: row[name] for name in COLUMNS}) for row in table.select(list(COLUMNS)).to_pylist()]
