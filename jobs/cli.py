@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from engine.errors import KlakeError
-from jobs import cli_inspect
+from jobs import cli_catalog, cli_inspect, demo
 
-_COMMAND_MODULES = [cli_inspect]
+_COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

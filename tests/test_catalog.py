@@ -1,0 +1,265 @@
+"""The Delta segment catalog on a local directory and on moto S3: commits, states, pruning, conflicts."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import fields, replace
+
+import pytest
+from catalog_rows import make_row
+
+from engine.catalog import Catalog, CatalogConflictError, CatalogNotFoundError, OffsetBounds
+from engine.catalog_changes import CatalogStateError
+from engine.catalog_schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
+from layouts.names import TopicPartition
+from layouts.storage import list_objects
+
+
+@pytest.fixture
+def catalog(backend) -> Catalog:
+    return Catalog.create(backend.uri("catalog"), backend.options)
+
+
+def test_row_dataclass_follows_the_schema() -> None:
+    assert [f.name for f in fields(SegmentRow)] == CATALOG_SCHEMA.names
+
+
+def test_open_requires_an_existing_catalog_and_create_is_idempotent(backend) -> None:
+    with pytest.raises(CatalogNotFoundError):
+        Catalog.open(backend.uri("nope"), backend.options)
+    first = Catalog.create(backend.uri("cat"), backend.options)
+    first.add_segments([make_row("t", 0, 0, 10)])
+    again = Catalog.create(backend.uri("cat"), backend.options)
+    assert again.version() == 1
+    assert [r.segment_id for r in Catalog.open(backend.uri("cat"), backend.options).live_segments("t", 0)] == ["s0p0"]
+
+
+def test_racing_creators_share_one_catalog(backend) -> None:
+    uri = backend.uri("catalog")
+    barrier = threading.Barrier(4)
+    outcomes: list[object] = []
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(Catalog.create(uri, backend.options).version())
+        except Exception as exc:  # the outcome under test
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes == [0, 0, 0, 0]
+    log = [o.name for o in list_objects(backend.uri("catalog", "_delta_log"), backend.options)]
+    assert [n for n in log if n.endswith(".json")] == ["00000000000000000000.json"]
+
+
+def test_add_segments_is_one_commit_and_idempotent(catalog: Catalog) -> None:
+    rows = [make_row("t", 0, 20, 30), make_row("t", 0, 0, 10), make_row("t", 0, 10, 20), make_row("u", 3, 5, 6)]
+    result = catalog.add_segments(rows, job_id="job-1")
+    assert (result.version, result.added) == (1, 4)
+    assert catalog.live_segments("t", 0) == sorted(rows[:3], key=lambda r: r.base_offset)
+    assert catalog.live_segments("u", 3) == [rows[3]]
+    again = catalog.add_segments(rows)
+    assert (again.version, again.added, again.already_done) == (None, 0, 4)
+    assert catalog.version() == 1
+    with pytest.raises(CatalogStateError, match="already registered"):
+        catalog.add_segments([replace(rows[0], size_bytes=999)])
+    assert catalog.partitions() == [TopicPartition("t", 0), TopicPartition("u", 3)]
+    assert catalog.offset_bounds("t", 0) == OffsetBounds(0, 30)
+    assert catalog.offset_bounds("t", 1) is None
+
+
+def test_overlapping_segments_are_refused(catalog: Catalog) -> None:
+    catalog.add_segments([make_row("t", 0, 0, 10), make_row("t", 0, 10, 20)])
+    with pytest.raises(CatalogStateError, match="overlap"):
+        catalog.add_segments([make_row("t", 0, 15, 25, segment_id="other")])
+    with pytest.raises(CatalogStateError, match="overlap"):
+        catalog.add_segments([make_row("t", 1, 0, 10, segment_id="a"), make_row("t", 1, 5, 12, segment_id="b")])
+    assert catalog.version() == 1
+    assert catalog.add_segments([make_row("t", 1, 0, 10, segment_id="a")]).added == 1
+
+
+def test_states_only_move_forward_and_rows_leave_after_delete_started(catalog: Catalog) -> None:
+    active = make_row("t", 0, 10, 20, state=SegmentState.ACTIVE)
+    rolled = make_row("t", 0, 0, 10)
+    catalog.add_segments([rolled, active])
+    with pytest.raises(CatalogStateError, match="cannot move"):
+        catalog.transition([rolled.ref], SegmentState.ACTIVE)
+    with pytest.raises(CatalogStateError, match="cannot move"):
+        catalog.transition([active.ref], SegmentState.DELETE_STARTED)
+    with pytest.raises(CatalogStateError, match="only DELETE_STARTED"):
+        catalog.remove_deleted([rolled.ref])
+    assert catalog.transition([active.ref], SegmentState.ROLLED).transitioned == 1
+    assert catalog.transition([active.ref], SegmentState.ROLLED).version is None
+    catalog.transition([rolled.ref], SegmentState.DELETE_STARTED)
+    assert [r.segment_id for r in catalog.live_segments("t", 0)] == [active.segment_id]
+    deleting = table_to_rows(catalog.segments(states=[SegmentState.DELETE_STARTED]))
+    assert [r.segment_id for r in deleting] == [rolled.segment_id]
+    assert catalog.offset_bounds("t", 0) == OffsetBounds(10, 20)
+    assert catalog.remove_deleted([rolled.ref]).removed == 1
+    assert catalog.remove_deleted([rolled.ref]).version is None
+    assert catalog.all_rows().num_rows == 1
+
+
+def test_swap_removes_and_adds_in_one_commit(catalog: Catalog, backend) -> None:
+    small = [make_row("t", 0, 0, 5), make_row("t", 0, 5, 10)]
+    other_topic = make_row("u", 0, 0, 5)
+    catalog.add_segments(small + [other_topic])
+    merged = make_row("t", 0, 0, 10, segment_id="merged")
+    before = catalog.version()
+    result = catalog.swap([r.ref for r in small], [merged], job_id="compaction-1")
+    assert result.version == before + 1 and (result.removed, result.added) == (2, 1)
+    assert catalog.live_segments("t", 0) == [merged]
+    assert catalog.live_segments("u", 0) == [other_topic]
+    last = catalog.history(1)[0]
+    assert (last["operation"], last["klake.operation"], last["klake.job_id"]) == ("MERGE", "swap", "compaction-1")
+    assert catalog.swap([r.ref for r in small], [merged]).version is None
+    with pytest.raises(CatalogStateError, match="no longer in the catalog"):
+        catalog.swap([small[0].ref], [make_row("t", 0, 0, 5, segment_id="again")])
+
+
+def test_time_range_pruning_never_misses_a_segment_with_records_in_range(catalog: Catalog) -> None:
+    rng = random.Random(7)
+    rows, record_times = [], {}
+    for p in range(3):
+        base = 0
+        for _ in range(40):
+            # out-of-order timestamps: records of a segment scatter around a trend, some have none (-1)
+            times = [max(-1, base * 10 + rng.randint(-3_000, 3_000)) for _ in range(rng.randint(1, 6))]
+            valid = [t for t in times if t >= 0]
+            row = make_row("t", p, base, base + 100, base_ts=min(valid) if valid else -1,
+                           largest_ts=max(times) if valid else -1)
+            rows.append(row)
+            record_times[row.ref] = valid
+            base += 100
+    catalog.add_segments(rows)
+    for _ in range(25):
+        lo = rng.randint(-1_000, 45_000)
+        hi = lo + rng.randint(0, 8_000)
+        got = {r.ref for r in table_to_rows(catalog.segments(from_ms=lo, to_ms=hi))}
+        holding = {ref for ref, times in record_times.items() if any(lo <= t <= hi for t in times)}
+        bound = {r.ref for r in rows if r.largest_timestamp >= lo and 0 <= r.base_timestamp <= hi}
+        assert holding <= got
+        assert got == bound
+    only_partition = table_to_rows(catalog.segments(topic="t", partition=1, from_ms=10_000))
+    assert {r.partition for r in only_partition} == {1}
+    assert [r.base_offset for r in only_partition] == sorted(r.base_offset for r in only_partition)
+
+
+def test_offset_range_pruning(catalog: Catalog) -> None:
+    catalog.add_segments([make_row("t", 0, b, b + 10) for b in range(0, 100, 10)])
+    got = [r.base_offset for r in table_to_rows(catalog.segments(topic="t", from_offset=25, to_offset=40))]
+    assert got == [20, 30, 40]
+    assert [r.base_offset for r in table_to_rows(catalog.segments(from_offset=99))] == [90]
+    assert table_to_rows(catalog.segments(from_offset=100)) == []
+
+
+def test_checkpoint_optimize_and_vacuum_keep_the_rows(catalog: Catalog, backend) -> None:
+    for b in range(0, 60, 10):
+        catalog.add_segments([make_row("t", 0, b, b + 10), make_row("u", 1, b, b + 10)])
+    expected = table_to_rows(catalog.all_rows())
+    version = catalog.create_checkpoint()
+    log = [o.name for o in list_objects(backend.uri("catalog", "_delta_log"), backend.options)]
+    assert f"{version:020d}.checkpoint.parquet" in log
+    reopened = Catalog.open(backend.uri("catalog"), backend.options)
+    assert table_to_rows(reopened.all_rows()) == expected
+    catalog.optimize()
+    catalog.vacuum(retention_hours=0)
+    assert table_to_rows(Catalog.open(backend.uri("catalog"), backend.options).all_rows()) == expected
+    data_files = [o for o in list_objects(backend.uri("catalog"), backend.options) if o.name.endswith(".parquet")
+                  and "_delta_log" not in o.uri]
+    assert len(data_files) == 2  # one per topic after compaction
+
+
+def _race(workers: list, catalog_uri: str, options) -> list[object]:
+    """Run each worker(catalog) in its own thread with its own catalog handle, all released at once."""
+    barrier = threading.Barrier(len(workers))
+    outcomes: list[object] = [None] * len(workers)
+
+    def run(i: int) -> None:
+        catalog = Catalog.open(catalog_uri, options)
+        barrier.wait()
+        try:
+            outcomes[i] = workers[i](catalog)
+        except Exception as exc:  # the outcome under test
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_two_writers_of_the_same_rows_leave_them_once(catalog: Catalog, backend) -> None:
+    rows = [make_row("t", 0, b, b + 10) for b in range(0, 50, 10)]
+    outcomes = _race([lambda c: c.add_segments(rows)] * 2, catalog.uri, backend.options)
+    assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+    assert sorted(o.added for o in outcomes) == [0, 5]
+    assert catalog.live_segments("t", 0) == rows
+
+
+def test_two_writers_of_conflicting_segments_have_exactly_one_winner(catalog: Catalog, backend) -> None:
+    mine = [make_row("t", 0, 0, 10, segment_id="aaa"), make_row("t", 0, 10, 20, segment_id="aab")]
+    theirs = [make_row("t", 0, 0, 20, segment_id="bbb")]
+    outcomes = _race([lambda c: c.add_segments(mine), lambda c: c.add_segments(theirs)], catalog.uri,
+                     backend.options)
+    failures = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(failures) == 1 and isinstance(failures[0], CatalogStateError), outcomes
+    assert "overlap" in str(failures[0])
+    winner = theirs if isinstance(outcomes[0], Exception) else mine
+    assert catalog.live_segments("t", 0) == winner
+
+
+def test_concurrent_writers_on_one_topic_lose_no_rows(catalog: Catalog, backend) -> None:
+    batches = [[make_row("t", p, b, b + 10) for b in range(0, 30, 10)] for p in range(4)]
+    outcomes = _race([lambda c, rows=rows: c.add_segments(rows) for rows in batches], catalog.uri, backend.options)
+    assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+    assert sum(o.added for o in outcomes) == 12
+    assert sorted(table_to_rows(catalog.all_rows()), key=lambda r: (r.partition, r.base_offset)) == [
+        r for rows in batches for r in rows]
+
+
+def _interfere_after_first_read(catalog: Catalog, interfere) -> None:
+    """Make `catalog` read its plan, then let another writer commit before its own commit."""
+    read = catalog.rows_of
+    pending = [interfere]
+
+    def read_then_interfere(partitions):
+        current = read(partitions)
+        if pending:
+            pending.pop()()
+        return current
+
+    catalog.rows_of = read_then_interfere
+
+
+def test_a_commit_conflict_is_retried_on_a_fresh_read(catalog: Catalog, backend) -> None:
+    other = Catalog.open(catalog.uri, backend.options)
+    theirs = make_row("t", 0, 100, 110, segment_id="zzz")
+    _interfere_after_first_read(catalog, lambda: other.add_segments([theirs]))
+    mine = make_row("t", 0, 0, 10)
+    result = catalog.add_segments([mine])
+    assert (result.attempts, result.added, result.version) == (2, 1, 2)
+    assert catalog.live_segments("t", 0) == [mine, theirs]
+
+
+def test_a_conflict_that_invalidates_the_change_fails_clearly(catalog: Catalog, backend) -> None:
+    other = Catalog.open(catalog.uri, backend.options)
+    _interfere_after_first_read(catalog, lambda: other.add_segments([make_row("t", 0, 0, 20, segment_id="zzz")]))
+    with pytest.raises(CatalogStateError, match="overlap live segment t-0/zzz"):
+        catalog.add_segments([make_row("t", 0, 10, 30)])
+    assert [r.segment_id for r in catalog.live_segments("t", 0)] == ["zzz"]
+
+
+def test_conflicts_beyond_the_retry_budget_raise(catalog: Catalog, backend) -> None:
+    other = Catalog.open(catalog.uri, backend.options)
+    catalog.max_commit_attempts = 1
+    _interfere_after_first_read(catalog, lambda: other.add_segments([make_row("t", 0, 100, 110, segment_id="zzz")]))
+    with pytest.raises(CatalogConflictError, match="still conflicted after 1 attempts"):
+        catalog.add_segments([make_row("t", 0, 0, 10)])

@@ -1,0 +1,122 @@
+"""Per-partition leases on a local directory and on moto S3: exclusion, expiry, takeover races, release."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from engine.lease import (
+    TAKEOVER_TIMEOUT_MS,
+    LeaseHeldError,
+    LeaseLostError,
+    acquire_lease,
+    check_lease,
+    held_lease,
+    lease_uri,
+    read_lease,
+    release_lease,
+)
+from layouts.names import TopicPartition
+from layouts.storage import list_objects, put_if_absent
+
+TP = TopicPartition("orders", 3)
+
+
+class Clock:
+    """A settable clock in ms, so that expiry is tested without sleeping."""
+
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_a_held_lease_excludes_others_and_names_its_holder(backend) -> None:
+    clock = Clock()
+    lease = acquire_lease(backend.base, TP, "host-a:1", "job-a", 60_000, backend.options, clock)
+    assert lease.uri == backend.uri("_leases", "orders-3.lease")
+    stored = read_lease(backend.base, TP, backend.options)
+    assert (stored.owner, stored.job_id, stored.token, stored.expires_at_ms) == (
+        "host-a:1", "job-a", lease.token, 1_060_000)
+    with pytest.raises(LeaseHeldError, match=r"orders-3 is leased by owner 'host-a:1' \(job 'job-a'\) until 1060000"):
+        acquire_lease(backend.base, TP, "host-b:2", "job-b", 60_000, backend.options, clock)
+    other = acquire_lease(backend.base, TopicPartition("orders", 4), "host-b:2", "job-b", 60_000, backend.options,
+                          clock)
+    assert other.token != lease.token
+    assert release_lease(lease, backend.options, clock) is True
+    assert read_lease(backend.base, TP, backend.options) is None
+    again = acquire_lease(backend.base, TP, "host-b:2", "job-b", 60_000, backend.options, clock)
+    assert read_lease(backend.base, TP, backend.options).token == again.token
+
+
+def test_only_the_owner_releases(backend) -> None:
+    clock = Clock()
+    lease = acquire_lease(backend.base, TP, "a", "job-a", 60_000, backend.options, clock)
+    impostor = type(lease)(**{**lease.__dict__, "token": "0" * 32, "owner": "b"})
+    with pytest.raises(LeaseLostError, match="not ours"):
+        release_lease(impostor, backend.options, clock)
+    assert read_lease(backend.base, TP, backend.options).token == lease.token
+
+
+def test_an_expired_lease_is_taken_over_and_its_old_owner_learns_it(backend) -> None:
+    clock = Clock()
+    old = acquire_lease(backend.base, TP, "a", "job-a", 1_000, backend.options, clock)
+    clock.now += 1_001
+    with pytest.raises(LeaseLostError, match="expired"):
+        check_lease(old, backend.options, clock)
+    new = acquire_lease(backend.base, TP, "b", "job-b", 60_000, backend.options, clock)
+    check_lease(new, backend.options, clock)
+    with pytest.raises(LeaseLostError, match="taken over"):
+        check_lease(old, backend.options, clock)
+    with pytest.raises(LeaseLostError):
+        release_lease(old, backend.options, clock)
+    assert read_lease(backend.base, TP, backend.options).owner == "b"
+    assert [o.name for o in list_objects(backend.uri("_leases"), backend.options)] == ["orders-3.lease"]
+
+
+def test_racing_takers_of_an_expired_lease_have_exactly_one_winner(backend) -> None:
+    clock = Clock()
+    acquire_lease(backend.base, TP, "dead", "job-dead", 1_000, backend.options, clock)
+    clock.now += 5_000
+    barrier = threading.Barrier(6)
+    won, refused = [], []
+
+    def take(i: int) -> None:
+        barrier.wait()
+        try:
+            won.append(acquire_lease(backend.base, TP, f"taker-{i}", f"job-{i}", 60_000, backend.options, clock))
+        except (LeaseHeldError, LeaseLostError) as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 5, (won, refused)
+    assert read_lease(backend.base, TP, backend.options).token == won[0].token
+    check_lease(won[0], backend.options, clock)
+
+
+def test_a_takeover_marker_left_by_a_dead_taker_expires(backend) -> None:
+    clock = Clock()
+    expired = acquire_lease(backend.base, TP, "a", "job-a", 1_000, backend.options, clock)
+    clock.now += 2_000
+    marker = f"{lease_uri(backend.base, TP)}.takeover-{expired.token}"
+    put_if_absent(marker, json.dumps({"claimed_at_ms": clock.now}).encode(), backend.options)
+    with pytest.raises(LeaseHeldError, match="being taken over by another job"):
+        acquire_lease(backend.base, TP, "b", "job-b", 60_000, backend.options, clock)
+    clock.now += TAKEOVER_TIMEOUT_MS
+    lease = acquire_lease(backend.base, TP, "b", "job-b", 60_000, backend.options, clock)
+    assert read_lease(backend.base, TP, backend.options).token == lease.token
+    assert [o.name for o in list_objects(backend.uri("_leases"), backend.options)] == ["orders-3.lease"]
+
+
+def test_held_lease_releases_on_exit_even_after_an_error(backend) -> None:
+    with pytest.raises(RuntimeError), held_lease(backend.base, TP, "a", "job-a", 60_000, backend.options):
+        assert read_lease(backend.base, TP, backend.options).owner == "a"
+        raise RuntimeError("job failed")
+    assert read_lease(backend.base, TP, backend.options) is None

@@ -1,0 +1,123 @@
+"""`klake scrub` on a local directory and on moto S3, with planted orphans, missing and truncated objects."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+from catalog_rows import make_row
+
+from engine.catalog import Catalog
+from engine.catalog_schema import SegmentState
+from jobs.cli import main as klake
+from jobs.importer import import_log_dir
+from jobs.scrub import scrub
+from layouts.names import TopicPartition
+from layouts.object_layout import object_segment_keys, write_segment
+from layouts.storage import delete_object, filesystem, list_objects, object_info
+
+SMALL_PARTITIONS = ("_confluent-command-0", "docker-connect-status-0")
+
+
+def _imported(backend, kafka_fixtures, copy: bool, catalog_at: str = "catalog") -> Catalog:
+    for name in SMALL_PARTITIONS:
+        backend.upload_tree(kafka_fixtures / "broker" / name, backend.uri("src", name))
+    catalog = Catalog.create(backend.uri(catalog_at), backend.options)
+    report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, copy=copy, options=backend.options)
+    assert report.rows_added == 2
+    return catalog
+
+
+def _listing(backend) -> dict[str, int]:
+    return {o.uri: o.size for o in list_objects(backend.uri("root"), backend.options)}
+
+
+def _plant(backend, catalog: Catalog) -> dict[str, set[str]]:
+    """Plant orphans, keep-outs, a missing and a truncated object; return what scrub must find."""
+    tp = TopicPartition("docker-connect-status", 0)
+    stray = object_segment_keys(backend.uri("root"), tp, 135, "deadbeef00000000")
+    write_segment(stray, b"L" * 10, b"", b"", backend.options)
+    deleting_keys = object_segment_keys(backend.uri("root"), tp, 500, "feedface00000000")
+    write_segment(deleting_keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options)
+    deleting_row = replace(make_row("docker-connect-status", 0, 500, 510, segment_id="feedface00000000"),
+                           log_key=deleting_keys.log, index_key=deleting_keys.index,
+                           timeindex_key=deleting_keys.timeindex)
+    catalog.add_segments([deleting_row])
+    catalog.transition([deleting_row.ref], SegmentState.DELETE_STARTED)
+    temporary = backend.uri("root", "docker-connect-status-0",
+                            f".00000000000000000135-deadbeef00000001.log.tmp-{'0' * 32}")
+    backend.put(temporary, b"partial")
+    keep_out = [backend.uri("root", "notes.txt"),
+                backend.uri("root", "docker-connect-status-0", "00000000000000000000.log"),
+                backend.uri("root", "junk", "00000000000000000000-abc.log"),
+                backend.uri("root", "_leases", "other-0.lease")]
+    for uri in keep_out:
+        backend.put(uri, b"not klake's")
+    command = catalog.live_segments("_confluent-command", 0)[0]
+    assert delete_object(command.timeindex_key, backend.options)
+    status = catalog.live_segments("docker-connect-status", 0)[0]
+    fs, path = filesystem(status.log_key, backend.options)
+    backend.put(status.log_key, fs.cat_file(path)[:1000])
+    return {
+        "orphans": set(stray.all()) | set(deleting_keys.all()) | {temporary},
+        "missing": {command.timeindex_key},
+        "truncated": {status.log_key},
+        "keep_out": set(keep_out),
+    }
+
+
+def test_scrub_reports_everything_and_deletes_only_orphans(backend, kafka_fixtures, capsys) -> None:
+    catalog = _imported(backend, kafka_fixtures, copy=True)
+    planted = _plant(backend, catalog)
+    before = _listing(backend)
+    argv = ["scrub", "--root", backend.uri("root"), "--catalog", backend.uri("catalog"), "--grace-ms", "0", "--json"]
+
+    capsys.readouterr()
+    assert klake([*argv, "--dry-run"]) == 1
+    dry = json.loads(capsys.readouterr().out)
+    assert {o["uri"] for o in dry["orphans"]} == planted["orphans"]
+    assert {(m["kind"], m["key"]) for m in dry["missing"]} == {("timeindex", k) for k in planted["missing"]}
+    assert [(s["key"], s["object_size"]) for s in dry["size_mismatches"]] == [(k, 1000) for k in planted["truncated"]]
+    assert dry["size_mismatches"][0]["catalog_size"] == (kafka_fixtures / "broker" / "docker-connect-status-0" /
+                                                         "00000000000000000000.log").stat().st_size
+    assert dry["deleted"] == [] and _listing(backend) == before
+
+    assert klake(argv) == 1
+    done = json.loads(capsys.readouterr().out)
+    assert set(done["deleted"]) == planted["orphans"] and done["delete_failed"] == {}
+    after = _listing(backend)
+    assert after == {uri: size for uri, size in before.items() if uri not in planted["orphans"]}
+    assert planted["keep_out"] <= set(after) and planted["truncated"] <= set(after)
+    for row in catalog.live_segments("docker-connect-status", 0) + catalog.live_segments("_confluent-command", 0):
+        assert {k for k in (row.log_key, row.index_key, row.timeindex_key)} - planted["missing"] <= set(after)
+
+    assert klake([*argv[:-1]]) == 1
+    assert "MISSING timeindex of _confluent-command-0/" in capsys.readouterr().out
+
+
+def test_young_orphans_are_kept_for_the_grace_period(backend, kafka_fixtures) -> None:
+    catalog = _imported(backend, kafka_fixtures, copy=True, catalog_at="root/_catalog")
+    stray = object_segment_keys(backend.uri("root"), TopicPartition("_confluent-command", 0), 2, "0123456789abcdef")
+    write_segment(stray, b"L", b"", b"", backend.options)
+    now = time.time_ns() // 1_000_000
+    young = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now)
+    assert young.orphans == [] and young.orphans_within_grace == 3 and young.clean
+    assert all(object_info(k, backend.options) for k in stray.all())
+    before = _listing(backend)
+    later = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now + 7_200_000)
+    assert sorted(later.deleted) == sorted(stray.all())
+    assert _listing(backend) == {uri: size for uri, size in before.items() if uri not in stray.all()}
+    assert Catalog.open(backend.uri("root", "_catalog"), backend.options).all_rows().num_rows == 2
+
+
+def test_scrub_checks_rows_that_point_outside_the_root_and_never_deletes_there(backend, kafka_fixtures) -> None:
+    catalog = _imported(backend, kafka_fixtures, copy=False)
+    command = catalog.live_segments("_confluent-command", 0)[0]
+    assert command.log_key.startswith(backend.uri("src") + "/")
+    assert delete_object(command.log_key, backend.options)
+    source_before = {o.uri for o in list_objects(backend.uri("src"), backend.options)}
+    report = scrub(backend.uri("root"), catalog, grace_ms=0, options=backend.options)
+    assert [(m.kind, m.key) for m in report.missing] == [("log", command.log_key)]
+    assert report.orphans == [] and report.size_mismatches == []
+    assert {o.uri for o in list_objects(backend.uri("src"), backend.options)} == source_before
