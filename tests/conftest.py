@@ -8,11 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,17 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from jobs.embedded_s3 import create_bucket, embedded_s3_environment
 from layouts.storage import StorageOptions, filesystem, join
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT_ROOT.parent / "shared"
 KAFKA_FIXTURES = SHARED / "fixtures" / "kafka"
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "klake-test-key",
-    "AWS_SECRET_ACCESS_KEY": "klake-test-secret",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 @pytest.fixture(scope="session")
@@ -40,46 +30,11 @@ def kafka_fixtures() -> Path:
     return KAFKA_FIXTURES
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto_server exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"moto_server did not answer at {url} within {timeout_s} s")
-
-
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """URL of a moto_server subprocess; fake AWS credentials and the endpoint are in the environment."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in FAKE_AWS_ENV.items():
-            mp.setenv(name, value)
-        mp.setenv("KLAKE_S3_ENDPOINT_URL", url)
-        try:
-            _wait_until_up(url, proc)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with embedded_s3_environment() as url:
+        yield url
 
 
 @dataclass(frozen=True)
@@ -117,11 +72,7 @@ class Backend:
 @pytest.fixture
 def s3_backend(moto_server: str) -> Backend:
     """A fresh, empty bucket on the session's moto_server."""
-    options = StorageOptions.from_env()
-    bucket = f"klake-{uuid.uuid4().hex[:12]}"
-    fs, _ = filesystem(f"s3://{bucket}", options)
-    fs.call_s3("create_bucket", Bucket=bucket)
-    return Backend("s3", f"s3://{bucket}", options)
+    return Backend("s3", create_bucket(f"klake-{uuid.uuid4().hex[:12]}"), StorageOptions.from_env())
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
