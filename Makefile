@@ -16,7 +16,8 @@ demo: $(STAMP)
 	$(VENV)/bin/klake demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check engine layouts jobs tests benchmarks airflow_dags
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python tests/oracles/fetch_kafka_clients.py
 	$(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)

@@ -10,8 +10,11 @@ bytes are scattered into place in one vectorized copy each.
 
 from __future__ import annotations
 
+import functools
+import os
 import struct
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import crc32c
 import numpy as np
@@ -195,13 +198,23 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     max_ts = _max_timestamp(timestamp_type, log_append_time, np.maximum.reduceat(ts, first))
     attributes = _attributes(codec, timestamp_type, transactional, False, False)
     view = memoryview(data)
-    out = []
-    for j, (start, count) in enumerate(zip(first.tolist(), lengths.tolist(), strict=True)):
+
+    def batch(j: int, start: int, count: int) -> bytes:
         sequence = -1 if base_sequence < 0 else (base_sequence + start) % (2**31)
-        out.append(_assemble(view[offsets[start]:offsets[start + count]], codec, base_offset + start,
-                             partition_leader_epoch, attributes, count - 1, int(base_ts[j]), int(max_ts[j]),
-                             producer_id, producer_epoch, sequence, count))
-    return out
+        return _assemble(view[offsets[start]:offsets[start + count]], codec, base_offset + start,
+                         partition_leader_epoch, attributes, count - 1, int(base_ts[j]), int(max_ts[j]),
+                         producer_id, producer_epoch, sequence, count)
+
+    jobs = list(zip(range(lengths.shape[0]), first.tolist(), lengths.tolist(), strict=True))
+    if codec == compression.NONE or len(jobs) < 2:
+        return [batch(*job) for job in jobs]
+    # The codecs release the GIL: compress independent batches on all cores.
+    return list(_compression_pool().map(lambda job: batch(*job), jobs))
+
+
+@functools.cache
+def _compression_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="klake-compress")
 
 
 def encode_batch(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Sequence[bytes | None],
@@ -232,7 +245,7 @@ def encode_batch(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Seq
     if delete_horizon is not None:
         base_ts = delete_horizon
     else:
-        base_ts = int(ts[0]) if n else max_timestamp
+        base_ts = int(ts[0]) if n else NO_TIMESTAMP  # writeEmptyHeader: -1 for a batch without records
     records: bytes | memoryview = b""
     if n:
         offsets, data = encode_records(keys, values, ts - base_ts, deltas, headers)

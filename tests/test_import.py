@@ -17,7 +17,6 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from conftest import FAKE_AWS_ENV
 from deltalake import DeltaTable
 from kafka.record.memory_records import MemoryRecords
 
@@ -25,6 +24,7 @@ from engine.catalog import Catalog
 from engine.catalog_schema import COLUMNS, table_to_rows
 from engine.lease import acquire_lease, lease_uri, read_lease
 from jobs.cli import main as klake
+from jobs.embedded_s3 import FAKE_AWS_ENV
 from jobs.importer import _PartitionImporter, import_log_dir
 from layouts.names import TopicPartition
 from layouts.storage import delete_object, filesystem, list_objects, object_info, read_bytes
