@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.batch import BatchHeaders, BatchScan, scan_batches
-from engine.index_builder import build_indexes, check_indexes
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log_summary import largest_timestamp
 from engine.offset_index import OffsetIndex
+from engine.sidecars import settle_indexes
 from engine.time_index import TimeIndex
 
 
@@ -31,29 +31,13 @@ class InMemorySegment:
 
     @classmethod
     def load(cls, base_offset: int, data: bytes, index: bytes | None, timeindex: bytes | None,
-             source: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> InMemorySegment:
+             source: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+             active: bool = False) -> InMemorySegment:
         """Scan the log strictly (a corrupt batch raises, naming file and byte) and settle the indexes."""
         scan = scan_batches(data, source)
-        problems: list[str] = []
-        offset_index = time_index = None
-        if index is None:
-            problems.append(f"{source}: offset index missing")
-        else:
-            loaded = OffsetIndex.load(index, base_offset, source.removesuffix(".log") + ".index")
-            problems += loaded.problems
-            offset_index = loaded.index
-        if timeindex is None:
-            problems.append(f"{source}: time index missing")
-        else:
-            loaded_t = TimeIndex.load(timeindex, base_offset, source.removesuffix(".log") + ".timeindex")
-            problems += loaded_t.problems
-            time_index = loaded_t.index
-        if offset_index is not None and time_index is not None and not problems:
-            problems += check_indexes(scan.headers, offset_index, time_index, source)
-        rebuilt = bool(problems)
-        if rebuilt:
-            offset_index, time_index = build_indexes(scan.headers, base_offset, index_interval_bytes)
-        return cls(base_offset, data, scan, offset_index, time_index, source, problems, rebuilt)
+        offsets, times, check = settle_indexes(scan.headers, base_offset, index, timeindex, source,
+                                               index_interval_bytes, active)
+        return cls(base_offset, data, scan, offsets, times, source, check.problems, bool(check.problems))
 
     @property
     def headers(self) -> BatchHeaders:

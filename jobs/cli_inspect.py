@@ -17,13 +17,12 @@ import numpy as np
 from engine import compression
 from engine.batch import TIMESTAMP_TYPE_NAMES, BatchHeaders, BatchScan, scan_batches
 from engine.errors import CorruptRecordError, KlakeError
-from engine.index_builder import build_indexes, check_indexes
+from engine.index_builder import build_indexes, sidecar_names
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.lookup import list_offsets
-from engine.offset_index import OffsetIndex
 from engine.records import RecordTable, decode_records
 from engine.segment import InMemorySegment
-from engine.time_index import TimeIndex
+from engine.sidecars import check_sidecars
 from layouts.kafka_layout import group_partition_files
 from layouts.names import TopicPartition, parse_partition_dir
 from layouts.storage import filesystem, list_objects, normalize_uri, object_info, read_bytes
@@ -217,27 +216,18 @@ def _byte_of(line: str) -> tuple[str, int]:
 
 
 def _sidecar_problems(path: str, base: int, batches: BatchHeaders) -> list[str]:
-    stem = path[:-len(".log")]
-    index_uri, time_uri = stem + ".index", stem + ".timeindex"
-    if object_info(index_uri) is None and object_info(time_uri) is None:
+    """Problems of the `.index`/`.timeindex` beside a segment, if it has any. The newest segment of
+    its directory is the active one, which legitimately lacks the final time-index entry."""
+    index_uri, time_uri = sidecar_names(path)
+    index_info, time_info = object_info(index_uri), object_info(time_uri)
+    if index_info is None and time_info is None:
         return []
-    lines = []
-    offsets = times = None
-    if object_info(index_uri) is None:
-        lines.append(f"{index_uri}: missing (the .timeindex exists)")
-    else:
-        loaded = OffsetIndex.load(read_bytes(index_uri), base, index_uri)
-        lines += loaded.problems
-        offsets = loaded.index
-    if object_info(time_uri) is None:
-        lines.append(f"{time_uri}: missing (the .index exists)")
-    else:
-        loaded_t = TimeIndex.load(read_bytes(time_uri), base, time_uri)
-        lines += loaded_t.problems
-        times = loaded_t.index
-    if offsets is not None and times is not None:
-        lines += check_indexes(batches, offsets, times, path)
-    return lines
+    directory = path.rsplit("/", 1)[0] if "/" in path else "."
+    newest = max((b for b in (_base_offset_of(info.uri) for info in list_objects(directory)
+                              if "/" not in info.uri[len(normalize_uri(directory)) + 1:]) if b is not None),
+                 default=base)
+    return check_sidecars(batches, base, read_bytes(index_uri) if index_info else None,
+                          read_bytes(time_uri) if time_info else None, path, active=base == newest).problems
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -290,13 +280,12 @@ def load_partition_dir(uri: str) -> list[InMemorySegment]:
     partition = group_partition_files(tp, root, files)
     if not partition.segments:
         raise KlakeError(f"{uri}: no NNNNNNNNNNNNNNNNNNNN.log segments found")
-    segments = []
-    for seg in partition.segments:
-        segments.append(InMemorySegment.load(
-            seg.base_offset, read_bytes(seg.log.uri),
-            read_bytes(seg.index.uri) if seg.index else None,
-            read_bytes(seg.timeindex.uri) if seg.timeindex else None, seg.log.uri))
-    return segments
+    last = partition.segments[-1].base_offset
+    return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri),
+                                 read_bytes(seg.index.uri) if seg.index else None,
+                                 read_bytes(seg.timeindex.uri) if seg.timeindex else None, seg.log.uri,
+                                 active=seg.base_offset == last)
+            for seg in partition.segments]
 
 
 def run_lookup(args: argparse.Namespace) -> int:

@@ -32,12 +32,11 @@ from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange, CatalogStateError, plan_change
 from engine.catalog_schema import FORMAT_VERSION, Layout, SegmentRef, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError
-from engine.index_builder import build_indexes, check_indexes
+from engine.index_builder import build_indexes
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.lease import Lease, LeaseHeldError, LeaseLostError, acquire_lease, check_lease, release_lease
 from engine.log_summary import SegmentSummary, summarize_segment
-from engine.offset_index import OffsetIndex
-from engine.time_index import TimeIndex
+from engine.sidecars import check_sidecars
 from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.names import TopicPartition
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
@@ -185,20 +184,12 @@ class _PartitionImporter:
 
     def _sidecars(self, seg: KafkaSegmentFiles, data: bytes, state: SegmentState) -> _Sidecars:
         """The segment's own sidecars if they are valid for its log, else rebuilt ones."""
-        stem = seg.log.uri.removesuffix(".log")
-        problems = [f"{stem}.{kind}: missing" for kind, info in
-                    (("index", seg.index), ("timeindex", seg.timeindex)) if info is None]
-        if problems:
-            return self._rebuilt(data, seg, problems)
-        index_bytes = read_bytes(seg.index.uri, self.options)
-        timeindex_bytes = read_bytes(seg.timeindex.uri, self.options)
-        offsets = OffsetIndex.load(index_bytes, seg.base_offset, seg.index.uri)
-        times = TimeIndex.load(timeindex_bytes, seg.base_offset, seg.timeindex.uri)
-        headers = scan_batches(data, seg.log.uri).headers
-        problems = offsets.problems + times.problems + check_indexes(
-            headers, offsets.index, times.index, seg.log.uri, active=state is SegmentState.ACTIVE)
-        if problems:
-            return self._rebuilt(data, seg, problems)
+        index_bytes = read_bytes(seg.index.uri, self.options) if seg.index else None
+        timeindex_bytes = read_bytes(seg.timeindex.uri, self.options) if seg.timeindex else None
+        check = check_sidecars(scan_batches(data, seg.log.uri).headers, seg.base_offset, index_bytes,
+                               timeindex_bytes, seg.log.uri, active=state is SegmentState.ACTIVE)
+        if not check.valid:
+            return self._rebuilt(data, seg, check.problems)
         return _Sidecars(index_bytes, timeindex_bytes, problems=[], source_keys=(seg.index.uri, seg.timeindex.uri))
 
     def _rebuilt(self, data: bytes, seg: KafkaSegmentFiles, problems: list[str]) -> _Sidecars:
