@@ -11,7 +11,7 @@ largest timestamp and the first offset carrying it, KIP-734 after KAFKA-16310).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,7 +26,9 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 class SearchableSegment(Protocol):
-    """What a lookup needs from a segment; `batches_from` may be one ranged read of the `.log`."""
+    """What a lookup needs from a segment. `chunks_from(position)` yields the log's batches from a
+    byte position on, a chunk at a time (each chunk one ranged read for a stored segment), so a search
+    that ends early reads only what it needs."""
 
     base_offset: int
     source: str
@@ -42,7 +44,7 @@ class SearchableSegment(Protocol):
 
     def indexes(self) -> tuple[OffsetIndex, TimeIndex]: ...
 
-    def batches_from(self, position: int) -> tuple[bytes, BatchHeaders]: ...
+    def chunks_from(self, position: int) -> Iterator[tuple[bytes, BatchHeaders]]: ...
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,13 @@ def _search_segment(segment: SearchableSegment, target: int, log_start_offset: i
     offset_index, time_index = segment.indexes()
     _, indexed_offset = time_index.lookup(target)
     _, position = offset_index.lookup(max(indexed_offset, log_start_offset))
-    data, headers = segment.batches_from(position)
-    rows = np.flatnonzero((headers.max_timestamp >= target) & (headers.last_offset >= log_start_offset))
-    return _first_record(data, headers, rows, segment.source,
-                         lambda ts, off: (ts >= target) & (off >= log_start_offset))
+    for data, headers in segment.chunks_from(position):
+        rows = np.flatnonzero((headers.max_timestamp >= target) & (headers.last_offset >= log_start_offset))
+        answer = _first_record(data, headers, rows, segment.source,
+                               lambda ts, off: (ts >= target) & (off >= log_start_offset))
+        if answer is not None:
+            return answer
+    return None
 
 
 def _first_record(data: bytes, headers: BatchHeaders, rows: np.ndarray, source: str, accept) -> OffsetAnswer | None:
@@ -140,23 +145,26 @@ def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset
         return straddling or NO_ANSWER
     offset_index, _ = segment.indexes()
     _, position = offset_index.lookup(segment.offset_of_largest_timestamp)
-    data, headers = segment.batches_from(position)
-    rows = np.flatnonzero(headers.max_timestamp == largest)
-    return _first_record(data, headers, rows, segment.source, lambda ts, off: ts == largest) or NO_ANSWER
+    for data, headers in segment.chunks_from(position):
+        rows = np.flatnonzero(headers.max_timestamp == largest)
+        answer = _first_record(data, headers, rows, segment.source, lambda ts, off: ts == largest)
+        if answer is not None:
+            return answer
+    return NO_ANSWER
 
 
 def _max_from(segment: SearchableSegment, log_start_offset: int) -> OffsetAnswer | None:
     """The largest record timestamp at or after `log_start_offset` in one segment, and its first offset."""
     offset_index, _ = segment.indexes()
     _, position = offset_index.lookup(log_start_offset)
-    data, headers = segment.batches_from(position)
-    records = decode_records(data, headers, segment.source)
-    keep = records.offset >= log_start_offset
-    if not keep.any():
-        return None
-    ts = np.where(keep, records.timestamp, np.iinfo(np.int64).min)
-    i = int(np.argmax(ts))
-    if ts[i] <= NO_TIMESTAMP:
-        return None
-    epoch = int(headers.partition_leader_epoch[records.batch_index[i]])
-    return OffsetAnswer(int(records.offset[i]), int(ts[i]), epoch if epoch >= 0 else None)
+    best: OffsetAnswer | None = None
+    for data, headers in segment.chunks_from(position):
+        records = decode_records(data, headers, segment.source)
+        ts = np.where(records.offset >= log_start_offset, records.timestamp, np.iinfo(np.int64).min)
+        if ts.shape[0] == 0:
+            continue
+        i = int(np.argmax(ts))  # the first of equal maxima
+        if ts[i] > NO_TIMESTAMP and (best is None or ts[i] > best.timestamp):
+            epoch = int(headers.partition_leader_epoch[records.batch_index[i]])
+            best = OffsetAnswer(int(records.offset[i]), int(ts[i]), epoch if epoch >= 0 else None)
+    return best

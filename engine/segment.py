@@ -8,6 +8,7 @@ loaded with its longest valid prefix, checked against the log, and rebuilt with 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from engine.batch import BatchHeaders, BatchScan, scan_batches
@@ -58,5 +59,5 @@ class InMemorySegment:
     def indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         return self.offset_index, self.time_index
 
-    def batches_from(self, position: int) -> tuple[bytes, BatchHeaders]:
-        return self.data, self.headers.take(self.headers.position >= position)
+    def chunks_from(self, position: int) -> Iterator[tuple[bytes, BatchHeaders]]:
+        yield self.data, self.headers.take(self.headers.position >= position)

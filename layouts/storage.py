@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import fsspec
@@ -93,10 +95,27 @@ def filesystem(uri: str, options: StorageOptions | None = None) -> tuple[fsspec.
     return fsspec.filesystem("file"), os.path.abspath(path)
 
 
+REQUESTS: Counter[str] = Counter()
+"""Object-store requests made by this process, by verb (GET, HEAD, LIST, PUT, DELETE), for run reports
+and for tests that bound how many requests an operation needs."""
+
+
+@contextmanager
+def counting_requests() -> Iterator[Counter[str]]:
+    """The requests made inside the block, by verb."""
+    before = REQUESTS.copy()
+    delta: Counter[str] = Counter()
+    try:
+        yield delta
+    finally:
+        delta.update(REQUESTS - before)
+
+
 def read_bytes(uri: str, options: StorageOptions | None = None, start: int | None = None,
                end: int | None = None) -> bytes:
     """Read an object, or the byte range [start, end) of it (one ranged GET on S3)."""
     fs, path = filesystem(uri, options)
+    REQUESTS["GET"] += 1
     if start is None and end is None:
         return fs.cat_file(path)
     return fs.cat_file(path, start=start, end=end)
@@ -144,6 +163,7 @@ def _object_info(uri_like: str, path: str, detail: dict) -> ObjectInfo:
 def list_objects(uri: str, options: StorageOptions | None = None) -> list[ObjectInfo]:
     """Every object under the prefix `uri` (recursively), sorted by URI; empty if nothing is there."""
     fs, path = filesystem(uri, options)
+    REQUESTS["LIST"] += 1
     if not fs.exists(path):
         return []
     found = fs.find(path, detail=True)
@@ -154,6 +174,7 @@ def list_objects(uri: str, options: StorageOptions | None = None) -> list[Object
 def list_dirs(uri: str, options: StorageOptions | None = None) -> list[str]:
     """URIs of the immediate sub-directories (common prefixes on S3) of `uri`, sorted."""
     fs, path = filesystem(uri, options)
+    REQUESTS["LIST"] += 1
     if not fs.exists(path):
         return []
     entries = fs.ls(path, detail=True)
@@ -163,6 +184,7 @@ def list_dirs(uri: str, options: StorageOptions | None = None) -> list[str]:
 def object_info(uri: str, options: StorageOptions | None = None) -> ObjectInfo | None:
     """Size and mtime of one object, or None if it does not exist."""
     fs, path = filesystem(uri, options)
+    REQUESTS["HEAD"] += 1
     try:
         detail = fs.info(path)
     except FileNotFoundError:
@@ -180,6 +202,7 @@ def put_if_absent(uri: str, data: bytes, options: StorageOptions | None = None) 
     readers never see a partial object.
     """
     fs, path = filesystem(uri, options)
+    REQUESTS["PUT"] += 1
     if is_s3(uri):
         fs.pipe_file(path, data, mode="create")
         return
@@ -201,6 +224,7 @@ def put_if_absent(uri: str, data: bytes, options: StorageOptions | None = None) 
 def delete_object(uri: str, options: StorageOptions | None = None) -> bool:
     """Delete one object; False if it was already gone."""
     fs, path = filesystem(uri, options)
+    REQUESTS["DELETE"] += 1
     try:
         fs.rm_file(path)
     except FileNotFoundError:
@@ -231,6 +255,7 @@ def delete_objects(uris: Iterable[str], options: StorageOptions | None = None) -
         else:
             path = normalize_uri(uri)
             result.requests += 1
+            REQUESTS["DELETE"] += 1
             try:
                 os.remove(path)
                 result.deleted.append(path)
@@ -243,6 +268,7 @@ def delete_objects(uris: Iterable[str], options: StorageOptions | None = None) -
             response = fs.call_s3("delete_objects", Bucket=bucket,
                                   Delete={"Objects": [{"Key": k} for k in batch], "Quiet": False})
             result.requests += 1
+            REQUESTS["DELETE"] += 1
             result.deleted.extend(f"s3://{bucket}/{d['Key']}" for d in response.get("Deleted", []))
             for error in response.get("Errors", []):
                 result.failed[f"s3://{bucket}/{error['Key']}"] = f"{error.get('Code')}: {error.get('Message')}"
