@@ -121,10 +121,11 @@ def _read_log(path: str) -> tuple[bytes, BatchScan, list[CorruptRecordError]]:
     return data, BatchScan(valid, scan.valid_bytes, problems), problems
 
 
-def _decode_each(data: bytes, batches: BatchHeaders, source: str) -> tuple[RecordTable | None, list[CorruptRecordError]]:
-    """Decode all records; if that fails, decode batch by batch to name every bad batch."""
+def _decode_valid(data: bytes, batches: BatchHeaders, source: str
+                  ) -> tuple[BatchHeaders, RecordTable, list[CorruptRecordError]]:
+    """Decode all records; if some batch's records are corrupt, name every such batch and decode the rest."""
     try:
-        return decode_records(data, batches, source), []
+        return batches, decode_records(data, batches, source), []
     except CorruptRecordError:
         problems = []
         good = np.ones(len(batches), dtype=bool)
@@ -134,7 +135,8 @@ def _decode_each(data: bytes, batches: BatchHeaders, source: str) -> tuple[Recor
             except CorruptRecordError as exc:
                 problems.append(exc)
                 good[row] = False
-        return None, problems
+        kept = batches.take(good)
+        return kept, decode_records(data, kept, source), problems
 
 
 def run_dump(args: argparse.Namespace) -> int:
@@ -145,12 +147,8 @@ def run_dump(args: argparse.Namespace) -> int:
         for row in batch_dicts(batches):
             out.write((json.dumps(row, sort_keys=True) if args.json else _batch_line(row)) + "\n")
     else:
-        records, record_problems = _decode_each(data, batches, args.path)
+        batches, records, record_problems = _decode_valid(data, batches, args.path)
         problems += record_problems
-        if records is None:
-            good = ~np.isin(batches.position, [p.position for p in record_problems])
-            batches = batches.take(good)
-            records = decode_records(data, batches, args.path)
         for row in record_dicts(records, batches):
             out.write((json.dumps(row, sort_keys=True) if args.json else _record_line(row)) + "\n")
     for problem in sorted(problems, key=lambda p: p.position):
@@ -195,7 +193,7 @@ def verify_problems(path: str) -> tuple[list[str], int, int]:
     """Every problem of one file, as "file: byte N: what" lines; plus batch and record counts."""
     data, scan, problems = _read_log(path)
     batches = scan.headers
-    records, record_problems = _decode_each(data, batches, path)
+    _, records, record_problems = _decode_valid(data, batches, path)
     lines = [str(p) for p in problems + record_problems]
     last = batches.last_offset
     for i in np.flatnonzero(last[1:] <= last[:-1]).tolist():
@@ -207,7 +205,7 @@ def verify_problems(path: str) -> tuple[list[str], int, int]:
         lines += [f"{path}: byte {int(batches.position[i])}: baseOffset: {int(batches.base_offset[i])} is below the "
                   f"segment base offset {base}" for i in below.tolist()]
         lines += _sidecar_problems(path, base, batches)
-    return sorted(set(lines), key=_byte_of), len(batches), 0 if records is None else len(records)
+    return sorted(set(lines), key=_byte_of), len(batches), len(records)
 
 
 def _byte_of(line: str) -> tuple[str, int]:

@@ -173,3 +173,24 @@ def test_verify_allows_the_active_segment_to_lack_the_final_time_entry(tmp_path:
     assert main(["verify", str(part / "00000000000000022964.log")]) == 0
     assert main(["verify", str(part / "00000000000000015363.log")]) == 1
     assert "final entry missing" in capsys.readouterr().out
+
+
+def test_a_corrupt_record_names_its_batch_and_the_other_batches_still_dump(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    import struct
+
+    import crc32c
+
+    good = encode_batch([b"a"], [b"1"], [10], base_offset=0)
+    bad = bytearray(encode_batch([b"b", b"c"], [b"2", b"3"], [11, 12], base_offset=1))
+    struct.pack_into(">i", bad, 57, 5)  # declares 5 records, holds 2
+    struct.pack_into(">I", bad, 17, crc32c.crc32c(bytes(bad[21:])))
+    tail = encode_batch([b"d"], [b"4"], [13], base_offset=3)
+    path = tmp_path / "x.records"
+    path.write_bytes(good + bytes(bad) + tail)
+    assert main(["dump", "--json", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert [json.loads(line)["offset"] for line in captured.out.splitlines()] == [0, 3]
+    assert f"{path}: byte {len(good)}: recordsCount: batch declares 5 records" in captured.err
+    assert main(["verify", str(path)]) == 1
+    assert capsys.readouterr().out.startswith(f"{path}: byte {len(good)}: recordsCount")
