@@ -9,6 +9,7 @@ time-range query can prune with `base_timestamp <= to` even when timestamps are 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,8 +22,11 @@ from engine.batch import (
     BatchHeaders,
     scan_batches,
 )
+from engine.catalog_schema import FORMAT_VERSION, Layout, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError
 from engine.records import decode_records
+from layouts.names import TopicPartition
+from layouts.object_layout import SegmentKeys
 
 TIMESTAMP_TYPE_LABELS = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime",
                          NO_TIMESTAMP_TYPE: "NoTimestampType"}
@@ -95,3 +99,20 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>") 
         valid_bytes=scan.valid_bytes,
         problems=scan.problems,
     )
+
+
+def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,
+                state: SegmentState, job_id: str, created_at_ms: int | None = None) -> SegmentRow:
+    """The catalog row of a segment version described by `summary`; `created_at_ms` is klake's
+    object-storage "mtime" (retention's fallback for segments without timestamps), default now."""
+    return SegmentRow(
+        topic=tp.topic, partition=tp.partition, segment_id=segment_id,
+        log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
+        base_offset=summary.base_offset, last_offset=summary.last_offset, next_offset=summary.next_offset,
+        record_count=summary.record_count, batch_count=summary.batch_count, size_bytes=summary.size_bytes,
+        first_batch_timestamp=summary.first_batch_timestamp, base_timestamp=summary.base_timestamp,
+        largest_timestamp=summary.largest_timestamp,
+        offset_of_largest_timestamp=summary.offset_of_largest_timestamp,
+        timestamp_type=str(summary.timestamp_type), state=str(state),
+        created_at_ms=time.time_ns() // 1_000_000 if created_at_ms is None else created_at_ms,
+        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic)

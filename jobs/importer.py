@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import time
 import uuid
 from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass, field
@@ -30,15 +29,14 @@ from dataclasses import asdict, dataclass, field
 from engine.batch import scan_batches
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange, CatalogStateError, plan_change
-from engine.catalog_schema import FORMAT_VERSION, Layout, SegmentRef, SegmentRow, SegmentState
+from engine.catalog_schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError
 from engine.index_builder import build_indexes
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.lease import Lease, LeaseHeldError, LeaseLostError, acquire_lease, check_lease, release_lease
-from engine.log_summary import SegmentSummary, summarize_segment
+from engine.log_summary import SegmentSummary, segment_row, summarize_segment
 from engine.sidecars import check_sidecars
 from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
-from layouts.names import TopicPartition
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
 from layouts.storage import StorageOptions, ensure_object, normalize_uri, read_bytes
 
@@ -214,25 +212,11 @@ class _PartitionImporter:
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
         keys, layout = self._keys(seg, data, segment_id, sidecars)
-        self.rows.append(_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id))
+        self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id))
         if record:
             self.outcome.segments.append(SegmentOutcome(
                 seg.log.uri, seg.base_offset, "registered", segment_id=segment_id,
                 sidecars="rebuilt" if sidecars.rebuilt else "valid", sidecar_problems=sidecars.problems))
-
-
-def _row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,
-         state: SegmentState, job_id: str) -> SegmentRow:
-    return SegmentRow(
-        topic=tp.topic, partition=tp.partition, segment_id=segment_id,
-        log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
-        base_offset=summary.base_offset, last_offset=summary.last_offset, next_offset=summary.next_offset,
-        record_count=summary.record_count, batch_count=summary.batch_count, size_bytes=summary.size_bytes,
-        first_batch_timestamp=summary.first_batch_timestamp, base_timestamp=summary.base_timestamp,
-        largest_timestamp=summary.largest_timestamp,
-        offset_of_largest_timestamp=summary.offset_of_largest_timestamp,
-        timestamp_type=str(summary.timestamp_type), state=str(state), created_at_ms=time.time_ns() // 1_000_000,
-        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic)
 
 
 def _demotions(rows: list[SegmentRow],
