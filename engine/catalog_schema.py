@@ -3,6 +3,15 @@
 Times are int64 ms since the epoch. `base_timestamp` is the smallest record timestamp >= 0 in the
 segment (-1 if none), so that `base_timestamp <= to` is a correct pruning bound even when timestamps
 are out of order; `largest_timestamp >= from` is the other bound. The table is partitioned by topic.
+
+Two columns carry partition state, so that it commits atomically with the segments it describes:
+- `log_start_offset`: set (>= base_offset) on the row of the segment holding a log start offset that
+  DeleteRecords raised inside it (KIP-107); -1 otherwise. The partition's log start offset is the
+  larger of its first live segment's base offset and any live row's value (Kafka keeps it in
+  `log-start-offset-checkpoint`).
+- `cleaned`: the segment was written by the cleaner, so all of it lies below the cleaner checkpoint
+  (Kafka's `cleaner-offset-checkpoint`): the first dirty offset is the next offset of the last
+  segment of the leading run of cleaned segments.
 """
 
 from __future__ import annotations
@@ -67,6 +76,8 @@ CATALOG_SCHEMA = pa.schema([
     pa.field("format_version", pa.int32(), nullable=False),
     pa.field("layout", pa.string(), nullable=False),
     pa.field("magic", pa.int8(), nullable=False),
+    pa.field("log_start_offset", pa.int64(), nullable=False),
+    pa.field("cleaned", pa.bool_(), nullable=False),
 ])
 COLUMNS = tuple(CATALOG_SCHEMA.names)
 
@@ -107,6 +118,8 @@ class SegmentRow:
     format_version: int
     layout: str
     magic: int
+    log_start_offset: int = -1
+    cleaned: bool = False
 
     @property
     def ref(self) -> SegmentRef:
@@ -129,3 +142,24 @@ def rows_to_table(rows: Iterable[SegmentRow]) -> pa.Table:
 def table_to_rows(table: pa.Table) -> list[SegmentRow]:
     """The rows of an Arrow table that has (at least) the catalog's columns."""
     return [SegmentRow(**{name: row[name] for name in COLUMNS}) for row in table.select(list(COLUMNS)).to_pylist()]
+
+
+def partition_log_start_offset(rows: Iterable[SegmentRow]) -> int | None:
+    """The log start offset of a partition from its live rows (offset order); None without rows."""
+    rows = list(rows)
+    if not rows:
+        return None
+    return max([rows[0].base_offset] + [r.log_start_offset for r in rows])
+
+
+def first_dirty_offset(rows: Iterable[SegmentRow]) -> int | None:
+    """The cleaner checkpoint of a partition: the end of its leading run of cleaned segments."""
+    rows = list(rows)
+    if not rows:
+        return None
+    dirty = rows[0].base_offset
+    for row in rows:
+        if not row.cleaned:
+            break
+        dirty = row.next_offset
+    return max(dirty, partition_log_start_offset(rows) or dirty)

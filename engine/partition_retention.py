@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.catalog import Catalog
-from engine.catalog_schema import Layout, SegmentRow, SegmentState
+from engine.catalog_schema import Layout, SegmentRow, SegmentState, partition_log_start_offset
 from engine.lease import held_lease
 from engine.log_summary import segment_row, summarize_segment
 from engine.retention import RetentionPlan, plan_retention
@@ -67,14 +67,15 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     root = normalize_uri(root)
     if dry_run:
         rows = catalog.live_segments(tp.topic, tp.partition)
-        return RetentionOutcome(tp.topic, tp.partition, plan_retention(rows, config, now_ms), dry_run=True)
+        plan = plan_retention(rows, config, now_ms, partition_log_start_offset(rows))
+        return RetentionOutcome(tp.topic, tp.partition, plan, dry_run=True)
     with held_lease(root, tp, owner, job_id, RETENTION_LEASE_TTL_MS, options):
         cleanup = Cleanup()
         earlier = _deleting_rows(catalog, tp)
         if earlier:
             _delete_and_forget(catalog, root, earlier, options, job_id, cleanup)
         rows = catalog.live_segments(tp.topic, tp.partition)
-        plan = plan_retention(rows, config, now_ms)
+        plan = plan_retention(rows, config, now_ms, partition_log_start_offset(rows))
         outcome = RetentionOutcome(tp.topic, tp.partition, plan, False, cleanup, len(earlier))
         if not plan.to_delete:
             return outcome
