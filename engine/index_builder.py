@@ -58,6 +58,46 @@ class SegmentIndexer:
         self._time_rel: list[int] = []
         self._closed = False
 
+    @classmethod
+    def resume(cls, offset_index: OffsetIndex, time_index: TimeIndex, *, size: int, last_offset: int | None,
+               max_timestamp: int, offset_of_max_timestamp: int, bytes_since_last_index_entry: int | None = None,
+               index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> SegmentIndexer:
+        """Continue an active segment written earlier, as the broker that wrote it would (spec 2.5).
+
+        The facts are the segment's `.index` / `.timeindex` (no final entry: the segment is active), its
+        size, last offset and max timestamp with its offset. `bytes_since_last_index_entry` defaults
+        to `size - position of the last offset entry` (or `size` without entries), which is what an
+        uninterrupted broker holds; Kafka resets it to 0 on truncation (spec 6 step 8).
+        """
+        if offset_index.base_offset != time_index.base_offset:
+            raise ValueError(f"index base offsets differ: {offset_index.base_offset} vs {time_index.base_offset}")
+        problems = offset_index.problems() + time_index.problems()
+        if problems:
+            raise InvalidIndexError("; ".join(problems))
+        last_pos = offset_index.last_entry()[1]
+        if size < 0 or (len(offset_index) and last_pos >= size):
+            raise ValueError(f"segment size {size} does not cover the last offset-index position {last_pos}")
+        if (size == 0) != (last_offset is None):
+            raise ValueError("a segment has a last offset iff it is non-empty")
+        if len(time_index) and time_index.last_entry()[0] > max_timestamp:
+            raise ValueError(f"max timestamp {max_timestamp} is below the time index's last entry "
+                             f"{time_index.last_entry()[0]}")
+        since = size - last_pos if bytes_since_last_index_entry is None else bytes_since_last_index_entry
+        if not 0 <= since <= size:
+            raise ValueError(f"bytes since the last index entry {since} is outside [0, size {size}]")
+        indexer = cls(offset_index.base_offset, index_interval_bytes, time_index.min_timestamp)
+        indexer._size = size
+        indexer._last_offset = last_offset
+        indexer._bytes_since_last_entry = since
+        if max_timestamp > indexer._no_timestamp:
+            indexer._max_timestamp = max_timestamp
+            indexer._offset_of_max_timestamp = offset_of_max_timestamp
+        indexer._offset_rel = offset_index.relative_offsets.tolist()
+        indexer._offset_pos = offset_index.positions.tolist()
+        indexer._time_ts = time_index.timestamps.tolist()
+        indexer._time_rel = time_index.relative_offsets.tolist()
+        return indexer
+
     @property
     def max_timestamp(self) -> int:
         """The segment's largest batch max timestamp so far; -1 (NO_TIMESTAMP) before any."""

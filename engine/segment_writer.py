@@ -8,7 +8,8 @@
 4. offset overflow: the incoming last offset is not within `[base, base + Int.MAX]`.
 The new segment's base offset is `max(first offset of the append, log end offset)` (KAFKA-6530).
 Index entries follow `LogSegment.append` through `SegmentIndexer` (spec 2.5) and a rolled segment
-gets its final time-index entry (spec 2.6).
+gets its final time-index entry (spec 2.6). `SegmentWriter.resume` continues an active segment
+written by an earlier job from its `ActiveSegmentState`, with the same rolls and index entries.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from engine.batch import NO_TIMESTAMP
 from engine.index_builder import SegmentIndexer
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES, INT32_MAX
+from engine.offset_index import OffsetIndex
+from engine.time_index import TimeIndex
 
 ROLL_SIZE, ROLL_TIME, ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW = "size", "time", "index-full", "offset-overflow"
 
@@ -64,20 +67,76 @@ class ClosedSegment:
     offset_of_max_timestamp: int
     next_offset: int
     rolled_because: str | None
+    start_position: int = 0  # `log` holds the segment's bytes from here (> 0: resumed without its bytes)
+
+
+@dataclass(frozen=True)
+class ActiveSegmentState:
+    """What continuing an active segment needs: a catalog row plus its `.index` / `.timeindex`.
+
+    `rolling_base_timestamp` is the first batch's maxTimestamp (spec 3; the index's "no timestamp"
+    sentinel when the segment is empty); `bytes_since_last_index_entry` None means "size - position
+    of the last offset entry" (an uninterrupted broker); the time index's `min_timestamp` carries
+    the KIP-228 opt-in.
+    """
+
+    base_offset: int
+    size: int
+    next_offset: int
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    rolling_base_timestamp: int
+    created_ms: int
+    jitter_ms: int
+    bytes_since_last_index_entry: int | None = None
 
 
 class ActiveSegment:
     """The segment being appended to: its bytes, its indexer and its roll state."""
 
-    def __init__(self, base_offset: int, policy: RollPolicy, created_ms: int, segment_key: str) -> None:
+    def __init__(self, base_offset: int, policy: RollPolicy, created_ms: int, segment_key: str,
+                 min_timestamp: int = 0) -> None:
         self.base_offset = base_offset
         self.policy = policy
         self.created_ms = created_ms
         self.jitter_ms = policy.jitter_for(f"{segment_key}:{base_offset}")
-        self.indexer = SegmentIndexer(base_offset, policy.index_interval_bytes)
+        self.indexer = SegmentIndexer(base_offset, policy.index_interval_bytes, min_timestamp)
         self.chunks: list[bytes] = []
-        self.rolling_base_timestamp = NO_TIMESTAMP
+        self.start_position = 0
+        self.rolling_base_timestamp = min_timestamp + NO_TIMESTAMP  # "none": -1 unless KIP-228 mode
         self.next_offset = base_offset
+
+    @classmethod
+    def resume(cls, state: ActiveSegmentState, policy: RollPolicy, log: bytes | None = None) -> ActiveSegment:
+        """The active segment described by `state`; with `log` (its bytes) the output holds the whole
+        segment, without it only the bytes appended from now on (`start_position` = `state.size`)."""
+        if log is not None and len(log) != state.size:
+            raise ValueError(f"resume log has {len(log)} bytes but the state says {state.size}")
+        segment = cls(state.base_offset, policy, state.created_ms, "", state.time_index.min_timestamp)
+        segment.jitter_ms = state.jitter_ms
+        segment.indexer = SegmentIndexer.resume(
+            state.offset_index, state.time_index, size=state.size,
+            last_offset=state.next_offset - 1 if state.size else None, max_timestamp=state.max_timestamp,
+            offset_of_max_timestamp=state.offset_of_max_timestamp,
+            bytes_since_last_index_entry=state.bytes_since_last_index_entry,
+            index_interval_bytes=policy.index_interval_bytes)
+        segment.rolling_base_timestamp = state.rolling_base_timestamp
+        segment.next_offset = state.next_offset
+        if log is None:
+            segment.start_position = state.size
+        elif log:
+            segment.chunks.append(log)
+        return segment
+
+    def state(self) -> ActiveSegmentState:
+        """This segment's facts for `resume` in a later job (indexes without the final entry)."""
+        offsets, times = self.indexer.snapshot()
+        return ActiveSegmentState(self.base_offset, self.size, self.next_offset, offsets, times,
+                                  self.indexer.max_timestamp, self.indexer.offset_of_max_timestamp,
+                                  self.rolling_base_timestamp, self.created_ms, self.jitter_ms,
+                                  self.indexer.bytes_since_last_index_entry)
 
     @property
     def size(self) -> int:
@@ -88,7 +147,7 @@ class ActiveSegment:
         if self.size > self.policy.segment_bytes - len(incoming.data):
             return ROLL_SIZE
         if self.size > 0:
-            if self.rolling_base_timestamp >= 0:
+            if self.rolling_base_timestamp >= self.indexer.min_timestamp:  # Kafka: firstTs >= 0
                 waited = incoming.max_timestamp - self.rolling_base_timestamp
             else:
                 waited = now_ms - self.created_ms
@@ -113,17 +172,27 @@ class ActiveSegment:
         offsets, times = self.indexer.close()
         return ClosedSegment(self.base_offset, b"".join(self.chunks), offsets.to_bytes(), times.to_bytes(),
                              self.indexer.max_timestamp, self.indexer.offset_of_max_timestamp, self.next_offset,
-                             rolled_because)
+                             rolled_because, self.start_position)
 
 
 class SegmentWriter:
     """Appends chunks to a partition's log, rolling segments by Kafka's rules."""
 
-    def __init__(self, policy: RollPolicy, next_offset: int = 0, segment_key: str = "", now_ms: int = 0) -> None:
+    def __init__(self, policy: RollPolicy, next_offset: int = 0, segment_key: str = "", now_ms: int = 0,
+                 min_timestamp: int = 0) -> None:
         self.policy = policy
         self.segment_key = segment_key
-        self.active = ActiveSegment(next_offset, policy, now_ms, segment_key)
+        self.min_timestamp = min_timestamp
+        self.active = ActiveSegment(next_offset, policy, now_ms, segment_key, min_timestamp)
         self.closed: list[ClosedSegment] = []
+
+    @classmethod
+    def resume(cls, policy: RollPolicy, state: ActiveSegmentState, segment_key: str = "",
+               log: bytes | None = None) -> SegmentWriter:
+        """A writer continuing the active segment `state` (see `ActiveSegment.resume`)."""
+        writer = cls(policy, state.next_offset, segment_key, state.created_ms, state.time_index.min_timestamp)
+        writer.active = ActiveSegment.resume(state, policy, log)
+        return writer
 
     def append(self, incoming: Append, now_ms: int) -> None:
         if incoming.first_offset < self.active.next_offset:
@@ -141,7 +210,7 @@ class SegmentWriter:
         """Close the active segment (if it holds anything) and start a new one at `new_base_offset`."""
         if self.active.size:
             self.closed.append(self.active.close(reason))
-        self.active = ActiveSegment(new_base_offset, self.policy, now_ms, self.segment_key)
+        self.active = ActiveSegment(new_base_offset, self.policy, now_ms, self.segment_key, self.min_timestamp)
 
     def finish(self) -> list[ClosedSegment]:
         """All segments, the active one last (closed with its final entry, as at broker shutdown)."""
