@@ -1,0 +1,146 @@
+"""Append records to one catalogued partition: the active segment grows as a new object version.
+
+Under the partition's lease: read the catalog's live rows, resume the ACTIVE segment exactly where
+the previous job left it (its bytes, `.index`, `.timeindex` and roll state, so segment boundaries and
+index entries are what one broker appending the same sequence would produce), append with Kafka's
+rules (`engine.append`), write every new segment version under a new id (put-if-absent), and swap
+the old ACTIVE row for the new rows in ONE catalog commit. Rejected records are returned with their
+reasons; nothing is dropped silently.
+
+Idempotent by `append_id`: a commit made by an earlier run with the same id (found in the catalog's
+commit history) means the records are already in the log, so a re-run after a crash appends nothing
+twice; a crash before the commit leaves only unreferenced objects (the scrubber removes them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from engine.append import KIP228_MIN_TIMESTAMP, AppendCounters, append_records
+from engine.catalog import Catalog
+from engine.catalog_changes import CatalogChange
+from engine.catalog_schema import Layout, SegmentRow, SegmentState
+from engine.lease import held_lease
+from engine.log_summary import segment_row, summarize_segment
+from engine.offset_index import OffsetIndex
+from engine.segment_writer import ActiveSegmentState
+from engine.time_index import TimeIndex
+from engine.topic_config import TopicConfig
+from layouts.names import TopicPartition
+from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.storage import StorageOptions, normalize_uri, read_bytes
+
+APPEND_LEASE_TTL_MS = 3_600_000
+
+
+@dataclass
+class PartitionAppendOutcome:
+    topic: str
+    partition: int
+    append_id: str
+    already_committed: bool
+    counters: AppendCounters | None = None
+    rejects: pa.Table | None = None
+    log_end_offset: int | None = None
+    segments_written: list[str] = field(default_factory=list)
+    commit_version: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        counters = self.counters
+        return {"topic": self.topic, "partition": self.partition, "append_id": self.append_id,
+                "already_committed": self.already_committed, "log_end_offset": self.log_end_offset,
+                "records_in": counters.records_in if counters else 0,
+                "records_accepted": counters.records_accepted if counters else 0,
+                "rejected": dict(counters.rejected) if counters else {},
+                "batches": counters.batches if counters else 0, "bytes": counters.bytes if counters else 0,
+                "segments_written": self.segments_written, "commit_version": self.commit_version}
+
+
+def already_committed(catalog: Catalog, job_id: str, history_depth: int = 1000) -> bool:
+    """Whether a recent commit carries `job_id` (commit metadata `klake.job_id`): a re-run after a crash
+    must not apply the same job twice."""
+    return any(commit.get("klake.job_id") == job_id for commit in catalog.history(history_depth))
+
+
+def _resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
+                  ) -> tuple[ActiveSegmentState, bytes]:
+    """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
+    min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+    log = read_bytes(row.log_key, options)
+    offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
+    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key, min_ts)
+    none = min_ts - 1
+    state = ActiveSegmentState(
+        base_offset=row.base_offset, size=row.size_bytes, next_offset=row.next_offset,
+        offset_index=offsets.index, time_index=times.index,
+        max_timestamp=row.largest_timestamp if row.record_count else none,
+        offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
+        rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
+        created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
+    return state, log
+
+
+def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
+                        now_ms: int, options: StorageOptions | None = None, append_id: str | None = None,
+                        owner: str = "klake") -> PartitionAppendOutcome:
+    """Append `records` (Spark's Kafka sink columns) to `tp` and commit; see the module docstring."""
+    append_id = append_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    with held_lease(root, tp, owner, append_id, APPEND_LEASE_TTL_MS, options):
+        if already_committed(catalog, append_id):
+            return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
+        outcome, change = prepare_append(catalog, root, tp, records, config, now_ms, options, append_id)
+        if change.add:
+            outcome.commit_version = catalog.apply(change, operation="append", job_id=append_id).version
+        return outcome
+
+
+def prepare_append(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
+                   now_ms: int, options: StorageOptions | None, append_id: str
+                   ) -> tuple[PartitionAppendOutcome, CatalogChange]:
+    """Write the new segment versions of one partition and return the catalog change that swaps them in.
+
+    Writing and committing are separate so that a job over many partitions commits once (ARCHITECTURE,
+    "Execution model"); the caller holds the partition's lease.
+    """
+    rows = catalog.live_segments(tp.topic, tp.partition)
+    active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
+    log_end = rows[-1].next_offset if rows else 0
+    resume = resume_log = None
+    if active is not None:
+        resume, resume_log = _resume_state(active, config, tp, options)
+    last_append = max((r.largest_timestamp for r in rows), default=None) \
+        if config.message_timestamp_type == "LogAppendTime" else None
+    result = append_records(records, config, log_end_offset=log_end, now_ms=now_ms,
+                            last_log_append_time=last_append, resume=resume, resume_log=resume_log,
+                            segment_key=str(tp))
+    outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, result.counters,
+                                     result.rejects, result.log_end_offset)
+    if result.counters.records_accepted == 0:
+        return outcome, CatalogChange()
+    # a log start offset raised inside the old ACTIVE segment stays with that segment's new version
+    carried = {active.base_offset: active.log_start_offset} if active is not None else {}
+    new_rows = [_store(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED,
+                       append_id, now_ms, options, carried.get(seg.base_offset, -1))
+                for seg in result.closed]
+    act = result.active
+    new_rows.append(_store(root, tp, act.base_offset, act.log, act.offset_index.to_bytes(),
+                           act.time_index.to_bytes(), SegmentState.ACTIVE, append_id, now_ms, options,
+                           carried.get(act.base_offset, -1)))
+    outcome.segments_written = [r.log_key for r in new_rows]
+    return outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ())
+
+
+def _store(root: str, tp: TopicPartition, base_offset: int, log: bytes, index: bytes, timeindex: bytes,
+           state: SegmentState, job_id: str, now_ms: int, options: StorageOptions | None,
+           log_start_offset: int) -> SegmentRow:
+    segment_id = new_segment_id()
+    keys = object_segment_keys(root, tp, base_offset, segment_id)
+    write_segment(keys, log, index, timeindex, options)
+    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(log, base_offset, keys.log), state,
+                      job_id, created_at_ms=now_ms)
+    return row if log_start_offset < 0 else replace(row, log_start_offset=log_start_offset)

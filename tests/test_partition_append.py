@@ -1,0 +1,108 @@
+"""Appending to a catalogued partition: one job or several give the same log; re-runs never duplicate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from engine.batch import scan_batches
+from engine.catalog import Catalog
+from engine.lookup import list_offsets
+from engine.partition_append import append_to_partition, prepare_append
+from engine.records import decode_records
+from engine.sidecars import check_sidecars
+from engine.stored_segment import partition_segments
+from engine.topic_config import TopicConfig
+from layouts.names import TopicPartition
+from layouts.storage import read_bytes
+from tests.conftest import Backend
+
+TP = TopicPartition("events", 0)
+NOW = 1_790_000_000_000
+CONFIG = TopicConfig.from_mapping({"segment.bytes": 6000, "index.interval.bytes": 500, "max.message.bytes": 100,
+                                   "message.timestamp.after.max.ms": 60_000})
+
+
+def _records(n: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ts = NOW - 3_600_000 + np.sort(rng.integers(0, 3_600_000, n))
+    return pa.table({"key": pa.array([b"k%03d" % (i % 50) for i in range(n)], pa.binary()),
+                     "value": pa.array([b"value-%05d" % i for i in range(n)], pa.binary()),
+                     "timestamp": pa.array(ts, pa.int64())})
+
+
+def _log(catalog: Catalog, backend: Backend) -> tuple[list[int], list[tuple], bytes]:
+    rows = catalog.live_segments(TP.topic, TP.partition)
+    records, blob = [], b""
+    for row in rows:
+        data = read_bytes(row.log_key, backend.options)
+        headers = scan_batches(data, row.log_key).headers
+        check = check_sidecars(headers, row.base_offset, read_bytes(row.index_key, backend.options),
+                               read_bytes(row.timeindex_key, backend.options), row.log_key,
+                               active=row.state == "ACTIVE")
+        assert check.problems == []
+        table = decode_records(data, headers, row.log_key).to_arrow(headers)
+        records += list(zip(table["offset"].to_pylist(), table["timestamp"].to_pylist(),
+                            table["key"].to_pylist(), table["value"].to_pylist(), strict=True))
+        blob += data + read_bytes(row.index_key, backend.options) + read_bytes(row.timeindex_key, backend.options)
+    return [r.base_offset for r in rows], records, blob
+
+
+def test_one_job_or_three_give_the_same_segments_indexes_and_records(backend: Backend) -> None:
+    """max.message.bytes fits one record per batch, so every split is a produce-request boundary and
+    the logs must be byte-identical (Kafka's roll and index rules carried across jobs)."""
+    records = _records(300)
+    whole = Catalog.create(backend.uri("whole"), backend.options)
+    out = append_to_partition(whole, backend.uri("root-whole"), TP, records, CONFIG, NOW, backend.options)
+    assert out.counters.records_accepted == 300 and out.log_end_offset == 300
+    split = Catalog.create(backend.uri("split"), backend.options)
+    for start, stop in ((0, 70), (70, 71), (71, 300)):
+        append_to_partition(split, backend.uri("root-split"), TP, records.slice(start, stop - start), CONFIG, NOW,
+                            backend.options)
+    bases_whole, recs_whole, blob_whole = _log(whole, backend)
+    bases_split, recs_split, blob_split = _log(split, backend)
+    assert len(bases_whole) > 3 and bases_whole == bases_split
+    assert blob_whole == blob_split
+    assert recs_whole == recs_split == [(i, records["timestamp"][i].as_py(), records["key"][i].as_py(),
+                                         records["value"][i].as_py()) for i in range(300)]
+
+
+def test_rejects_are_reported_and_accepted_records_unaffected(backend: Backend) -> None:
+    records = _records(20)
+    ts = records["timestamp"].to_pylist()
+    ts[5] = NOW + 3_600_000  # beyond message.timestamp.after.max.ms
+    records = records.set_column(2, "timestamp", pa.array(ts, pa.int64()))
+    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    out = append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
+    assert out.counters.records_accepted == 19 and out.rejects.num_rows == 1
+    assert out.rejects["row"].to_pylist() == [5] and out.rejects["reason"].to_pylist() == ["INVALID_TIMESTAMP"]
+    _, recs, _ = _log(catalog, backend)
+    assert [r[3] for r in recs] == [v for i, v in enumerate(records["value"].to_pylist()) if i != 5]
+    assert [r[0] for r in recs] == list(range(19))
+
+
+def test_rerun_of_a_committed_append_adds_nothing_and_a_crash_before_commit_loses_nothing(backend: Backend) -> None:
+    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    first, second = _records(40, 1), _records(40, 2)
+    append_to_partition(catalog, backend.uri("root"), TP, first, CONFIG, NOW, backend.options, append_id="job-1")
+    again = append_to_partition(catalog, backend.uri("root"), TP, first, CONFIG, NOW, backend.options,
+                                append_id="job-1")
+    assert again.already_committed and len(_log(catalog, backend)[1]) == 40
+    prepare_append(catalog, backend.uri("root"), TP, second, CONFIG, NOW, backend.options, "job-2")  # dies here
+    assert len(_log(catalog, backend)[1]) == 40
+    append_to_partition(catalog, backend.uri("root"), TP, second, CONFIG, NOW, backend.options, append_id="job-2")
+    _, recs, _ = _log(catalog, backend)
+    assert [r[0] for r in recs] == list(range(80)) and [r[3] for r in recs[40:]] == second["value"].to_pylist()
+
+
+def test_lookups_over_appended_data_equal_brute_force(backend: Backend) -> None:
+    records = _records(200)
+    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
+    ts = np.asarray(records["timestamp"].to_pylist())
+    segments = partition_segments(catalog, TP.topic, TP.partition, backend.options)
+    for target in [int(ts.min()) - 1, *ts[::17].tolist(), int(ts.max()), int(ts.max()) + 1]:
+        hits = np.flatnonzero(ts >= target)
+        expected = (int(hits[0]), int(ts[hits[0]])) if hits.size else (-1, -1)
+        answer = list_offsets(segments, target)
+        assert (answer.offset, answer.timestamp) == expected
