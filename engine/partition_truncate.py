@@ -1,0 +1,145 @@
+"""Truncate a catalogued partition to an offset, and raise its log start offset (DeleteRecords).
+
+`truncate_partition(target)` (spec 6, `UnifiedLog.truncateTo`): every record at or above `target`
+leaves the log. Whole segments at or above it go through the two-phase delete; the segment holding
+`target` gets a new version cut there (klake keeps the records of a straddling v2 batch that lie
+below `target`, where Kafka drops the whole batch, see `engine.truncate`); a target below the first
+segment empties the log and starts it at `target` (`truncateFullyAndStartAt`). The log start offset
+becomes `min(log start, target)`.
+
+`delete_records(offset)` (KIP-107): raises the log start offset (never above the log end offset, the
+high watermark of a single-writer log); the segment holding it gets a new row version recording it,
+and whole segments below it are retired at once, as retention's log-start-offset pass would.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from engine.append import KIP228_MIN_TIMESTAMP
+from engine.catalog import Catalog
+from engine.catalog_changes import CatalogChange
+from engine.catalog_schema import Layout, SegmentRow, SegmentState, partition_log_start_offset
+from engine.errors import KlakeError
+from engine.lease import held_lease
+from engine.log_summary import segment_row, summarize_segment
+from engine.offset_index import OffsetIndex
+from engine.segment_deletion import Cleanup, delete_and_forget, deleting_rows
+from engine.time_index import TimeIndex
+from engine.topic_config import TopicConfig
+from engine.truncate import plan_truncation, truncate_segment
+from layouts.names import TopicPartition
+from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.storage import StorageOptions, normalize_uri, read_bytes
+
+LEASE_TTL_MS = 3_600_000
+
+
+@dataclass
+class TruncateOutcome:
+    topic: str
+    partition: int
+    target: int
+    noop: bool
+    log_end_offset: int
+    log_start_offset: int
+    records_removed: int = 0
+    cut_mode: str | None = None
+    cleanup: Cleanup = field(default_factory=Cleanup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
+
+
+def _new_version(root: str, tp: TopicPartition, base: int, log: bytes, index: bytes, timeindex: bytes,
+                 state: SegmentState, job_id: str, now_ms: int, options: StorageOptions | None,
+                 log_start_offset: int) -> SegmentRow:
+    segment_id = new_segment_id()
+    keys = object_segment_keys(root, tp, base, segment_id)
+    write_segment(keys, log, index, timeindex, options)
+    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(log, base, keys.log), state, job_id,
+                      created_at_ms=now_ms)
+    return replace(row, log_start_offset=log_start_offset)
+
+
+def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: int, config: TopicConfig,
+                       now_ms: int, options: StorageOptions | None = None, owner: str = "klake",
+                       job_id: str | None = None) -> TruncateOutcome:
+    """Remove every record at or above `target` (see the module docstring)."""
+    job_id = job_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    with held_lease(root, tp, owner, job_id, LEASE_TTL_MS, options):
+        cleanup = Cleanup()
+        if earlier := deleting_rows(catalog, tp):
+            delete_and_forget(catalog, root, earlier, options, job_id, cleanup)
+        rows = catalog.live_segments(tp.topic, tp.partition)
+        start = partition_log_start_offset(rows)
+        plan = plan_truncation([r.base_offset for r in rows], [r.next_offset for r in rows], target, start)
+        outcome = TruncateOutcome(tp.topic, tp.partition, target, plan.noop, plan.log_end_offset,
+                                  plan.log_start_offset, cleanup=cleanup)
+        if plan.noop:
+            return outcome
+        doomed = [r for r in rows if r.base_offset in plan.deleted]
+        add: list[SegmentRow] = []
+        remove = []
+        if plan.truncated is not None:
+            row = next(r for r in rows if r.base_offset == plan.truncated)
+            min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+            cut = truncate_segment(
+                read_bytes(row.log_key, options), row.base_offset, target,
+                offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
+                time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
+                                          min_timestamp=min_ts).index,
+                min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
+            add.append(_new_version(root, tp, row.base_offset, cut.log, cut.index, cut.timeindex,
+                                    SegmentState.ACTIVE, job_id, now_ms, options,
+                                    min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1))
+            remove.append(row.ref)
+            outcome.records_removed += cut.removed.num_rows
+            outcome.cut_mode = cut.mode
+        if plan.new_segment_base is not None:
+            add.append(_new_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE, job_id,
+                                    now_ms, options, -1))
+        outcome.records_removed += sum(r.record_count for r in doomed)
+        active_doomed = [r.ref for r in doomed if r.state == SegmentState.ACTIVE]
+        if active_doomed:  # ACTIVE -> ROLLED -> DELETE_STARTED: the catalog's states only move forward
+            cleanup.committed(catalog.transition(active_doomed, SegmentState.ROLLED, job_id).version)
+        change = CatalogChange(add=tuple(add), remove=tuple(remove),
+                               transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+        cleanup.committed(catalog.apply(change, operation="truncate", job_id=job_id).version)
+        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in doomed], options,
+                          job_id, cleanup)
+        return outcome
+
+
+def delete_records(catalog: Catalog, root: str, tp: TopicPartition, offset: int, now_ms: int,
+                   options: StorageOptions | None = None, owner: str = "klake",
+                   job_id: str | None = None) -> TruncateOutcome:
+    """Raise the log start offset to `offset` (KIP-107) and retire the whole segments below it."""
+    job_id = job_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    with held_lease(root, tp, owner, job_id, LEASE_TTL_MS, options):
+        cleanup = Cleanup()
+        rows = catalog.live_segments(tp.topic, tp.partition)
+        if not rows:
+            raise KlakeError(f"{tp}: no segments")
+        start, end = partition_log_start_offset(rows), rows[-1].next_offset
+        if offset > end:
+            raise KlakeError(f"{tp}: cannot delete records up to {offset}: the log ends at {end} (high watermark)")
+        outcome = TruncateOutcome(tp.topic, tp.partition, offset, offset <= start, end, max(start, offset),
+                                  cleanup=cleanup)
+        if outcome.noop:
+            return outcome
+        holder = next((r for r in reversed(rows) if r.base_offset <= offset), rows[0])
+        doomed = rows[:rows.index(holder)]
+        add = [] if holder.base_offset == offset else [replace(holder, segment_id=new_segment_id(),
+                                                               log_start_offset=offset, job_id=job_id)]
+        outcome.records_removed = sum(r.record_count for r in doomed)
+        change = CatalogChange(add=tuple(add), remove=(holder.ref,) if add else (),
+                               transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+        cleanup.committed(catalog.apply(change, operation="delete-records", job_id=job_id).version)
+        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in doomed], options,
+                          job_id, cleanup)
+        return outcome
