@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from engine import compression
 from engine.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, V2_HEADER_SIZE
 from engine.builder import as_binary, as_headers, encode_batches
-from engine.index_common import INT64_MAX, INT64_MIN
+from engine.index_common import INT64_MAX, INT64_MIN, KIP228_MIN_TIMESTAMP
 from engine.offset_index import OffsetIndex
 from engine.records import HEADERS_TYPE
 from engine.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
@@ -62,7 +62,6 @@ NEGATIVE_TIMESTAMP = "NEGATIVE_TIMESTAMP"
 INVALID_TIMESTAMP = "INVALID_TIMESTAMP"
 RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
 REASONS = (INVALID_RECORD, NEGATIVE_TIMESTAMP, INVALID_TIMESTAMP, RECORD_TOO_LARGE)
-KIP228_MIN_TIMESTAMP = INT64_MIN + 1  # the time index's lowest entry; its "none" sentinel is -2**63
 REJECT_FIELDS = [pa.field("row", pa.int64(), nullable=False), pa.field("reason", pa.string(), nullable=False),
                  pa.field("message", pa.string(), nullable=False)]
 

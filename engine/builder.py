@@ -148,13 +148,13 @@ def _columns(keys, values, timestamps, headers) -> tuple[pa.Array, pa.Array, np.
     return keys, values, ts, headers
 
 
-def _attributes(codec: int, timestamp_type: int, transactional: bool, control: bool, delete_horizon: bool) -> int:
+def batch_attributes(codec: int, timestamp_type: int, transactional: bool, control: bool, delete_horizon: bool) -> int:
     return ((codec & 0x07) | (ATTR_TIMESTAMP_TYPE if timestamp_type == LOG_APPEND_TIME else 0)
             | (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
             | (ATTR_DELETE_HORIZON if delete_horizon else 0))
 
 
-def _assemble(records: bytes | memoryview, codec: int, base_offset: int, partition_leader_epoch: int,
+def assemble_batch(records: bytes | memoryview, codec: int, base_offset: int, partition_leader_epoch: int,
               attributes: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int, producer_id: int,
               producer_epoch: int, base_sequence: int, count: int) -> bytes:
     """Header + (compressed) records, CRC-32C over [attributes, end) (spec 1.3)."""
@@ -196,12 +196,12 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     offsets, data = encode_records(keys, values, ts - base_ts[batch_of],
                                    np.arange(len(keys), dtype=np.int64) - first[batch_of], headers)
     max_ts = _max_timestamp(timestamp_type, log_append_time, np.maximum.reduceat(ts, first))
-    attributes = _attributes(codec, timestamp_type, transactional, False, False)
+    attributes = batch_attributes(codec, timestamp_type, transactional, False, False)
     view = memoryview(data)
 
     def batch(j: int, start: int, count: int) -> bytes:
         sequence = -1 if base_sequence < 0 else (base_sequence + start) % (2**31)
-        return _assemble(view[offsets[start]:offsets[start + count]], codec, base_offset + start,
+        return assemble_batch(view[offsets[start]:offsets[start + count]], codec, base_offset + start,
                          partition_leader_epoch, attributes, count - 1, int(base_ts[j]), int(max_ts[j]),
                          producer_id, producer_epoch, sequence, count)
 
@@ -250,8 +250,8 @@ def encode_batch(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Seq
     if n:
         offsets, data = encode_records(keys, values, ts - base_ts, deltas, headers)
         records = memoryview(data)[offsets[0]:offsets[-1]]
-    attributes = _attributes(codec, timestamp_type, transactional, control, delete_horizon is not None)
-    return _assemble(records, codec, base_offset, partition_leader_epoch, attributes, last_delta, base_ts,
+    attributes = batch_attributes(codec, timestamp_type, transactional, control, delete_horizon is not None)
+    return assemble_batch(records, codec, base_offset, partition_leader_epoch, attributes, last_delta, base_ts,
                      max_timestamp, producer_id, producer_epoch, base_sequence, n)
 
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.append import KIP228_MIN_TIMESTAMP, AppendCounters, append_records
+from engine.append import AppendCounters, append_records
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import Layout, SegmentRow, SegmentState
+from engine.index_common import KIP228_MIN_TIMESTAMP
 from engine.lease import held_lease
 from engine.log_summary import segment_row, summarize_segment
 from engine.offset_index import OffsetIndex

@@ -18,11 +18,11 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from engine.append import KIP228_MIN_TIMESTAMP
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import Layout, SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
+from engine.index_common import KIP228_MIN_TIMESTAMP
 from engine.lease import held_lease
 from engine.log_summary import segment_row, summarize_segment
 from engine.offset_index import OffsetIndex
