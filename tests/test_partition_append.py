@@ -31,8 +31,8 @@ def _records(n: int, seed: int = 1) -> pa.Table:
                      "timestamp": pa.array(ts, pa.int64())})
 
 
-def _log(catalog: Catalog, backend: Backend) -> tuple[list[int], list[tuple], bytes]:
-    rows = catalog.live_segments(TP.topic, TP.partition)
+def _log(catalog: Catalog, backend: Backend, tp: TopicPartition = TP) -> tuple[list[int], list[tuple], bytes]:
+    rows = catalog.live_segments(tp.topic, tp.partition)
     records, blob = [], b""
     for row in rows:
         data = read_bytes(row.log_key, backend.options)

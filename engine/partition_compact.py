@@ -1,0 +1,109 @@
+"""Compact one catalogued partition: Kafka's cleaner over the catalog, old and new segments swapped
+in ONE commit.
+
+The decision (dirty ratio, min/max compaction lag; spec 8.1) is made from the catalog rows alone, so
+a partition that needs nothing costs no object read. A round reads the partition's segments, runs
+`engine.cleaner.clean_log`, writes every changed group as a new segment version (`cleaned = true`,
+its "mtime" that of the last source segment, as Kafka's cleaner sets it) and commits in one swap:
+the new rows appear, the replaced rows become DELETE_STARTED (they leave the live log together),
+and unchanged segments below the checkpoint get a row version marked cleaned (same objects). Then
+the replaced objects are deleted and their rows removed (two-phase delete).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from engine.catalog import Catalog
+from engine.catalog_changes import CatalogChange
+from engine.catalog_schema import (
+    Layout,
+    SegmentRow,
+    SegmentState,
+    first_dirty_offset,
+    partition_log_start_offset,
+)
+from engine.cleaner import SourceSegment, clean_log
+from engine.cleaner_selection import SegmentInfo, should_clean
+from engine.lease import held_lease
+from engine.log_summary import segment_row
+from engine.segment_deletion import Cleanup, delete_and_forget, deleting_rows
+from engine.topic_config import TopicConfig
+from layouts.names import TopicPartition
+from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.storage import StorageOptions, normalize_uri, read_bytes
+
+LEASE_TTL_MS = 3_600_000
+
+
+@dataclass
+class CompactOutcome:
+    topic: str
+    partition: int
+    cleaned: bool
+    reasons: tuple[str, ...]
+    dirty_ratio: float
+    checkpoint: int | None = None
+    segments_before: int = 0
+    segments_after: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+    cleanup: Cleanup = field(default_factory=Cleanup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
+
+
+def _info(row: SegmentRow) -> SegmentInfo:
+    return SegmentInfo(row.base_offset, row.next_offset, row.size_bytes, row.largest_timestamp,
+                       row.first_batch_timestamp, row.state == SegmentState.ACTIVE, row.created_at_ms)
+
+
+def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,
+                      options: StorageOptions | None = None, force: bool = False, owner: str = "klake",
+                      job_id: str | None = None, dry_run: bool = False) -> CompactOutcome:
+    """Run one cleaning round on `tp` if Kafka's trigger says so (or `force`)."""
+    job_id = job_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    with held_lease(root, tp, owner, job_id, LEASE_TTL_MS, options):
+        cleanup = Cleanup()
+        if (earlier := deleting_rows(catalog, tp)) and not dry_run:
+            delete_and_forget(catalog, root, earlier, options, job_id, cleanup)
+        rows = catalog.live_segments(tp.topic, tp.partition)
+        start, dirty = partition_log_start_offset(rows), first_dirty_offset(rows)
+        decision = should_clean([_info(r) for r in rows], config, now_ms, dirty, log_start_offset=start)
+        outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio,
+                                 segments_before=len(rows), segments_after=len(rows), cleanup=cleanup)
+        if not (decision.clean or force) or decision.range.cleanable_bytes == 0 or dry_run:
+            return outcome
+        sources = [SourceSegment(r.base_offset, read_bytes(r.log_key, options), r.state == SegmentState.ACTIVE,
+                                 r.created_at_ms, r.log_key) for r in rows]
+        result = clean_log(sources, config, now_ms, dirty, log_start_offset=start)
+        by_base = {r.base_offset: r for r in rows}
+        add: list[SegmentRow] = []
+        remove, doomed = [], []
+        for seg in result.segments:
+            old = [by_base[b] for b in seg.replaces]
+            carried = max((r.log_start_offset for r in old), default=-1)
+            if seg.unchanged:
+                add.append(replace(old[0], segment_id=new_segment_id(), cleaned=True, job_id=job_id))
+                remove.append(old[0].ref)
+                continue
+            segment_id = new_segment_id()
+            keys = object_segment_keys(root, tp, seg.base_offset, segment_id)
+            write_segment(keys, seg.log, seg.index, seg.timeindex, options)
+            row = segment_row(tp, segment_id, keys, Layout.OBJECT, seg.summary, SegmentState.ROLLED, job_id,
+                              created_at_ms=seg.last_modified_ms)
+            add.append(replace(row, cleaned=True, log_start_offset=carried))
+            doomed += old
+        change = CatalogChange(add=tuple(add), remove=tuple(remove),
+                               transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+        cleanup.committed(catalog.apply(change, operation="compact", job_id=job_id).version)
+        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in doomed], options,
+                          job_id, cleanup)
+        outcome.cleaned = True
+        outcome.checkpoint = result.checkpoint
+        outcome.segments_after = len(rows) - len(doomed) - len(remove) + len(add)
+        outcome.stats = asdict(result.stats)
+        return outcome
