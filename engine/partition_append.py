@@ -15,7 +15,7 @@ twice; a crash before the commit leaves only unreferenced objects (the scrubber 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -23,16 +23,15 @@ import pyarrow as pa
 from engine.append import AppendCounters, append_records
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
-from engine.catalog_schema import Layout, SegmentRow, SegmentState
+from engine.catalog_schema import SegmentRow, SegmentState
 from engine.index_common import KIP228_MIN_TIMESTAMP
 from engine.lease import held_lease
-from engine.log_summary import segment_row, summarize_segment
 from engine.offset_index import OffsetIndex
+from engine.segment_versions import store_segment_version
 from engine.segment_writer import ActiveSegmentState
 from engine.time_index import TimeIndex
 from engine.topic_config import TopicConfig
 from layouts.names import TopicPartition
-from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
 
 APPEND_LEASE_TTL_MS = 3_600_000
@@ -125,23 +124,12 @@ def prepare_append(catalog: Catalog, root: str, tp: TopicPartition, records: pa.
         return outcome, CatalogChange()
     # a log start offset raised inside the old ACTIVE segment stays with that segment's new version
     carried = {active.base_offset: active.log_start_offset} if active is not None else {}
-    new_rows = [_store(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED,
-                       append_id, now_ms, options, carried.get(seg.base_offset, -1))
+    new_rows = [store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED,
+                                      append_id, now_ms, options, log_start_offset=carried.get(seg.base_offset, -1))
                 for seg in result.closed]
     act = result.active
-    new_rows.append(_store(root, tp, act.base_offset, act.log, act.offset_index.to_bytes(),
-                           act.time_index.to_bytes(), SegmentState.ACTIVE, append_id, now_ms, options,
-                           carried.get(act.base_offset, -1)))
+    new_rows.append(store_segment_version(root, tp, act.base_offset, act.log, act.offset_index.to_bytes(),
+                                          act.time_index.to_bytes(), SegmentState.ACTIVE, append_id, now_ms, options,
+                                          log_start_offset=carried.get(act.base_offset, -1)))
     outcome.segments_written = [r.log_key for r in new_rows]
     return outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ())
-
-
-def _store(root: str, tp: TopicPartition, base_offset: int, log: bytes, index: bytes, timeindex: bytes,
-           state: SegmentState, job_id: str, now_ms: int, options: StorageOptions | None,
-           log_start_offset: int) -> SegmentRow:
-    segment_id = new_segment_id()
-    keys = object_segment_keys(root, tp, base_offset, segment_id)
-    write_segment(keys, log, index, timeindex, options)
-    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(log, base_offset, keys.log), state,
-                      job_id, created_at_ms=now_ms)
-    return row if log_start_offset < 0 else replace(row, log_start_offset=log_start_offset)

@@ -19,7 +19,6 @@ from typing import Any
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import (
-    Layout,
     SegmentRow,
     SegmentState,
     first_dirty_offset,
@@ -28,11 +27,11 @@ from engine.catalog_schema import (
 from engine.cleaner import SourceSegment, clean_log
 from engine.cleaner_selection import SegmentInfo, should_clean
 from engine.lease import held_lease
-from engine.log_summary import segment_row
 from engine.segment_deletion import Cleanup, delete_and_forget, deleting_rows
+from engine.segment_versions import store_segment_version
 from engine.topic_config import TopicConfig
 from layouts.names import TopicPartition
-from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.object_layout import new_segment_id
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
 
 LEASE_TTL_MS = 3_600_000
@@ -90,12 +89,9 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
                 add.append(replace(old[0], segment_id=new_segment_id(), cleaned=True, job_id=job_id))
                 remove.append(old[0].ref)
                 continue
-            segment_id = new_segment_id()
-            keys = object_segment_keys(root, tp, seg.base_offset, segment_id)
-            write_segment(keys, seg.log, seg.index, seg.timeindex, options)
-            row = segment_row(tp, segment_id, keys, Layout.OBJECT, seg.summary, SegmentState.ROLLED, job_id,
-                              created_at_ms=seg.last_modified_ms)
-            add.append(replace(row, cleaned=True, log_start_offset=carried))
+            add.append(store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex,
+                                             SegmentState.ROLLED, job_id, seg.last_modified_ms, options,
+                                             log_start_offset=carried, cleaned=True, summary=seg.summary))
             doomed += old
         change = CatalogChange(add=tuple(add), remove=tuple(remove),
                                transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))

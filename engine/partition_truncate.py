@@ -20,18 +20,18 @@ from typing import Any
 
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
-from engine.catalog_schema import Layout, SegmentRow, SegmentState, partition_log_start_offset
+from engine.catalog_schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
 from engine.index_common import KIP228_MIN_TIMESTAMP
 from engine.lease import held_lease
-from engine.log_summary import segment_row, summarize_segment
 from engine.offset_index import OffsetIndex
 from engine.segment_deletion import Cleanup, delete_and_forget, deleting_rows
+from engine.segment_versions import store_segment_version
 from engine.time_index import TimeIndex
 from engine.topic_config import TopicConfig
 from engine.truncate import plan_truncation, truncate_segment
 from layouts.names import TopicPartition
-from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.object_layout import new_segment_id
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
 
 LEASE_TTL_MS = 3_600_000
@@ -51,17 +51,6 @@ class TruncateOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
-
-
-def _new_version(root: str, tp: TopicPartition, base: int, log: bytes, index: bytes, timeindex: bytes,
-                 state: SegmentState, job_id: str, now_ms: int, options: StorageOptions | None,
-                 log_start_offset: int) -> SegmentRow:
-    segment_id = new_segment_id()
-    keys = object_segment_keys(root, tp, base, segment_id)
-    write_segment(keys, log, index, timeindex, options)
-    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(log, base, keys.log), state, job_id,
-                      created_at_ms=now_ms)
-    return replace(row, log_start_offset=log_start_offset)
 
 
 def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: int, config: TopicConfig,
@@ -93,15 +82,15 @@ def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: 
                 time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
                                           min_timestamp=min_ts).index,
                 min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
-            add.append(_new_version(root, tp, row.base_offset, cut.log, cut.index, cut.timeindex,
-                                    SegmentState.ACTIVE, job_id, now_ms, options,
-                                    min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1))
+            add.append(store_segment_version(
+                root, tp, row.base_offset, cut.log, cut.index, cut.timeindex, SegmentState.ACTIVE, job_id, now_ms,
+                options, log_start_offset=min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1))
             remove.append(row.ref)
             outcome.records_removed += cut.removed.num_rows
             outcome.cut_mode = cut.mode
         if plan.new_segment_base is not None:
-            add.append(_new_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE, job_id,
-                                    now_ms, options, -1))
+            add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
+                                             job_id, now_ms, options))
         outcome.records_removed += sum(r.record_count for r in doomed)
         active_doomed = [r.ref for r in doomed if r.state == SegmentState.ACTIVE]
         if active_doomed:  # ACTIVE -> ROLLED -> DELETE_STARTED: the catalog's states only move forward

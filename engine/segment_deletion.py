@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 
 from engine.catalog import Catalog
 from engine.catalog_schema import Layout, SegmentRow, SegmentState
-from engine.log_summary import segment_row, summarize_segment
+from engine.segment_versions import store_segment_version
 from layouts.names import TopicPartition
-from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
 from layouts.storage import StorageOptions, delete_objects
 
 
@@ -38,11 +37,7 @@ def deleting_rows(catalog: Catalog, tp: TopicPartition) -> list[SegmentRow]:
 def roll_empty_active(catalog: Catalog, root: str, tp: TopicPartition, at: int, rows: list[SegmentRow],
                        options: StorageOptions | None, job_id: str, now_ms: int, cleanup: Cleanup) -> None:
     """Kafka's roll before deleting every segment: an empty ACTIVE segment at the log end offset."""
-    segment_id = new_segment_id()
-    keys = object_segment_keys(root, tp, at, segment_id)
-    write_segment(keys, b"", b"", b"", options)
-    empty = segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(b"", at, keys.log),
-                        SegmentState.ACTIVE, job_id, created_at_ms=now_ms)
+    empty = store_segment_version(root, tp, at, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms, options)
     active = [r.ref for r in rows if r.state == SegmentState.ACTIVE]
     if active:
         cleanup.committed(catalog.transition(active, SegmentState.ROLLED, job_id).version)
