@@ -165,7 +165,7 @@ def _offset_problems(h: BatchHeaders, base_offset: int, source: str) -> list[Pro
     return problems
 
 
-def _record_problems(data: bytes, h: BatchHeaders, source: str) -> list[tuple[int, Problem]]:
+def record_problems(data: bytes, h: BatchHeaders, source: str) -> list[tuple[int, Problem]]:
     """(batch row, problem) for every batch whose records do not decode.
 
     Decoding is vectorized over many batches and stops at the first error, which is not always in
@@ -195,7 +195,7 @@ def valid_prefix(data: bytes, base_offset: int, source: str) -> LogPrefix:
     ordering = _offset_problems(headers, base_offset, source)
     bad = {p.position for p in problems + ordering}
     decodable = np.flatnonzero(~np.isin(headers.position, list(bad))) if bad else np.arange(len(headers))
-    records = [(int(decodable[row]), p) for row, p in _record_problems(data, headers.take(decodable), source)]
+    records = [(int(decodable[row]), p) for row, p in record_problems(data, headers.take(decodable), source)]
     ends = [scan.valid_bytes] + [p.position for p in ordering]
     ends += [int(headers.position[row]) for row, _ in records]
     valid = min(ends)

@@ -158,15 +158,12 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"  import --copy: {imported.rows_added} segments registered, {imported.already_registered} already "
               f"there (idempotent), catalog version {catalog.version()}")
 
-        problems = []
-        for stream in streams:
-            for seg in load_partition_dir(join(log_dir, stream.tp.dir_name)):
-                problems += verify_problems(seg.source)[0]
+        loaded_partitions = [load_partition_dir(join(log_dir, s.tp.dir_name)) for s in streams]
+        problems = [line for loaded in loaded_partitions for seg in loaded for line in verify_problems(seg.source)[0]]
         print(f"  verify: {segments} segments, {len(problems)} problems")
 
         lookups, wrong = 0, 0
-        for stream in streams:
-            loaded = load_partition_dir(join(log_dir, stream.tp.dir_name))
+        for stream, loaded in zip(streams, loaded_partitions, strict=True):
             for target in np.linspace(START_MS - 1, START_MS + (args.days + 31) * DAY_MS, 12).astype(np.int64):
                 answer = list_offsets(loaded, int(target))
                 lookups += 1
