@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from engine.batch import BatchHeaders, BatchScan, scan_batches
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
@@ -48,13 +49,17 @@ class InMemorySegment:
     def next_offset(self) -> int:
         return int(self.headers.last_offset[-1]) + 1 if len(self.headers) else self.base_offset
 
+    @cached_property
+    def _largest(self) -> tuple[int, int]:
+        return largest_timestamp(self.headers, self.base_offset)
+
     @property
     def largest_timestamp(self) -> int:
-        return largest_timestamp(self.headers, self.base_offset)[0]
+        return self._largest[0]
 
     @property
     def offset_of_largest_timestamp(self) -> int:
-        return largest_timestamp(self.headers, self.base_offset)[1]
+        return self._largest[1]
 
     def indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         return self.offset_index, self.time_index
