@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.record.memory_records import MemoryRecords
 
 from engine import compression
 from engine.append import (
@@ -30,6 +29,7 @@ from engine.records import HEADERS_TYPE
 from engine.segment_writer import ActiveSegment, RollPolicy
 from engine.time_index import TimeIndex
 from engine.topic_config import TopicConfig
+from tests.oracles.kafka_python import read_with_kafka_python
 
 NOW = 1_700_000_000_000
 LONG_MAX = 2**63 - 1
@@ -54,22 +54,10 @@ def _segments(result) -> list[tuple[int, bytes]]:
     return out
 
 
-def _kafka_python(data: bytes) -> tuple[list, list]:
-    """(records, batches) as kafka-python reads them, CRCs validated."""
-    records, batches = [], []
-    reader = MemoryRecords(data)
-    while (batch := reader.next_batch()) is not None:
-        assert batch.validate_crc()
-        batches.append(batch)
-        for r in batch:
-            records.append((r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]))
-    return records, batches
-
-
 def _read_all(result) -> tuple[list, list]:
     records, batches = [], []
     for _, log in _segments(result):
-        r, b = _kafka_python(log)
+        r, b = read_with_kafka_python(log)
         records += r
         batches += b
     return records, batches
@@ -404,7 +392,7 @@ def test_appending_in_resumed_calls_equals_one_call(rows, data) -> None:
     full = append_records(rest, config, log_end_offset=calls[0].log_end_offset, now_ms=NOW,
                           resume=calls[0].active.state, resume_log=calls[0].active.log, segment_key="t-0")
     assert full.active.start_position == 0 and all(s.start_position == 0 for s in full.closed)
-    before = [r for s in calls[0].closed for r in _kafka_python(s.log)[0]]
+    before = [r for s in calls[0].closed for r in read_with_kafka_python(s.log)[0]]
     assert before + _read_all(full)[0] == _read_all(whole)[0]
 
 
@@ -420,7 +408,7 @@ def test_appending_in_arbitrary_calls_keeps_records_and_valid_indexes(rows, data
     calls = _in_calls(table, config, cuts)
     closed, active = _assemble(calls)
     logs = [c[1] for c in closed] + [active[1]]
-    assert [r for log in logs for r in _kafka_python(log)[0]] == _read_all(whole)[0]
+    assert [r for log in logs for r in read_with_kafka_python(log)[0]] == _read_all(whole)[0]
     for base, log, index, timeindex, *_ in closed:
         headers = scan_batches(log).headers
         assert check_indexes(headers, OffsetIndex.load(index, base).index, TimeIndex.load(timeindex, base).index,

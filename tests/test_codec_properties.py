@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
 from engine import compression
 from engine.batch import LOG_APPEND_TIME, scan_batches
 from engine.builder import encode_batch, encode_batches
 from engine.records import decode_records
+from tests.oracles.kafka_python import read_with_kafka_python
 
 TS = st.one_of(st.integers(0, 2**41), st.just(-1), st.integers(-(2**62), 2**62))
 HEADERS = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
@@ -49,14 +49,7 @@ def _klake_read(data: bytes) -> list[tuple]:
 
 
 def _kafka_python_read(data: bytes) -> list[tuple]:
-    out = []
-    records = MemoryRecords(data)
-    while records.has_next():
-        batch = records.next_batch()
-        assert batch.validate_crc()
-        for r in batch:
-            out.append((r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]))
-    return out
+    return [(o, t, k, v, list(h)) for o, t, k, v, h in read_with_kafka_python(data)[0]]
 
 
 @SETTINGS

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
 from engine import compression
 from engine.append import append_records
@@ -33,6 +32,7 @@ from engine.truncate import (
     plan_truncation,
     truncate_segment,
 )
+from tests.oracles.kafka_python import read_with_kafka_python
 
 BASE = 500
 LAT = 1_700_000_500_000
@@ -95,16 +95,6 @@ def _segment(codec: int) -> tuple[bytes, list[dict], list[int], OffsetIndex, Tim
     return b"".join(writer.active.chunks), specs, bases, offsets, times
 
 
-def _kafka_python(data: bytes) -> tuple[list, list]:
-    records, batches = [], []
-    reader = MemoryRecords(data)
-    while (batch := reader.next_batch()) is not None:
-        assert batch.validate_crc()
-        batches.append(batch)
-        records += [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for r in batch]
-    return records, batches
-
-
 def _expected_max(data: bytes, base_offset: int, none: int = -1) -> tuple[int, int]:
     """Brute force (spec 2.4): the largest batch maxTimestamp, first carrier's last offset; else (none, base)."""
     best = (none, base_offset)
@@ -118,7 +108,7 @@ def _expected_max(data: bytes, base_offset: int, none: int = -1) -> tuple[int, i
 @pytest.mark.parametrize("codec", sorted(compression.NAMES))
 def test_truncation_at_every_offset_keeps_everything_below_target(codec: int) -> None:
     log, specs, bases, offset_index, time_index = _segment(codec)
-    records, _ = _kafka_python(log)
+    records, _ = read_with_kafka_python(log)
     starts = scan_batches(log).headers.position.tolist() + [len(log)]
     next_offset = int(scan_batches(log).headers.last_offset[-1]) + 1
     assert len(offset_index) > 2 and len(time_index) > 1
@@ -127,7 +117,7 @@ def test_truncation_at_every_offset_keeps_everything_below_target(codec: int) ->
         result = truncate_segment(log, BASE, target, offset_index=offset_index, time_index=time_index)
         modes.append(result.mode)
         # independent truth: the records below target, read back identically by kafka-python
-        kept, batches = _kafka_python(result.log)
+        kept, batches = read_with_kafka_python(result.log)
         assert kept == [r for r in records if r[0] < target]
         assert result.removed.column("offset").to_pylist() == [r[0] for r in records if r[0] >= target]
         assert result.next_offset == target and result.lost_below_target.size == 0
@@ -149,7 +139,7 @@ def test_truncation_at_every_offset_keeps_everything_below_target(codec: int) ->
                 expected = _encode(spec, base, keep, target - 1 - base, max_ts)
                 assert result.log == log[:starts[row]] + expected and result.mode == KLAKE_REWRITE
                 last = batches[-1]
-                original = _kafka_python(log[starts[row]:starts[row + 1]])[1][0]
+                original = read_with_kafka_python(log[starts[row]:starts[row + 1]])[1][0]
                 assert (last.base_offset, last.base_offset + last.last_offset_delta) == (base, target - 1)
                 for name in ("compression_type", "timestamp_type", "producer_id", "producer_epoch", "base_sequence",
                              "leader_epoch", "is_transactional", "is_control_batch", "first_timestamp"):
@@ -189,14 +179,14 @@ def test_legacy_batches_keep_kafkas_whole_batch_rule() -> None:
              _legacy(1, 2, 5, [50, 45, 60]), _legacy(0, 1, 8, [-1, -1]),
              encode_batch([b"k10", b"k11", b"k12"], [b"v", b"v", b"v"], [70, 80, 75], base_offset=10)]
     log = b"".join(parts)
-    records, _ = _kafka_python(log)
+    records, _ = read_with_kafka_python(log)
     assert [r[0] for r in records] == list(range(13))
     wrappers = {0: range(0, 3), 5: range(5, 8), 8: range(8, 10)}
     modes = []
     for target in range(0, 14):
         result = truncate_segment(log, 0, target, index_interval_bytes=50)
         modes.append(result.mode)
-        kept, _ = _kafka_python(result.log)
+        kept, _ = read_with_kafka_python(result.log)
         holder = next((r for r in wrappers.values() if r.start < target <= r[-1]), None)
         if holder is not None:  # target inside a legacy wrapper: Kafka drops it whole
             assert result.mode == KAFKA_WHOLE_BATCH and "cannot be rewritten" in result.note
@@ -216,10 +206,10 @@ def test_legacy_batches_keep_kafkas_whole_batch_rule() -> None:
 def test_kip228_rewrite_keeps_a_negative_max_timestamp() -> None:
     data = encode_batch([b"a", b"b", b"c"], [b"1", b"2", b"3"], [-50, -20, 5], base_offset=0)
     result = truncate_segment(data, 0, 2, min_timestamp=-(2**63) + 1)
-    _, batches = _kafka_python(result.log)
+    _, batches = read_with_kafka_python(result.log)
     assert batches[0].max_timestamp == -20 and result.max_timestamp == -20
     kafka = truncate_segment(data, 0, 2)
-    assert _kafka_python(kafka.log)[1][0].max_timestamp == -1 and kafka.max_timestamp == -1
+    assert read_with_kafka_python(kafka.log)[1][0].max_timestamp == -1 and kafka.max_timestamp == -1
 
 
 def test_truncated_segment_resumes_appends() -> None:
@@ -232,10 +222,10 @@ def test_truncated_segment_resumes_appends() -> None:
     cut = truncate_segment(active.log, 0, 37, offset_index=active.offset_index, time_index=active.time_index)
     state = cut.state(active.state.created_ms, active.state.jitter_ms, now_ms=now + 5)
     assert state.bytes_since_last_index_entry == 0 and state.next_offset == 37 and state.created_ms == now
-    assert state.rolling_base_timestamp == _kafka_python(cut.log)[1][0].max_timestamp
+    assert state.rolling_base_timestamp == read_with_kafka_python(cut.log)[1][0].max_timestamp
     again = append_records(table.slice(37), config, log_end_offset=37, now_ms=now, resume=state, resume_log=cut.log)
-    records, _ = _kafka_python(again.active.log)
-    assert [r[0] for r in records] == list(range(60)) and records == _kafka_python(active.log)[0]
+    records, _ = read_with_kafka_python(again.active.log)
+    assert [r[0] for r in records] == list(range(60)) and records == read_with_kafka_python(active.log)[0]
     assert check_indexes(scan_batches(again.active.log).headers, again.active.offset_index,
                          again.active.time_index, "t", active=True) == []
     emptied = truncate_segment(active.log, 0, 0, offset_index=active.offset_index, time_index=active.time_index)
