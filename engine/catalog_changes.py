@@ -4,7 +4,8 @@ A `CatalogChange` adds rows, removes rows and moves rows between states, all in 
 `plan_change` checks it against a fresh read of the affected partitions and returns only what is left
 to do, so that re-running a change that already committed (a retried job) is a no-op. Rules:
 
-- states only move forward: ACTIVE -> ROLLED -> DELETE_STARTED (ARCHITECTURE.md, two-phase delete);
+- states only move forward: ACTIVE -> ROLLED -> DELETE_STARTED, or ACTIVE -> DELETE_STARTED when a job
+  retires the active segment in the same commit that adds its successor (two-phase delete);
 - a removed row must be in one of the change's `remove_states`;
 - an added row whose segment id is already registered must describe the same object (same log key,
   size and offsets), otherwise the change conflicts;

@@ -39,7 +39,7 @@ class SegmentState(StrEnum):
 
 LIVE_STATES = (SegmentState.ACTIVE, SegmentState.ROLLED)
 ALLOWED_TRANSITIONS = {
-    SegmentState.ACTIVE: frozenset({SegmentState.ROLLED}),
+    SegmentState.ACTIVE: frozenset({SegmentState.ROLLED, SegmentState.DELETE_STARTED}),
     SegmentState.ROLLED: frozenset({SegmentState.DELETE_STARTED}),
     SegmentState.DELETE_STARTED: frozenset(),
 }

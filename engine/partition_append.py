@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -25,8 +26,8 @@ from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import SegmentRow, SegmentState
 from engine.index_common import KIP228_MIN_TIMESTAMP
-from engine.lease import held_lease
 from engine.offset_index import OffsetIndex
+from engine.partition_job import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.segment_versions import store_segment_version
 from engine.segment_writer import ActiveSegmentState
 from engine.time_index import TimeIndex
@@ -60,12 +61,6 @@ class PartitionAppendOutcome:
                 "segments_written": self.segments_written, "commit_version": self.commit_version}
 
 
-def already_committed(catalog: Catalog, job_id: str, history_depth: int = 1000) -> bool:
-    """Whether a recent commit carries `job_id` (commit metadata `klake.job_id`): a re-run after a crash
-    must not apply the same job twice."""
-    return any(commit.get("klake.job_id") == job_id for commit in catalog.history(history_depth))
-
-
 def _resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
                   ) -> tuple[ActiveSegmentState, bytes]:
     """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
@@ -85,29 +80,31 @@ def _resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, opti
 
 
 def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
-                        now_ms: int, options: StorageOptions | None = None, append_id: str | None = None,
-                        owner: str = "klake") -> PartitionAppendOutcome:
+                        now_ms: int, options: StorageOptions | None = None,
+                        append_id: str | None = None) -> PartitionAppendOutcome:
     """Append `records` (Spark's Kafka sink columns) to `tp` and commit; see the module docstring."""
     append_id = append_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    with held_lease(root, tp, owner, append_id, APPEND_LEASE_TTL_MS, options):
-        if already_committed(catalog, append_id):
-            return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
-        outcome, change = prepare_append(catalog, root, tp, records, config, now_ms, options, append_id)
-        if change.add:
-            outcome.commit_version = catalog.apply(change, operation="append", job_id=append_id).version
-        return outcome
+    prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
+                      append_id=append_id)
+    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="append",
+                            job_id=append_id, options=options, strict=True, once_per_job_id=True,
+                            lease_ttl_ms=APPEND_LEASE_TTL_MS)
+    if run.already_committed:
+        return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
+    outcome: PartitionAppendOutcome = run.outcome(tp)
+    outcome.commit_version = run.commit.version if run.commit else None
+    return outcome
 
 
-def prepare_append(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
-                   now_ms: int, options: StorageOptions | None, append_id: str
-                   ) -> tuple[PartitionAppendOutcome, CatalogChange]:
-    """Write the new segment versions of one partition and return the catalog change that swaps them in.
+def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms: int,
+                   options: StorageOptions | None, append_id: str) -> PartitionStep:
+    """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     Writing and committing are separate so that a job over many partitions commits once (ARCHITECTURE,
     "Execution model"); the caller holds the partition's lease.
     """
-    rows = catalog.live_segments(tp.topic, tp.partition)
+    tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
     log_end = rows[-1].next_offset if rows else 0
     resume = resume_log = None
@@ -121,15 +118,19 @@ def prepare_append(catalog: Catalog, root: str, tp: TopicPartition, records: pa.
     outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, result.counters,
                                      result.rejects, result.log_end_offset)
     if result.counters.records_accepted == 0:
-        return outcome, CatalogChange()
-    # a log start offset raised inside the old ACTIVE segment stays with that segment's new version
-    carried = {active.base_offset: active.log_start_offset} if active is not None else {}
-    new_rows = [store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED,
-                                      append_id, now_ms, options, log_start_offset=carried.get(seg.base_offset, -1))
-                for seg in result.closed]
+        return PartitionStep(outcome)
+    # the old ACTIVE segment's next version keeps its raised log start offset, and is written by
+    # extending its .log object server-side (only the new bytes are uploaded)
+    previous = {active.base_offset: active} if active is not None else {}
+
+    def store(base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> SegmentRow:
+        old = previous.get(base)
+        return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
+                                     log_start_offset=old.log_start_offset if old else -1, extends=old)
+
+    new_rows = [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED) for seg in result.closed]
     act = result.active
-    new_rows.append(store_segment_version(root, tp, act.base_offset, act.log, act.offset_index.to_bytes(),
-                                          act.time_index.to_bytes(), SegmentState.ACTIVE, append_id, now_ms, options,
-                                          log_start_offset=carried.get(act.base_offset, -1)))
+    new_rows.append(store(act.base_offset, act.log, act.offset_index.to_bytes(), act.time_index.to_bytes(),
+                          SegmentState.ACTIVE))
     outcome.segments_written = [r.log_key for r in new_rows]
-    return outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ())
+    return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))

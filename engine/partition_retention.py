@@ -1,27 +1,31 @@
-"""Apply a retention plan to one partition through the catalog's two-phase delete.
+"""Apply a retention plan to partitions through the catalog's two-phase delete.
 
 Steps, each safe to crash after (a re-run finishes the work, ARCHITECTURE "The catalog"):
-1. under the partition's lease, plan with `plan_retention` (pure, explicit `now`);
-2. when every segment goes, register a new empty ACTIVE segment at the log end offset and roll the
-   old ACTIVE row to ROLLED first (Kafka rolls before deleting, so a partition always has a segment
-   and its log end offset survives);
+1. under the partitions' leases, plan each with `plan_retention` (pure, explicit `now`);
+2. when every segment of a partition goes, a new empty ACTIVE segment is written at the log end
+   offset (Kafka rolls before deleting, so a partition always has a segment and its log end offset
+   survives); it is added in the same commit that retires the old ACTIVE row;
 3. one commit marks every doomed row DELETE_STARTED: from here they have left the live log;
 4. delete the objects klake owns (object layout, and sidecars it wrote under the root; a Kafka-layout
    `.log` imported in place belongs to the broker copy and is left where it is, and reported);
 5. one commit removes the rows. Rows left DELETE_STARTED by an earlier crash are finished first.
+Steps 1-2 are `prepare_retention` (one partition, no commit); `engine.partition_job` does the rest.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from engine.catalog import Catalog
+from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import SegmentState, partition_log_start_offset
-from engine.lease import held_lease
+from engine.partition_job import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.retention import RetentionPlan, plan_retention
-from engine.segment_deletion import Cleanup, delete_and_forget, deleting_rows, roll_empty_active
+from engine.segment_deletion import Cleanup
+from engine.segment_versions import store_segment_version
 from engine.topic_config import TopicConfig
 from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, normalize_uri
@@ -44,30 +48,34 @@ class RetentionOutcome:
                 **asdict(self.cleanup)}
 
 
+def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
+                      job_id: str, dry_run: bool = False) -> PartitionStep:
+    """Plan one partition's retention and, unless `dry_run`, write the empty segment a full delete needs."""
+    rows = list(item.rows)
+    plan = plan_retention(rows, item.config, now_ms, partition_log_start_offset(rows))
+    outcome = RetentionOutcome(item.tp.topic, item.tp.partition, plan, dry_run)
+    if dry_run or not plan.to_delete:
+        return PartitionStep(outcome)
+    add = ()
+    if plan.roll_new_active_at is not None:
+        add = (store_segment_version(root, item.tp, plan.roll_new_active_at, b"", b"", b"", SegmentState.ACTIVE,
+                                     job_id, now_ms, options),)
+    retired = tuple(plan.to_delete)
+    change = CatalogChange(add=add, transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in retired))
+    return PartitionStep(outcome, change, retired)
+
+
 def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,
-                    options: StorageOptions | None = None, dry_run: bool = False, owner: str = "klake",
+                    options: StorageOptions | None = None, dry_run: bool = False,
                     job_id: str | None = None) -> RetentionOutcome:
     """Plan and (unless `dry_run`) apply retention to one partition."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    if dry_run:
-        rows = catalog.live_segments(tp.topic, tp.partition)
-        plan = plan_retention(rows, config, now_ms, partition_log_start_offset(rows))
-        return RetentionOutcome(tp.topic, tp.partition, plan, dry_run=True)
-    with held_lease(root, tp, owner, job_id, RETENTION_LEASE_TTL_MS, options):
-        cleanup = Cleanup()
-        earlier = deleting_rows(catalog, tp)
-        if earlier:
-            delete_and_forget(catalog, root, earlier, options, job_id, cleanup)
-        rows = catalog.live_segments(tp.topic, tp.partition)
-        plan = plan_retention(rows, config, now_ms, partition_log_start_offset(rows))
-        outcome = RetentionOutcome(tp.topic, tp.partition, plan, False, cleanup, len(earlier))
-        if not plan.to_delete:
-            return outcome
-        if plan.roll_new_active_at is not None:
-            roll_empty_active(catalog, root, tp, plan.roll_new_active_at, rows, options, job_id, now_ms, cleanup)
-        cleanup.committed(catalog.transition([r.ref for r in plan.to_delete], SegmentState.DELETE_STARTED,
-                                             job_id).version)
-        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in plan.to_delete],
-                           options, job_id, cleanup)
-        return outcome
+    prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
+    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="retention",
+                            job_id=job_id, options=options, mutate=not dry_run, strict=True,
+                            lease_ttl_ms=RETENTION_LEASE_TTL_MS)
+    outcome: RetentionOutcome = run.outcome(tp)
+    outcome.cleanup = run.cleanup
+    outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)
+    return outcome

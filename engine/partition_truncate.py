@@ -15,7 +15,9 @@ and whole segments below it are retired at once, as retention's log-start-offset
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from engine.catalog import Catalog
@@ -23,9 +25,9 @@ from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
 from engine.index_common import KIP228_MIN_TIMESTAMP
-from engine.lease import held_lease
 from engine.offset_index import OffsetIndex
-from engine.segment_deletion import Cleanup, delete_and_forget, deleting_rows
+from engine.partition_job import PartitionInput, PartitionStep, Prepare, run_partition_job, serial_execute
+from engine.segment_deletion import Cleanup
 from engine.segment_versions import store_segment_version
 from engine.time_index import TimeIndex
 from engine.topic_config import TopicConfig
@@ -53,82 +55,87 @@ class TruncateOutcome:
         return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
 
 
+def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
+                       options: StorageOptions | None, job_id: str) -> PartitionStep:
+    """Cut one partition at `targets[tp]`: the straddling segment's new version, whole segments retired."""
+    tp, rows, config, target = item.tp, list(item.rows), item.config, targets[item.tp]
+    start = partition_log_start_offset(rows)
+    plan = plan_truncation([r.base_offset for r in rows], [r.next_offset for r in rows], target, start)
+    outcome = TruncateOutcome(tp.topic, tp.partition, target, plan.noop, plan.log_end_offset, plan.log_start_offset)
+    if plan.noop:
+        return PartitionStep(outcome)
+    doomed = tuple(r for r in rows if r.base_offset in plan.deleted)
+    add: list[SegmentRow] = []
+    remove = []
+    if plan.truncated is not None:
+        row = next(r for r in rows if r.base_offset == plan.truncated)
+        min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+        cut = truncate_segment(
+            read_bytes(row.log_key, options), row.base_offset, target,
+            offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
+            time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
+                                      min_timestamp=min_ts).index,
+            min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
+        add.append(store_segment_version(
+            root, tp, row.base_offset, cut.log, cut.index, cut.timeindex, SegmentState.ACTIVE, job_id, now_ms,
+            options, log_start_offset=min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1))
+        remove.append(row.ref)
+        outcome.records_removed += cut.removed.num_rows
+        outcome.cut_mode = cut.mode
+    if plan.new_segment_base is not None:
+        add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
+                                         job_id, now_ms, options))
+    outcome.records_removed += sum(r.record_count for r in doomed)
+    change = CatalogChange(add=tuple(add), remove=tuple(remove),
+                           transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+    return PartitionStep(outcome, change, doomed)
+
+
+def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartition, int],
+                           job_id: str) -> PartitionStep:
+    """Raise one partition's log start offset to `offsets[tp]` (KIP-107), retiring whole segments below it."""
+    tp, rows, offset = item.tp, list(item.rows), offsets[item.tp]
+    if not rows:
+        raise KlakeError(f"{tp}: no segments")
+    start, end = partition_log_start_offset(rows), rows[-1].next_offset
+    if offset > end:
+        raise KlakeError(f"{tp}: cannot delete records up to {offset}: the log ends at {end} (high watermark)")
+    outcome = TruncateOutcome(tp.topic, tp.partition, offset, offset <= start, end, max(start, offset))
+    if outcome.noop:
+        return PartitionStep(outcome)
+    holder = next((r for r in reversed(rows) if r.base_offset <= offset), rows[0])
+    doomed = tuple(rows[:rows.index(holder)])
+    add = [] if holder.base_offset == offset else [replace(holder, segment_id=new_segment_id(),
+                                                           log_start_offset=offset, job_id=job_id)]
+    outcome.records_removed = sum(r.record_count for r in doomed)
+    change = CatalogChange(add=tuple(add), remove=(holder.ref,) if add else (),
+                           transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+    return PartitionStep(outcome, change, doomed)
+
+
+def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
+                operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
+    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
+                            job_id=job_id, options=options, strict=True, lease_ttl_ms=LEASE_TTL_MS)
+    outcome: TruncateOutcome = run.outcome(tp)
+    outcome.cleanup = run.cleanup
+    return outcome
+
+
 def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: int, config: TopicConfig,
-                       now_ms: int, options: StorageOptions | None = None, owner: str = "klake",
+                       now_ms: int, options: StorageOptions | None = None,
                        job_id: str | None = None) -> TruncateOutcome:
     """Remove every record at or above `target` (see the module docstring)."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    with held_lease(root, tp, owner, job_id, LEASE_TTL_MS, options):
-        cleanup = Cleanup()
-        if earlier := deleting_rows(catalog, tp):
-            delete_and_forget(catalog, root, earlier, options, job_id, cleanup)
-        rows = catalog.live_segments(tp.topic, tp.partition)
-        start = partition_log_start_offset(rows)
-        plan = plan_truncation([r.base_offset for r in rows], [r.next_offset for r in rows], target, start)
-        outcome = TruncateOutcome(tp.topic, tp.partition, target, plan.noop, plan.log_end_offset,
-                                  plan.log_start_offset, cleanup=cleanup)
-        if plan.noop:
-            return outcome
-        doomed = [r for r in rows if r.base_offset in plan.deleted]
-        add: list[SegmentRow] = []
-        remove = []
-        if plan.truncated is not None:
-            row = next(r for r in rows if r.base_offset == plan.truncated)
-            min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
-            cut = truncate_segment(
-                read_bytes(row.log_key, options), row.base_offset, target,
-                offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
-                time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
-                                          min_timestamp=min_ts).index,
-                min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
-            add.append(store_segment_version(
-                root, tp, row.base_offset, cut.log, cut.index, cut.timeindex, SegmentState.ACTIVE, job_id, now_ms,
-                options, log_start_offset=min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1))
-            remove.append(row.ref)
-            outcome.records_removed += cut.removed.num_rows
-            outcome.cut_mode = cut.mode
-        if plan.new_segment_base is not None:
-            add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
-                                             job_id, now_ms, options))
-        outcome.records_removed += sum(r.record_count for r in doomed)
-        active_doomed = [r.ref for r in doomed if r.state == SegmentState.ACTIVE]
-        if active_doomed:  # ACTIVE -> ROLLED -> DELETE_STARTED: the catalog's states only move forward
-            cleanup.committed(catalog.transition(active_doomed, SegmentState.ROLLED, job_id).version)
-        change = CatalogChange(add=tuple(add), remove=tuple(remove),
-                               transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
-        cleanup.committed(catalog.apply(change, operation="truncate", job_id=job_id).version)
-        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in doomed], options,
-                          job_id, cleanup)
-        return outcome
+    prepare = partial(prepare_truncation, root=root, targets={tp: target}, now_ms=now_ms, options=options,
+                      job_id=job_id)
+    return _run_single(catalog, root, tp, config, prepare, "truncate", job_id, options)
 
 
 def delete_records(catalog: Catalog, root: str, tp: TopicPartition, offset: int, now_ms: int,
-                   options: StorageOptions | None = None, owner: str = "klake",
-                   job_id: str | None = None) -> TruncateOutcome:
+                   options: StorageOptions | None = None, job_id: str | None = None) -> TruncateOutcome:
     """Raise the log start offset to `offset` (KIP-107) and retire the whole segments below it."""
     job_id = job_id or uuid.uuid4().hex
-    root = normalize_uri(root)
-    with held_lease(root, tp, owner, job_id, LEASE_TTL_MS, options):
-        cleanup = Cleanup()
-        rows = catalog.live_segments(tp.topic, tp.partition)
-        if not rows:
-            raise KlakeError(f"{tp}: no segments")
-        start, end = partition_log_start_offset(rows), rows[-1].next_offset
-        if offset > end:
-            raise KlakeError(f"{tp}: cannot delete records up to {offset}: the log ends at {end} (high watermark)")
-        outcome = TruncateOutcome(tp.topic, tp.partition, offset, offset <= start, end, max(start, offset),
-                                  cleanup=cleanup)
-        if outcome.noop:
-            return outcome
-        holder = next((r for r in reversed(rows) if r.base_offset <= offset), rows[0])
-        doomed = rows[:rows.index(holder)]
-        add = [] if holder.base_offset == offset else [replace(holder, segment_id=new_segment_id(),
-                                                               log_start_offset=offset, job_id=job_id)]
-        outcome.records_removed = sum(r.record_count for r in doomed)
-        change = CatalogChange(add=tuple(add), remove=(holder.ref,) if add else (),
-                               transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
-        cleanup.committed(catalog.apply(change, operation="delete-records", job_id=job_id).version)
-        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in doomed], options,
-                          job_id, cleanup)
-        return outcome
+    prepare = partial(prepare_delete_records, offsets={tp: offset}, job_id=job_id)
+    return _run_single(catalog, normalize_uri(root), tp, TopicConfig(), prepare, "delete-records", job_id, options)

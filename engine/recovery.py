@@ -45,14 +45,17 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from engine.catalog import Catalog
+from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.index_builder import build_indexes
-from engine.lease import check_lease, held_lease
 from engine.log_summary import segment_row
+from engine.partition_job import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.recovery_check import (
     OffsetGap,
     PartitionCheck,
@@ -228,9 +231,9 @@ def _keys_dict(keys: SegmentKeys) -> dict[str, str]:
     return {"log": keys.log, "index": keys.index, "timeindex": keys.timeindex}
 
 
-def _plan(catalog: Catalog, report: RecoveryReport, planner: _Planner) -> tuple[list[SegmentRef], list[SegmentRow]]:
+def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
+          ) -> tuple[list[SegmentRef], list[SegmentRow]]:
     """Check every live segment, plan its repair (writing objects unless dry-running), and return the swap."""
-    rows = catalog.live_segments(planner.tp.topic, planner.tp.partition)
     report.segments_checked = len(rows)
     after: list[SegmentRow] = []
     remove: list[SegmentRef] = []
@@ -250,8 +253,20 @@ def _plan(catalog: Catalog, report: RecoveryReport, planner: _Planner) -> tuple[
     return remove, add
 
 
+def prepare_recovery(item: PartitionInput, *, root: str, options: StorageOptions | None, job_id: str, now_ms: int,
+                     dry_run: bool = False) -> PartitionStep:
+    """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in."""
+    report = RecoveryReport(item.tp.topic, item.tp.partition, root, job_id, dry_run)
+    planner = _Planner(root, item.tp, options, item.config.index_interval_bytes, job_id, now_ms, write=not dry_run)
+    remove, add = _plan(item.rows, report, planner)
+    report.rows_removed, report.rows_added = len(remove), len(add)
+    if dry_run:
+        return PartitionStep(report)
+    return PartitionStep(report, CatalogChange(add=tuple(add), remove=tuple(remove)))
+
+
 def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: StorageOptions | None = None,
-                      dry_run: bool = False, owner: str = "klake", job_id: str | None = None,
+                      dry_run: bool = False, job_id: str | None = None,
                       now_ms: int | None = None, config: TopicConfig | None = None) -> RecoveryReport:
     """Verify `tp` and repair what can be repaired without losing a byte, in one catalog commit.
 
@@ -261,17 +276,11 @@ def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: 
     root = normalize_uri(root)
     job_id = job_id or uuid.uuid4().hex
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    interval = (config or TopicConfig()).index_interval_bytes
-    report = RecoveryReport(tp.topic, tp.partition, root, job_id, dry_run)
-    planner = _Planner(root, tp, options, interval, job_id, now_ms, write=not dry_run)
-    if dry_run:
-        _plan(catalog, report, planner)
-        return report
-    with held_lease(root, tp, owner, job_id, RECOVERY_LEASE_TTL_MS, options) as lease:
-        remove, add = _plan(catalog, report, planner)
-        if remove or add:
-            check_lease(lease, options)
-            result = catalog.swap(remove, add, job_id)
-            report.commit_version = result.version
-            report.rows_removed, report.rows_added = result.removed, result.added
+    prepare = partial(prepare_recovery, root=root, options=options, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
+    run = run_partition_job(catalog, root, {tp: config or TopicConfig()}, serial_execute(prepare, catch=False),
+                            operation="recover", job_id=job_id, options=options, mutate=not dry_run, strict=True,
+                            lease_ttl_ms=RECOVERY_LEASE_TTL_MS)
+    report: RecoveryReport = run.outcome(tp)
+    if run.commit is not None:
+        report.commit_version = run.commit.version
     return report

@@ -1,7 +1,7 @@
 """The two-phase delete of segments (ARCHITECTURE, "The catalog"), shared by retention, truncation
 and compaction: rows are marked DELETE_STARTED (they leave the live log at that commit), the objects
 klake owns are deleted, then the rows are removed. A crash in between leaves DELETE_STARTED rows that
-the next operation on the partition finishes (`deleting_rows`). Kafka-layout `.log` objects imported
+the next job on the partition finishes (`engine.partition_job`). Kafka-layout `.log` objects imported
 in place belong to the broker copy and are left where they are (reported).
 """
 
@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.catalog import Catalog
-from engine.catalog_schema import Layout, SegmentRow, SegmentState
-from engine.segment_versions import store_segment_version
-from layouts.names import TopicPartition
+from engine.catalog_schema import Layout, SegmentRow
 from layouts.storage import StorageOptions, delete_objects
 
 
@@ -28,20 +26,6 @@ class Cleanup:
     def committed(self, version: int | None) -> None:
         if version is not None:
             self.commit_versions.append(version)
-
-
-def deleting_rows(catalog: Catalog, tp: TopicPartition) -> list[SegmentRow]:
-    return [r for r in catalog.rows_of([(tp.topic, tp.partition)]).values() if r.state == SegmentState.DELETE_STARTED]
-
-
-def roll_empty_active(catalog: Catalog, root: str, tp: TopicPartition, at: int, rows: list[SegmentRow],
-                       options: StorageOptions | None, job_id: str, now_ms: int, cleanup: Cleanup) -> None:
-    """Kafka's roll before deleting every segment: an empty ACTIVE segment at the log end offset."""
-    empty = store_segment_version(root, tp, at, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms, options)
-    active = [r.ref for r in rows if r.state == SegmentState.ACTIVE]
-    if active:
-        cleanup.committed(catalog.transition(active, SegmentState.ROLLED, job_id).version)
-    cleanup.committed(catalog.add_segments([empty], job_id).version)
 
 
 def _owned_keys(root: str, row: SegmentRow) -> tuple[list[str], list[str]]:

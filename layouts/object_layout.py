@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from layouts.names import TopicPartition, validate_segment_id
-from layouts.storage import StorageOptions, ensure_object, join
+from layouts.storage import StorageOptions, ensure_object, join, put_extending
 
 SEGMENT_SUFFIXES = ("log", "index", "timeindex")
 _OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,64})\.(?P<suffix>log|index|timeindex)")
@@ -61,10 +61,17 @@ def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
 
 
 def write_segment(keys: SegmentKeys, log: bytes, index: bytes, timeindex: bytes,
-                  options: StorageOptions | None = None) -> None:
+                  options: StorageOptions | None = None, *, log_prefix_uri: str | None = None,
+                  log_prefix_size: int = 0) -> None:
     """Write `.log`, then `.index`, then `.timeindex`, each put-if-absent (the commit protocol's order).
 
-    An object left by an interrupted earlier attempt is accepted if it holds the same bytes.
+    An object left by an interrupted earlier attempt is accepted if it holds the same bytes. With
+    `log_prefix_uri` (an object holding `log[:log_prefix_size]`) the `.log` is built from it and only
+    the tail is sent (`put_extending`).
     """
-    for uri, data in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
+    if log_prefix_uri is None:
+        ensure_object(keys.log, log, options)
+    else:
+        put_extending(keys.log, log, log_prefix_uri, log_prefix_size, options)
+    for uri, data in ((keys.index, index), (keys.timeindex, timeindex)):
         ensure_object(uri, data, options)

@@ -89,13 +89,13 @@ def test_states_only_move_forward_and_rows_leave_after_delete_started(catalog: C
     catalog.add_segments([rolled, active])
     with pytest.raises(CatalogStateError, match="cannot move"):
         catalog.transition([rolled.ref], SegmentState.ACTIVE)
-    with pytest.raises(CatalogStateError, match="cannot move"):
-        catalog.transition([active.ref], SegmentState.DELETE_STARTED)
     with pytest.raises(CatalogStateError, match="only DELETE_STARTED"):
         catalog.remove_deleted([rolled.ref])
     assert catalog.transition([active.ref], SegmentState.ROLLED).transitioned == 1
     assert catalog.transition([active.ref], SegmentState.ROLLED).version is None
     catalog.transition([rolled.ref], SegmentState.DELETE_STARTED)
+    with pytest.raises(CatalogStateError, match="cannot move"):
+        catalog.transition([rolled.ref], SegmentState.ROLLED)
     assert [r.segment_id for r in catalog.live_segments("t", 0)] == [active.segment_id]
     deleting = table_to_rows(catalog.segments(states=[SegmentState.DELETE_STARTED]))
     assert [r.segment_id for r in deleting] == [rolled.segment_id]

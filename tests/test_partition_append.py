@@ -9,6 +9,7 @@ from engine.batch import scan_batches
 from engine.catalog import Catalog
 from engine.lookup import list_offsets
 from engine.partition_append import append_to_partition, prepare_append
+from engine.partition_job import PartitionInput
 from engine.records import decode_records
 from engine.sidecars import check_sidecars
 from engine.stored_segment import partition_segments
@@ -88,7 +89,9 @@ def test_rerun_of_a_committed_append_adds_nothing_and_a_crash_before_commit_lose
     again = append_to_partition(catalog, backend.uri("root"), TP, first, CONFIG, NOW, backend.options,
                                 append_id="job-1")
     assert again.already_committed and len(_log(catalog, backend)[1]) == 40
-    prepare_append(catalog, backend.uri("root"), TP, second, CONFIG, NOW, backend.options, "job-2")  # dies here
+    rows = tuple(catalog.live_segments(TP.topic, TP.partition))
+    prepare_append(PartitionInput(TP, rows, CONFIG), records=second, root=backend.uri("root"), now_ms=NOW,
+                   options=backend.options, append_id="job-2")  # dies here, before the commit
     assert len(_log(catalog, backend)[1]) == 40
     append_to_partition(catalog, backend.uri("root"), TP, second, CONFIG, NOW, backend.options, append_id="job-2")
     _, recs, _ = _log(catalog, backend)

@@ -197,7 +197,7 @@ def test_a_crash_before_the_commit_is_redone_identically(planted, monkeypatch) -
         raise RuntimeError("killed before the commit")
 
     with monkeypatch.context() as m:
-        m.setattr(Catalog, "swap", crash)
+        m.setattr(Catalog, "apply", crash)
         with pytest.raises(RuntimeError):
             recover_partition(catalog, root, TP, backend.options, config=CONFIG)
     written = _listing(backend)
