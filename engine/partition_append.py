@@ -61,7 +61,7 @@ class PartitionAppendOutcome:
                 "segments_written": self.segments_written, "commit_version": self.commit_version}
 
 
-def _resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
+def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
                   ) -> tuple[ActiveSegmentState, bytes]:
     """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
     min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
@@ -109,7 +109,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
     log_end = rows[-1].next_offset if rows else 0
     resume = resume_log = None
     if active is not None:
-        resume, resume_log = _resume_state(active, config, tp, options)
+        resume, resume_log = resume_state(active, config, tp, options)
     last_append = max((r.largest_timestamp for r in rows), default=None) \
         if config.message_timestamp_type == "LogAppendTime" else None
     result = append_records(records, config, log_end_offset=log_end, now_ms=now_ms,

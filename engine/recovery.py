@@ -157,9 +157,9 @@ class _Planner:
     """Plans (and unless dry-running, writes the objects of) every segment's repair."""
 
     def __init__(self, root: str, tp: TopicPartition, options: StorageOptions | None, interval: int,
-                 job_id: str, now_ms: int, write: bool) -> None:
+                 job_id: str, now_ms: int, write: bool, rebuild_all: bool = False) -> None:
         self.root, self.tp, self.options, self.interval = root, tp, options, interval
-        self.job_id, self.now_ms, self.write = job_id, now_ms, write
+        self.job_id, self.now_ms, self.write, self.rebuild_all = job_id, now_ms, write, rebuild_all
 
     def repair(self, check: SegmentCheck) -> SegmentRepair | None:
         row = check.row
@@ -174,6 +174,8 @@ class _Planner:
             return SegmentRepair(LEFT_FOR_OPERATOR, row.segment_id, row.base_offset, row.log_key, reasons)
         if not check.sidecars_valid:
             return self._rebuild_sidecars(check, reasons)
+        if self.rebuild_all:
+            return self._rebuild_sidecars(check, [f"rebuild requested (index.interval.bytes {self.interval})"])
         return None
 
     def _put(self, repair: SegmentRepair, uri: str, data: bytes) -> None:
@@ -254,10 +256,12 @@ def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
 
 
 def prepare_recovery(item: PartitionInput, *, root: str, options: StorageOptions | None, job_id: str, now_ms: int,
-                     dry_run: bool = False) -> PartitionStep:
-    """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in."""
+                     dry_run: bool = False, rebuild_all: bool = False) -> PartitionStep:
+    """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in.
+    `rebuild_all` also rebuilds valid sidecars (e.g. after changing `index.interval.bytes`)."""
     report = RecoveryReport(item.tp.topic, item.tp.partition, root, job_id, dry_run)
-    planner = _Planner(root, item.tp, options, item.config.index_interval_bytes, job_id, now_ms, write=not dry_run)
+    planner = _Planner(root, item.tp, options, item.config.index_interval_bytes, job_id, now_ms, write=not dry_run,
+                       rebuild_all=rebuild_all)
     remove, add = _plan(item.rows, report, planner)
     report.rows_removed, report.rows_added = len(remove), len(add)
     if dry_run:

@@ -6,9 +6,26 @@ import argparse
 import sys
 
 from engine.errors import KlakeError
-from jobs import cli_catalog, cli_inspect, demo
+from jobs import (
+    append,
+    catalog_maintenance,
+    cli_catalog,
+    cli_inspect,
+    compact,
+    demo,
+    import_log,
+    job_runner,
+    offsets_for_times,
+    recover,
+    retention,
+    roll,
+    scrub,
+    truncate,
+)
 
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
+JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,
+        recover.REBUILD_INDEX, import_log.SPEC, scrub.SPEC, catalog_maintenance.SPEC, offsets_for_times.SPEC]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMAND_MODULES:
         module.register(commands)
+    for spec in JOBS:
+        job_runner.register(commands, spec)
     return parser
 
 

@@ -16,12 +16,15 @@ objects). Rules that keep it from deleting anything it should not:
 
 from __future__ import annotations
 
+import argparse
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 from engine.catalog import Catalog
 from engine.catalog_schema import SegmentRow, table_to_rows
+from jobs.job_runner import JobContext, JobSpec, main
 from layouts.names import parse_partition_dir
 from layouts.object_layout import parse_object_segment_name
 from layouts.storage import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
@@ -145,3 +148,51 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
     result = delete_objects([o.uri for o in report.orphans], options)
     report.deleted, report.delete_failed, report.delete_requests = result.deleted, result.failed, result.requests
     return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grace-ms", type=int,
+                        help="ignore unreferenced objects younger than this (default jobs.scrub_grace_ms, 1 hour): "
+                             "a running job's objects are unreferenced until its commit")
+
+
+def run(ctx: JobContext) -> None:
+    grace = ctx.args.grace_ms if ctx.args.grace_ms is not None else int(ctx.config.jobs["scrub_grace_ms"])
+    report = scrub(ctx.config.root, ctx.catalog, grace_ms=grace, dry_run=ctx.dry_run, options=ctx.options,
+                   now=ctx.now_ms)
+    ctx.report.results["scrub"] = report.to_dict()
+    ctx.report.requests["DELETE"] += report.delete_requests
+    for missing in report.missing:
+        ctx.report.fail(missing.segment, f"{missing.kind} object missing: {missing.key}")
+    for bad in report.size_mismatches:
+        ctx.report.fail(bad.segment, f"{bad.key} is {bad.object_size} bytes, the catalog says {bad.catalog_size}")
+    for uri, reason in sorted(report.delete_failed.items()):
+        ctx.report.fail(uri, f"orphan not deleted: {reason}")
+    ctx.report.summary += scrub_summary(report)
+
+
+def scrub_summary(report: ScrubReport) -> list[str]:
+    lines = []
+    lines.append(f"scrub {report.root} against {report.catalog}: {report.objects_listed} objects, "
+          f"{report.live_segments} live segments")
+    verb = "would delete" if report.dry_run else "orphan"
+    for orphan in report.orphans:
+        lines.append(f"  {verb} {orphan.uri} ({orphan.size} bytes, {orphan.age_ms} ms old)")
+    if report.orphans_within_grace:
+        lines.append(f"  {report.orphans_within_grace} unreferenced objects are younger than {report.grace_ms} ms: kept")
+    for missing in report.missing:
+        lines.append(f"  MISSING {missing.kind} of {missing.segment}: {missing.key}")
+    for bad in report.size_mismatches:
+        lines.append(f"  SIZE {bad.segment}: {bad.key} is {bad.object_size} bytes, the catalog says {bad.catalog_size}")
+    for uri, reason in sorted(report.delete_failed.items()):
+        lines.append(f"  DELETE FAILED {uri}: {reason}")
+    if not report.dry_run:
+        lines.append(f"deleted {len(report.deleted)} orphans in {report.delete_requests} delete requests")
+    return lines
+
+
+SPEC = JobSpec("scrub", "find unreferenced objects and broken catalog rows; delete orphans", run, add_arguments,
+               description=__doc__)
+
+if __name__ == "__main__":
+    sys.exit(main(SPEC))

@@ -81,3 +81,16 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
         return Backend("local", str(tmp_path / "store"), StorageOptions())
     return request.getfixturevalue("s3_backend")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] Spark session for the whole test session (jobs run in-process reuse it)."""
+    from jobs.config import load_config
+    from jobs.spark_session import spark_session
+
+    config = load_config(None, ["storage.root=/tmp/klake-unused", "spark.master=local[2]",
+                                "spark.conf.spark.ui.enabled=false", "spark.conf.spark.sql.shuffle.partitions=4"])
+    session = spark_session(config)
+    yield session
+    session.stop()

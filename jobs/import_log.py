@@ -1,0 +1,63 @@
+"""`import`: register a broker's log dirs (Kafka layout: `<topic>-<partition>/<offset>.log|.index|.timeindex`)
+in the catalog, in place or copied (`--copy`) into the object layout; invalid or missing sidecars are
+rebuilt under the root; a corrupt segment is named in the report and its partition fails.
+
+    spark-submit jobs/import_log.py /mnt/kafka-data --copy --conf conf/s3.yaml --report out/import.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jobs.importer import ImportReport, import_log_dir
+from jobs.job_runner import JobContext, JobSpec, main
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="SRC", help="log dir holding <topic>-<partition> directories (path or s3://)")
+    parser.add_argument("--copy", action="store_true", help="copy segments into the object layout under the root")
+    parser.add_argument("--index-interval-bytes", type=int,
+                        help="index.interval.bytes for rebuilt indexes (default jobs.index_interval_bytes, 4096)")
+
+
+def run(ctx: JobContext) -> None:
+    interval = ctx.args.index_interval_bytes or int(ctx.config.jobs["index_interval_bytes"])
+    report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
+                            index_interval_bytes=interval, options=ctx.options)
+    ctx.report.results["import"] = report.to_dict()
+    for part in report.partitions:
+        ctx.report.partitions.append({"partition": f"{part.topic}-{part.partition}",
+                                      "status": "failed" if part.error else "succeeded", "error": part.error,
+                                      "segments": len(part.segments)})
+        if part.error:
+            ctx.report.fail(f"{part.topic}-{part.partition}", part.error)
+    ctx.report.summary += import_summary(report)
+
+
+def import_summary(report: ImportReport) -> list[str]:
+    lines = []
+    lines.append(f"import {report.source} -> {report.catalog} ({'copy to ' + report.root if report.copy else 'in place'})")
+    for part in report.partitions:
+        counts: dict[str, int] = {}
+        for s in part.segments:
+            counts[s.status] = counts.get(s.status, 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no segments"
+        lines.append(f"  {part.topic}-{part.partition}: {summary}")
+        for s in part.segments:
+            if s.sidecars == "rebuilt":
+                lines.append(f"    rebuilt indexes of {s.source}: {'; '.join(s.sidecar_problems)}")
+        if part.error:
+            lines.append(f"    ERROR: {part.error}")
+    for name, reason in sorted(report.skipped_dirs.items()):
+        lines.append(f"  skipped {name}: {reason}")
+    lines.append(f"rows added: {report.rows_added}, already registered: {report.already_registered}, "
+          f"indexes rebuilt: {report.sidecars_rebuilt}, catalog version: {report.commit_version}")
+    return lines
+
+
+SPEC = JobSpec("import", "register a broker log dir (Kafka layout) in the catalog", run, add_arguments,
+               description=__doc__, dry_run=False)
+
+if __name__ == "__main__":
+    sys.exit(main(SPEC))

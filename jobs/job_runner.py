@@ -1,0 +1,220 @@
+"""What every job shares: its command line, configuration, catalog, Spark session, report and exit code.
+
+A job is a `JobSpec`: its arguments and a `run(ctx)` that fills the report. The same spec is a
+`klake <job>` subcommand (local Spark) and a `spark-submit jobs/<job>.py` entry point (`main`).
+
+Common options: `--conf FILE`, `--set key=value` (repeatable), `--root`/`--catalog` (override the
+file), `--topic` / `--partition` (repeatable; default every catalogued partition), `--now` (epoch ms
+or ISO-8601, default the wall clock), `--dry-run` (jobs that change data), `--report PATH`,
+`--job-id` (stable id: a retried run with the same id finishes the work without duplicating it),
+`--master`, `--no-progress`.
+Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
+2 bad configuration, usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from engine.catalog import Catalog, CatalogNotFoundError
+from engine.errors import KlakeError
+from engine.partition_job import Execute, JobRun, Prepare, run_partition_job
+from engine.topic_config import TopicConfig
+from engine.topic_store import load_topic_config, save_topic_config
+from jobs.config import KlakeConfig, load_config
+from jobs.report import RunReport
+from jobs.spark_session import spark_execute, spark_session
+from layouts.names import TopicPartition
+from layouts.storage import StorageOptions, normalize_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    help: str
+    run: Callable[[JobContext], None]
+    add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    mutates: bool = True
+    description: str = ""
+    dry_run: bool = True
+
+
+def parse_now(text: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names a zone)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--now {text!r}: expected epoch milliseconds or ISO-8601") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo).astimezone()
+    return int(moment.timestamp() * 1000)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None:
+    group = parser.add_argument_group("configuration and run control")
+    group.add_argument("--conf", metavar="FILE", help="klake YAML configuration (see conf/)")
+    group.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a configuration key, e.g. topics.orders.retention.ms=3600000")
+    group.add_argument("--root", help="storage root (overrides storage.root)")
+    group.add_argument("--catalog", help="catalog Delta table URI (overrides catalog.uri; default {root}/_catalog)")
+    group.add_argument("--topic", dest="topics", action="append", default=[], metavar="NAME",
+                       help="only this topic (repeatable; default: every catalogued topic)")
+    group.add_argument("--partition", dest="partition_ids", action="append", type=int, default=[], metavar="N",
+                       help="only this partition number (repeatable)")
+    group.add_argument("--now", type=parse_now, help="the job's clock: epoch ms or ISO-8601 (default: now)")
+    if spec.mutates and spec.dry_run:
+        group.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+    group.add_argument("--report", metavar="PATH", help="write the JSON run report here (local path or s3://)")
+    group.add_argument("--job-id", help="stable id of this run; a re-run with the same id never repeats work")
+    group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+class JobContext:
+    """One run: configuration, clock, report, and lazily the catalog and the Spark session."""
+
+    def __init__(self, spec: JobSpec, args: argparse.Namespace, config: KlakeConfig) -> None:
+        self.spec, self.args, self.config = spec, args, config
+        self.now_ms: int = args.now if args.now is not None else time.time_ns() // 1_000_000
+        self.dry_run: bool = bool(getattr(args, "dry_run", False))
+        self.job_id: str = args.job_id or f"{spec.name}-{uuid.uuid4().hex[:12]}"
+        self.report = RunReport(spec.name, self.job_id, self.dry_run, self.now_ms, config.to_dict())
+        self._master = args.master
+
+    @property
+    def options(self) -> StorageOptions:
+        return self.config.storage
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        try:
+            return Catalog.open(self.config.catalog_uri, self.options)
+        except CatalogNotFoundError:
+            raise KlakeError(f"no catalog at {self.config.catalog_uri}: import or append to create it") from None
+
+    def catalog_or_create(self) -> Catalog:
+        try:
+            return self.catalog
+        except KlakeError:
+            catalog = Catalog.create(self.config.catalog_uri, self.options)
+            self.__dict__["catalog"] = catalog
+            return catalog
+
+    @cached_property
+    def spark(self) -> SparkSession:
+        return spark_session(self.config, self._master)
+
+    def progress(self) -> Callable[[int, int], None] | None:
+        if self.args.no_progress or not sys.stderr.isatty():
+            return None
+        return lambda done, total: print_progress(self.spec.name, done, total)
+
+    def execute(self, prepare: Prepare) -> Execute:
+        return spark_execute(self.spark, prepare, self.progress())
+
+    def selected_partitions(self) -> list[TopicPartition]:
+        """The catalogued partitions the job's --topic/--partition select (all by default)."""
+        found = self.catalog.partitions()
+        topics, numbers = set(self.args.topics), set(self.args.partition_ids)
+        if missing := topics - {tp.topic for tp in found}:
+            raise KlakeError(f"topic(s) not in the catalog {self.config.catalog_uri}: {sorted(missing)}")
+        return [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """Declared in the config file (and then stored beside the data for other jobs), else the topic's
+        stored settings, else Kafka's defaults."""
+        declared = self.config.topic(topic)
+        stored = load_topic_config(self.config.root, topic, self.options)
+        if declared is None:
+            return stored
+        if declared.config != stored and self.spec.mutates and not self.dry_run:
+            save_topic_config(self.config.root, topic, declared.config, self.options)
+        return declared.config
+
+    def run_partitions(self, tps: Iterable[TopicPartition], prepare: Prepare) -> JobRun:
+        """Run `prepare` over `tps` as Spark tasks with one driver commit, and fold it into the report."""
+        return self.run_partitions_with(tps, self.execute(prepare))
+
+    def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute, **kwargs) -> JobRun:
+        """`run_partitions` with the job's own way of running the partitions' tasks."""
+        configs: dict[str, TopicConfig] = {}
+        by_tp = {tp: configs.setdefault(tp.topic, self.topic_config(tp.topic)) for tp in tps}
+        run = run_partition_job(self.catalog_or_create(), self.config.root, by_tp, execute,
+                                operation=self.spec.name, job_id=self.job_id, options=self.options,
+                                mutate=self.spec.mutates and not self.dry_run,
+                                lease_ttl_ms=int(self.config.jobs["lease_ttl_ms"]), **kwargs)
+        self.report.add_run(run)
+        return run
+
+
+def print_progress(label: str, done: int, total: int, width: int = 30) -> None:
+    filled = width * done // max(total, 1)
+    end = "\n" if done >= total else ""
+    sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} partitions{end}")
+    sys.stderr.flush()
+
+
+def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
+    """Run `spec`: exit code 0, 1 (partitions failed) or 2 (configuration/usage/input error)."""
+    try:
+        config = load_config(args.conf, args.overrides, root=args.root)
+        if args.catalog:
+            config = replace(config, catalog_uri=normalize_uri(args.catalog))
+        ctx = JobContext(spec, args, config)
+    except KlakeError as exc:
+        print(f"klake {spec.name}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    code = 0
+    try:
+        spec.run(ctx)
+    except (KlakeError, OSError) as exc:
+        ctx.report.fail("*", f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc))
+        code = 2
+    except Exception as exc:  # a bug: reported and non-zero, with the traceback for the operator
+        traceback.print_exc()
+        ctx.report.fail("*", f"{type(exc).__name__}: {exc}")
+    ctx.report.finish()
+    if args.report:
+        ctx.report.write(args.report, ctx.options)
+    print("\n".join(ctx.report.summary))
+    if code == 2:
+        print(f"klake {spec.name}: error: {ctx.report.failures[-1]['error']}", file=sys.stderr)
+        return 2
+    return 1 if ctx.report.failures else 0
+
+
+def build_parser(spec: JobSpec, parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog=f"spark-submit jobs/{spec.name.replace('-', '_')}.py",
+                                               description=spec.description or spec.help)
+    spec.add_arguments(parser)
+    add_common_arguments(parser, spec)
+    parser.set_defaults(handler=lambda args: run_job(spec, args))
+    return parser
+
+
+def register(subparsers: argparse._SubParsersAction, spec: JobSpec) -> None:
+    parser = subparsers.add_parser(spec.name, help=spec.help, description=spec.description or spec.help,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    build_parser(spec, parser)
+
+
+def main(spec: JobSpec, argv: list[str] | None = None) -> int:
+    """The spark-submit entry point of `spec`."""
+    args = build_parser(spec).parse_args(argv)
+    return run_job(spec, args)

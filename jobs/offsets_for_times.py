@@ -1,0 +1,108 @@
+"""`offsets-for-times`: Kafka's ListOffsets for partitions and timestamps, one Spark task per partition.
+
+For each `--timestamp` (epoch ms or ISO-8601, or -1 latest / -2 earliest / -3 max timestamp) and each
+selected partition: the offset (and timestamp) a broker would answer, respecting the log start offset
+and falling through to later segments where Kafka's lookup stops (see README, Kafka compatibility).
+Each lookup reads at most one `.timeindex`, one `.index` and a ranged part of one `.log`.
+Answers are in the report (`results.answers`), in `--output` (JSON lines), and, from Python, a
+DataFrame: `offsets_for_times(spark, config, topics, timestamps)`.
+
+    spark-submit jobs/offsets_for_times.py --conf conf/s3.yaml --topic orders --timestamp 2026-11-21T10:00:00Z
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from engine.catalog_schema import partition_log_start_offset
+from engine.errors import KlakeError
+from engine.lookup import list_offsets
+from engine.partition_job import PartitionInput, PartitionStep
+from engine.stored_segment import StoredSegment
+from jobs.job_runner import JobContext, JobSpec, main, parse_now
+from layouts.storage import StorageOptions, filesystem, is_s3
+
+SPECIAL = {"latest": -1, "earliest": -2, "max": -3, "max-timestamp": -3}
+
+
+def parse_target(text: str) -> int:
+    """-1/-2/-3 (or latest/earliest/max), epoch ms, or ISO-8601."""
+    if text in SPECIAL:
+        return SPECIAL[text]
+    if text in ("-1", "-2", "-3"):
+        return int(text)
+    return parse_now(text)
+
+
+@dataclass
+class LookupOutcome:
+    answers: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answers": self.answers}
+
+
+def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: StorageOptions | None) -> PartitionStep:
+    """Answer every target over one partition's live segments (read-only)."""
+    rows = list(item.rows)
+    segments = [StoredSegment(row, options, item.config.index_interval_bytes) for row in rows]
+    start = partition_log_start_offset(rows)
+    answers = []
+    for target in targets:
+        answer = list_offsets(segments, target, start)
+        answers.append({"topic": item.tp.topic, "partition": item.tp.partition, "target": target,
+                        "offset": answer.offset, "timestamp": answer.timestamp, "found": answer.found})
+    return PartitionStep(LookupOutcome(answers=answers))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timestamp", dest="targets", action="append", type=parse_target, required=True,
+                        metavar="TS", help="epoch ms, ISO-8601, or -1/latest, -2/earliest, -3/max (repeatable)")
+    parser.add_argument("--output", metavar="PATH", help="also write the answers as JSON lines here")
+
+
+def answers(ctx: JobContext, targets: Sequence[int]) -> list[dict[str, Any]]:
+    tps = ctx.selected_partitions()
+    run = ctx.run_partitions(tps, partial(prepare_lookups, targets=list(targets), options=ctx.options))
+    return [a for r in run.results if r.step is not None for a in r.step.outcome.answers]
+
+
+def run(ctx: JobContext) -> None:
+    found = answers(ctx, ctx.args.targets)
+    for answer in found:
+        ctx.report.summary.append(f"{answer['topic']}-{answer['partition']} @ {answer['target']}: "
+                                  f"offset {answer['offset']} (timestamp {answer['timestamp']})")
+    ctx.report.results["answers"] = found
+    if ctx.args.output:
+        fs, path = filesystem(ctx.args.output, ctx.options)
+        if not is_s3(ctx.args.output):
+            fs.makedirs(fs._parent(path), exist_ok=True)
+        fs.pipe_file(path, "".join(json.dumps(a) + "\n" for a in found).encode())
+
+
+def offsets_for_times(spark, config, topics: Sequence[str], timestamps: Sequence[int]):  # noqa: ANN001, ANN201
+    """The answers as a DataFrame (topic, partition, target, offset, timestamp, found) for Python callers."""
+    from jobs.job_runner import build_parser
+
+    args = build_parser(SPEC).parse_args([*(a for t in topics for a in ("--topic", t)),
+                                          *(a for ts in timestamps for a in ("--timestamp", str(ts)))])
+    ctx = JobContext(SPEC, args, config)
+    ctx.__dict__["spark"] = spark
+    found = answers(ctx, timestamps)
+    if ctx.report.failures:
+        raise KlakeError("; ".join(f"{f['partition']}: {f['error']}" for f in ctx.report.failures))
+    return spark.createDataFrame(found, "topic string, partition int, target long, offset long, timestamp long, "
+                                        "found boolean")
+
+
+SPEC = JobSpec("offsets-for-times", "offset for a timestamp (or -1/-2/-3) per partition, as Kafka's ListOffsets",
+               run, add_arguments, mutates=False, description=__doc__)
+
+if __name__ == "__main__":
+    sys.exit(main(SPEC))

@@ -1,0 +1,105 @@
+"""A job's JSON run report: what it touched, moved and decided, and what went wrong.
+
+Fields: job, job_id, status (succeeded/failed), dry_run, now_ms, started_at, duration_s, config (secrets
+hidden), partitions (one entry per partition: status, error, outcome, requests, bytes, seconds),
+failures, requests (object-store requests by verb), bytes (read/written), commit (version, attempts,
+conflicts), rejected (count, by reason, where the rejected records were written), anomalies, results
+(job-specific answers such as lookups), summary (the lines printed on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from engine.partition_job import JobRun
+from layouts.storage import StorageOptions, filesystem, is_s3
+
+SUCCEEDED, FAILED = "succeeded", "failed"
+
+
+@dataclass
+class RunReport:
+    job: str
+    job_id: str
+    dry_run: bool
+    now_ms: int
+    config: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    requests: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+    commit: dict[str, Any] = field(default_factory=dict)
+    rejected: dict[str, Any] = field(default_factory=lambda: {"count": 0, "by_reason": {}, "path": None})
+    anomalies: list[str] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)
+    duration_s: float | None = None
+
+    @property
+    def status(self) -> str:
+        return FAILED if self.failures else SUCCEEDED
+
+    def fail(self, where: str, error: str) -> None:
+        self.failures.append({"partition": where, "error": error})
+
+    def add_run(self, run: JobRun) -> None:
+        """Fold an engine `JobRun` in: per-partition outcomes and failures, traffic, the commit."""
+        by_tp = {str(r.tp): r for r in run.results}
+        for name, error in run.failures.items():
+            if name not in by_tp:
+                self.partitions.append({"partition": name, "status": FAILED, "error": error})
+        for name, result in by_tp.items():
+            error = run.failures.get(name)
+            outcome = result.step.outcome.to_dict() if result.step is not None else None
+            self.partitions.append({"partition": name, "status": FAILED if error else SUCCEEDED, "error": error,
+                                    "outcome": outcome, "requests": result.requests, "bytes": result.bytes,
+                                    "seconds": round(result.seconds, 3)})
+        for name, error in sorted(run.failures.items()):
+            self.fail(name, error)
+        self.requests.update(run.requests)
+        self.bytes.update(run.bytes)
+        if run.commit is not None:
+            self.commit = {"version": run.commit.version, "attempts": run.commit.attempts,
+                           "conflicts": max(run.commit.attempts - 1, 0), "added": run.commit.added,
+                           "removed": run.commit.removed, "transitioned": run.commit.transitioned}
+        if run.already_committed:
+            self.commit = {"already_committed": True}
+        cleanup = run.cleanup
+        self.results["cleanup"] = {"deleted_objects": len(cleanup.deleted_objects),
+                                   "left_in_place": cleanup.left_in_place, "failed_deletes": cleanup.failed_deletes,
+                                   "commit_versions": cleanup.commit_versions,
+                                   "finished_from_earlier_run": run.finished_from_earlier_run}
+        for uri, reason in cleanup.failed_deletes.items():
+            self.anomalies.append(f"could not delete {uri}: {reason} (the scrub job will retry)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "job_id": self.job_id, "status": self.status, "dry_run": self.dry_run,
+                "now_ms": self.now_ms, "started_at": datetime.fromtimestamp(self.started, UTC).isoformat(),
+                "duration_s": self.duration_s, "config": self.config, "partitions": self.partitions,
+                "failures": self.failures, "requests": dict(self.requests), "bytes": dict(self.bytes),
+                "commit": self.commit, "rejected": self.rejected, "anomalies": self.anomalies,
+                "results": self.results, "summary": "\n".join(self.summary)}
+
+    def finish(self) -> None:
+        self.duration_s = round(time.time() - self.started, 3)
+        touched = sum(1 for p in self.partitions if p["status"] == SUCCEEDED)
+        verbs = ", ".join(f"{n} {verb}" for verb, n in sorted(self.requests.items())) or "none"
+        self.summary.append(
+            f"{self.job} {self.status}{' (dry run)' if self.dry_run else ''}: {touched} partition(s) ok, "
+            f"{len(self.failures)} failed; read {self.bytes.get('read', 0):,} B, wrote {self.bytes.get('written', 0):,} B; "
+            f"requests: {verbs}; {self.duration_s:.1f} s; job id {self.job_id}")
+        self.summary += [f"FAILED {f['partition']}: {f['error']}" for f in self.failures]
+        self.summary += [f"anomaly: {a}" for a in self.anomalies]
+
+    def write(self, uri: str, options: StorageOptions | None) -> None:
+        """Write the report as JSON (local path or s3://), replacing an earlier attempt's report."""
+        fs, path = filesystem(uri, options)
+        if not is_s3(uri):
+            fs.makedirs(fs._parent(path), exist_ok=True)
+        fs.pipe_file(path, json.dumps(self.to_dict(), indent=2, default=str).encode())

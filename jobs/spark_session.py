@@ -1,0 +1,84 @@
+"""The Spark side of a job: the session, and running per-partition work as Spark tasks.
+
+ARCHITECTURE "Execution model": the driver plans, one Spark task per topic-partition does the segment
+I/O through fsspec with `engine/`, and returns its step (catalog rows, counters) to the driver, which
+commits once. No hadoop-aws or Delta jar is needed: tasks never touch Spark's own filesystems.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from engine.partition_job import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
+from jobs.config import KlakeConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts the Python driver with a gateway already running; its --master then rules."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(config: KlakeConfig, master: str | None = None) -> SparkSession:
+    """The job's session: `spark.master`/`app_name`/`conf` from the config (spark-submit's own
+    options win when run under it); local masters bind to loopback and run tasks in this venv's Python."""
+    from pyspark.sql import SparkSession
+
+    master = master or config.spark_master
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(config.spark_app_name)
+    if not under_spark_submit():
+        builder = builder.master(master)
+    settings = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
+                "spark.sql.execution.arrow.pyspark.enabled": "true", **config.spark_conf}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("KLAKE_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def spark_execute(spark: SparkSession, prepare: Prepare, progress: Callable[[int, int], None] | None = None
+                  ) -> Execute:
+    """Run `prepare` on every partition in its own Spark task; failures come back as results."""
+
+    def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
+        if not items:
+            return []
+        rdd = spark.sparkContext.parallelize(list(items), len(items)).map(lambda item: run_prepare(prepare, item))
+        return run_with_progress(spark, rdd.collect, len(items), progress)
+
+    return execute
+
+
+def run_with_progress(spark: SparkSession, action: Callable[[], Any], tasks: int,
+                      progress: Callable[[int, int], None] | None) -> Any:
+    """Run a Spark action, reporting finished tasks of its stages to `progress` twice a second."""
+    if progress is None:
+        return action()
+    tracker = spark.sparkContext.statusTracker()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.5):
+            finished = sum(info.numCompletedTasks for stage in tracker.getActiveStageIds()
+                           if (info := tracker.getStageInfo(stage)) is not None)
+            progress(min(finished, tasks), tasks)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        result = action()
+    finally:
+        done.set()
+        watcher.join()
+    progress(tasks, tasks)
+    return result

@@ -1,0 +1,75 @@
+"""`truncate` and `delete-records`: cut partitions at an offset, or raise their log start offset.
+
+`truncate --offset N` removes every record at or above N (records below N inside a straddling batch
+are kept, where Kafka drops the whole batch); `delete-records --offset N` is Kafka's DeleteRecords
+(KIP-107): the log start offset rises to N and whole segments below it are retired. Both need the
+partitions named: `--topic` and `--partition`, or `--all-partitions`.
+
+    spark-submit jobs/truncate.py --conf conf/s3.yaml --topic orders --partition 3 --offset 1200
+    spark-submit jobs/truncate.py --delete-records --conf conf/s3.yaml --topic orders --all-partitions --offset 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+
+from engine.errors import KlakeError
+from engine.partition_truncate import prepare_delete_records, prepare_truncation
+from jobs.job_runner import JobContext, JobSpec, main
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--offset", type=int, required=True, help="the offset to cut at / the new log start offset")
+    parser.add_argument("--all-partitions", action="store_true",
+                        help="apply to every partition of the --topic(s) (otherwise --partition is required)")
+
+
+def _targets(ctx: JobContext) -> dict:
+    if not ctx.args.topics or not (ctx.args.partition_ids or ctx.args.all_partitions):
+        raise KlakeError(f"{ctx.spec.name} changes data irreversibly: name --topic and --partition "
+                         "(or --all-partitions)")
+    if ctx.args.offset < 0:
+        raise KlakeError(f"--offset must be >= 0, got {ctx.args.offset}")
+    tps = ctx.selected_partitions()
+    if not tps:
+        raise KlakeError("no catalogued partition matches --topic/--partition")
+    return {tp: ctx.args.offset for tp in tps}
+
+
+def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
+    removed = 0
+    for result in run.results:
+        if result.step is None:
+            continue
+        outcome = result.step.outcome
+        removed += outcome.records_removed
+        ctx.report.summary.append(f"{result.tp}: {'nothing to do' if outcome.noop else f'{outcome.records_removed} records removed'}; "
+                                  f"log {outcome.log_start_offset}..{outcome.log_end_offset}")
+    ctx.report.results["records_removed"] = removed
+
+
+def run_truncate(ctx: JobContext) -> None:
+    targets = _targets(ctx)
+    prepare = partial(prepare_truncation, root=ctx.config.root, targets=targets, now_ms=ctx.now_ms,
+                      options=ctx.options, job_id=ctx.job_id)
+    _summarize(ctx, ctx.run_partitions(targets, prepare))
+
+
+def run_delete_records(ctx: JobContext) -> None:
+    targets = _targets(ctx)
+    prepare = partial(prepare_delete_records, offsets=targets, job_id=ctx.job_id)
+    _summarize(ctx, ctx.run_partitions(targets, prepare))
+
+
+SPEC = JobSpec("truncate", "remove every record at or above an offset", run_truncate, add_arguments,
+               description=__doc__, dry_run=False)
+DELETE_RECORDS = JobSpec("delete-records", "raise the log start offset (Kafka DeleteRecords)", run_delete_records,
+                         add_arguments, description=__doc__, dry_run=False)
+
+if __name__ == "__main__":
+    if "--delete-records" in sys.argv:
+        sys.argv.remove("--delete-records")
+        sys.exit(main(DELETE_RECORDS))
+    sys.exit(main(SPEC))
