@@ -18,7 +18,6 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.segment_writer import RollPolicy
-from layouts.names import validate_topic
 
 LONG_MAX = 2**63 - 1
 CLEANUP_POLICIES = frozenset({"delete", "compact"})
@@ -155,15 +154,3 @@ class TopicConfig:
         segment_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
         return RollPolicy(self.segment_bytes, segment_ms, self.segment_jitter_ms, self.segment_index_bytes,
                           self.index_interval_bytes)
-
-
-def topic_configs(document: Mapping[str, Any]) -> dict[str, TopicConfig]:
-    """Per-topic configs from `{defaults: {key: value}, topics: {name: {key: value}}}` (e.g. parsed
-    YAML): each topic's settings override the shared defaults, which override Kafka's."""
-    unknown = set(document) - {"defaults", "topics"}
-    if unknown:
-        raise ConfigError(f"unknown top-level key(s) {sorted(unknown)}; expected defaults and topics")
-    shared = dict(document.get("defaults") or {})
-    TopicConfig.from_mapping(shared, topic="defaults")
-    return {name: TopicConfig.from_mapping({**shared, **(settings or {})}, topic=validate_topic(name))
-            for name, settings in (document.get("topics") or {}).items()}

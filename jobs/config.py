@@ -28,7 +28,7 @@ import yaml
 
 from engine.errors import ConfigError
 from engine.topic_config import TopicConfig
-from layouts.names import validate_topic
+from layouts.names import InvalidNameError, validate_topic
 from layouts.storage import StorageOptions, join, normalize_uri
 
 JOB_DEFAULTS: dict[str, Any] = {
@@ -148,13 +148,20 @@ def config_from_document(document: Mapping[str, Any], source: str = "config") ->
             raise ConfigError(f"{source}: jobs.{key} must be a non-negative integer, got {value!r}")
     defaults = dict(document.get("topic_defaults") or {})
     TopicConfig.from_mapping(defaults, topic="topic_defaults")
-    topics = {validate_topic(str(name)): _topic(str(name), defaults, body or {})
+    topics = {_topic_name(str(name), source): _topic(str(name), defaults, body or {})
               for name, body in (document.get("topics") or {}).items()}
     catalog = (document.get("catalog") or {}).get("uri") or join(root, "_catalog")
     return KlakeConfig(root=root, catalog_uri=normalize_uri(str(catalog)), storage=options,
                        spark_master=str(spark["master"]), spark_app_name=str(spark["app_name"]),
                        spark_conf={str(k): str(v) for k, v in spark["conf"].items()}, jobs=jobs,
                        topic_defaults=defaults, topics=topics)
+
+
+def _topic_name(name: str, source: str) -> str:
+    try:
+        return validate_topic(name)
+    except InvalidNameError as exc:
+        raise ConfigError(f"{source}: topics: {exc}") from None
 
 
 def _topic(name: str, defaults: Mapping[str, Any], body: Mapping[str, Any]) -> TopicSettings:

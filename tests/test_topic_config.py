@@ -51,30 +51,3 @@ def test_compacted_topics_cap_segment_ms_by_max_compaction_lag() -> None:
     assert compacted.roll_policy().segment_ms == 1000
     deleting = TopicConfig.from_mapping({"max.compaction.lag.ms": 1000})
     assert deleting.roll_policy().segment_ms == 604_800_000
-
-
-def test_example_yaml_loads_with_overrides() -> None:
-    import yaml
-
-    from engine.topic_config import topic_configs
-    from tests.conftest import PROJECT_ROOT
-
-    configs = topic_configs(yaml.safe_load((PROJECT_ROOT / "conf" / "topics.example.yaml").read_text()))
-    assert set(configs) == {"orders", "clicks", "audit"}
-    assert configs["orders"].cleanup_policy == "compact,delete" and configs["orders"].segment_bytes == 268_435_456
-    assert configs["clicks"].retention_bytes == 10_737_418_240 and configs["clicks"].retention_ms == 604_800_000
-    assert configs["audit"].retention_ms == -1 and configs["audit"].message_timestamp_type == "LogAppendTime"
-    assert configs["audit"].max_message_bytes == 1_048_588
-
-
-def test_yaml_errors_name_topic_and_key() -> None:
-    from engine.topic_config import topic_configs
-
-    with pytest.raises(ConfigError, match="topic clicks: retention.ms: -5 is outside"):
-        topic_configs({"topics": {"clicks": {"retention.ms": -5}}})
-    with pytest.raises(ConfigError, match="topic defaults: unknown topic setting 'segment.size'"):
-        topic_configs({"defaults": {"segment.size": 1}, "topics": {}})
-    with pytest.raises(ConfigError, match="unknown top-level"):
-        topic_configs({"topic": {}})
-    with pytest.raises(Exception, match="not a valid topic name|topic name"):
-        topic_configs({"topics": {"bad/name": {}}})
