@@ -200,8 +200,8 @@ def _damage(data: bytes, kind: str) -> tuple[bytes, int]:
 
 @pytest.mark.parametrize("copy", [False, True], ids=["in-place", "copy"])
 @pytest.mark.parametrize("damage", ["crc", "truncated"])
-def test_a_corrupt_segment_stops_its_partition_and_keeps_what_precedes(backend, kafka_fixtures, capsys, damage: str,
-                                                                       copy: bool) -> None:
+def test_a_corrupt_segment_stops_its_partition_and_keeps_what_precedes(backend, kafka_fixtures, capsys, tmp_path,
+                                                                       damage: str, copy: bool) -> None:
     part_dir = kafka_fixtures / "broker" / "timeindex_test-0"
     for base in TIMEINDEX_BASES[:3]:
         for suffix in (".log", ".index", ".timeindex"):
@@ -212,10 +212,13 @@ def test_a_corrupt_segment_stops_its_partition_and_keeps_what_precedes(backend, 
     damaged, bad_batch = _damage(good, damage)
     backend.put(backend.uri("src", "timeindex_test-0", "00000000000000007729.log"), damaged)
 
-    argv = ["import", backend.uri("src"), "--root", backend.uri("root"), "--catalog", backend.uri("catalog"), "--json"]
+    argv = ["import", backend.uri("src"), "--root", backend.uri("root"), "--catalog", backend.uri("catalog"),
+            "--report", str(tmp_path / "import.json")]
     code, out = run_klake(capsys, *argv, *(["--copy"] if copy else []))
-    report = json.loads(out)
-    assert code == 1 and report["failed"]
+    job_report = json.loads((tmp_path / "import.json").read_text())
+    report = job_report["results"]["import"]
+    assert code == 1 and report["failed"] and job_report["status"] == "failed"
+    assert "00000000000000007729.log" in out and "timeindex_test-0" in job_report["failures"][0]["partition"]
     part = next(p for p in report["partitions"] if p["topic"] == "timeindex_test")
     assert "00000000000000007729.log" in part["error"] and f"byte {bad_batch}" in part["error"]
     assert [(s["base_offset"], s["status"]) for s in part["segments"]] == [(0, "registered"), (7729, "corrupt")]
