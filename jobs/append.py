@@ -63,8 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where rejected records go (Parquet; default beside --report, else {root}/_rejects/)")
 
 
-def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
-    """The input with Spark's Kafka sink columns normalised, and an order key per row."""
+def _read_input(ctx: JobContext):  # noqa: ANN202 - (a pyspark DataFrame, its topics if known without a scan)
+    """The input with Spark's Kafka sink columns normalised and an order key per row; and its topics
+    when the input has no `topic` column (then `--topic` names the only one)."""
     from pyspark.sql import functions as F
 
     spark, args = ctx.spark, ctx.args
@@ -72,6 +73,7 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
         df = spark.table(args.table)
         df = df.withColumn("_file", F.lit("")).withColumn("_block", F.lit(0).cast("long"))
     else:
+        _is_dir(args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
         reader = spark.read.format(args.format)
         for item in args.input_options:
             key, _, value = item.partition("=")
@@ -81,6 +83,7 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
               .withColumn("_block", F.col("_metadata.file_block_start")))
     df = df.withColumn("_seq", F.monotonically_increasing_id())
     columns = set(df.columns)
+    topics = None
     if "value" not in columns:
         raise KlakeError(f"input has no `value` column (found {sorted(columns - set(ORDER_COLUMNS))}); "
                          "it needs Spark's Kafka sink columns")
@@ -88,6 +91,7 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
         if len(args.topics) != 1:
             raise KlakeError("the input has no `topic` column: name exactly one --topic")
         df = df.withColumn("topic", F.lit(args.topics[0]))
+        topics = [args.topics[0]]
     elif args.topics:
         df = df.where(F.col("topic").isin(args.topics))
     if "partition" not in columns:
@@ -98,7 +102,7 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
     keep = ["topic", "partition", "key", "value"] + [c for c in ("headers", "timestamp") if c in columns]
-    return df.select(*keep, *ORDER_COLUMNS)
+    return df.select(*keep, *ORDER_COLUMNS), topics
 
 
 def default_job_id(ctx: JobContext) -> str:
@@ -171,8 +175,8 @@ def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], 
 def _unknown_partition(tp: TopicPartition, table: pa.Table) -> PartitionAppendOutcome:
     from engine.append import AppendCounters
 
-    counters = AppendCounters(records_in=table.num_rows)
-    counters.rejected[UNKNOWN_PARTITION] = table.num_rows
+    counters = AppendCounters(records_in=table.num_rows, records_accepted=0,
+                              rejected={UNKNOWN_PARTITION: table.num_rows}, batches=0, bytes=0, segments_rolled=0)
     rejects = pa.table({"row": pa.array(np.arange(table.num_rows), pa.int64()),
                         "reason": pa.array([UNKNOWN_PARTITION] * table.num_rows, pa.string()),
                         "message": pa.array([f"{tp}: the topic has no such partition"] * table.num_rows, pa.string())})
@@ -216,8 +220,9 @@ def partition_counts(ctx: JobContext, topics: Sequence[str]) -> dict[str, int]:
 def run(ctx: JobContext) -> None:
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
-    df = _read_input(ctx)
-    topics = sorted(r["topic"] for r in df.select("topic").distinct().collect() if r["topic"] is not None)
+    df, topics = _read_input(ctx)
+    if topics is None:
+        topics = sorted(r["topic"] for r in df.select("topic").distinct().collect() if r["topic"] is not None)
     counts = partition_counts(ctx, topics)
     sticky = int(ctx.config.jobs["sticky_batch_bytes"])
     assigned = df.mapInArrow(lambda batches: (assign_partitions(b, counts, sticky) for b in batches), df.schema)

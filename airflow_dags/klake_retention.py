@@ -1,0 +1,36 @@
+"""Hourly retention: delete the segments that `retention.ms` / `retention.bytes` no longer keep.
+
+Task order: retention >> retention_report
+
+`retention` submits `jobs/retention.py` over every catalogued topic (or the `topics` param); the
+report task logs the job's JSON report, pushes its summary as XCom and fails unless it says
+succeeded. Retention runs in the one-slot pool `klake_mutating`, shared with every klake job that
+mutates partitions, and `max_active_runs=1` keeps a slow hour from overlapping the next.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag
+from klake_common import DEFAULT_ARGS, KlakeJobOperator, common_params, surface_report
+
+
+@dag(
+    dag_id="klake_retention",
+    schedule="@hourly",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=common_params(),
+    tags=["klake", "retention", "mutating"],
+    doc_md=__doc__,
+)
+def klake_retention():
+    retention = KlakeJobOperator(job="retention", execution_timeout=timedelta(minutes=55))
+    surface_report(retention)
+
+
+klake_retention()
