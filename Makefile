@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-spark dist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -41,6 +41,18 @@ test-airflow: $(STAMP) $(AIRFLOW_STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/codec_bench.py
+
+bench-spark: $(STAMP)
+	$(VENV)/bin/python benchmarks/append_bench.py
+	$(VENV)/bin/python benchmarks/read_bench.py
+
+# What a cluster needs: the wheel (pip install it, with its pinned dependencies, into the executors'
+# Python) or, where the dependencies are already there, the code alone for `spark-submit --py-files`.
+dist: $(STAMP)
+	rm -rf dist && mkdir -p dist
+	$(VENV)/bin/pip wheel -q --no-deps -w dist .
+	$(VENV)/bin/python -c "import pathlib, zipfile; z = zipfile.ZipFile('dist/klake-pyfiles.zip', 'w', zipfile.ZIP_DEFLATED); [z.write(p) for d in ('engine', 'layouts', 'jobs') for p in sorted(pathlib.Path(d).rglob('*.py'))]; z.close()"
+	@ls -l dist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

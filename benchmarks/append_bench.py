@@ -1,0 +1,101 @@
+"""`append` of ~1 GB of 100-byte records into 8 partitions on local[2], against Spark writing the same
+DataFrame to Parquet, in the same run and the same session (issue 5).
+
+The input (keys k0..k99999, 100-byte values, timestamps over one day) is generated once as Parquet
+files, untimed. Timed: (a) Spark reads the input and writes it as Parquet (snappy, Spark's default);
+(b) the klake `append` job reads the same input, assigns partitions (murmur2 of the key), encodes v2
+batches, rolls segments (segment.bytes 256 MiB), writes `.log`/`.index`/`.timeindex` and commits once.
+Prints MB/s of input for both and the ratio append/parquet (time), plus the append report's figures.
+
+Run: .venv/bin/python benchmarks/append_bench.py [--mb 1024] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from jobs import append  # noqa: E402
+from jobs.config import load_config  # noqa: E402
+from jobs.job_runner import main  # noqa: E402
+from jobs.spark_session import spark_session  # noqa: E402
+
+VALUE_BYTES = 100
+DAY_MS = 86_400_000
+START_MS = 1_790_000_000_000
+
+
+def _generate(spark, path: Path, records: int) -> None:  # noqa: ANN001
+    from pyspark.sql import functions as F
+
+    (spark.range(records, numPartitions=8)
+     .select(F.concat(F.lit("k"), (F.col("id") % 100_000).cast("string")).cast("binary").alias("key"),
+             F.expr(f"cast(rpad(cast(id as string), {VALUE_BYTES}, 'x') as binary)").alias("value"),
+             (F.lit(START_MS) + (F.col("id") * DAY_MS / records).cast("long")).alias("timestamp"))
+     .write.mode("overwrite").parquet(str(path)))
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def run(mb: int, workdir: Path) -> dict:
+    records = mb * 1024 * 1024 // VALUE_BYTES
+    conf = workdir / "bench.yaml"
+    conf.write_text(f"storage: {{root: {workdir / 'store'}}}\nspark: {{master: 'local[2]', conf: "
+                    "{spark.ui.enabled: 'false', spark.sql.shuffle.partitions: '8'}}\n"
+                    "topic_defaults: {segment.bytes: 268435456, message.timestamp.before.max.ms: 9223372036854775807}\n"
+                    "topics: {bench: {partitions: 8}}\n")
+    spark = spark_session(load_config(conf))
+    source = workdir / "input"
+    _generate(spark, source, records)
+    input_bytes = records * VALUE_BYTES
+
+    started = time.perf_counter()
+    spark.read.parquet(str(source)).write.mode("overwrite").parquet(str(workdir / "parquet-out"))
+    parquet_s = time.perf_counter() - started
+
+    report = workdir / "append.json"
+    started = time.perf_counter()
+    code = main(append.SPEC, ["--conf", str(conf), "--input", str(source), "--topic", "bench",
+                              "--now", str(START_MS + DAY_MS), "--report", str(report), "--no-progress"])
+    append_s = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"append failed with exit code {code}; see {report}")
+    figures = json.loads(report.read_text())
+    return {"records": records, "input_mb": round(input_bytes / 2**20, 1),
+            "parquet_s": round(parquet_s, 2), "parquet_mb_s": round(input_bytes / 2**20 / parquet_s, 1),
+            "parquet_out_mb": round(_dir_bytes(workdir / "parquet-out") / 2**20, 1),
+            "append_s": round(append_s, 2), "append_mb_s": round(input_bytes / 2**20 / append_s, 1),
+            "append_out_mb": round(_dir_bytes(workdir / "store") / 2**20, 1),
+            "ratio_append_time_over_parquet": round(append_s / parquet_s, 2),
+            "records_appended": figures["results"]["records_appended"],
+            "requests": figures["requests"], "commit": figures["commit"]}
+
+
+def main_bench() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=1024, help="input size in MiB of values (default 1024)")
+    parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-append-bench-"))
+    try:
+        result = run(args.mb, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    print(f"append {result['append_mb_s']} MB/s vs Spark Parquet write {result['parquet_mb_s']} MB/s: "
+          f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time")
+
+
+if __name__ == "__main__":
+    main_bench()
