@@ -33,7 +33,7 @@ DAY_MS = 86_400_000
 START_MS = 1_790_000_000_000
 
 
-def _generate(spark, path: Path, records: int) -> None:  # noqa: ANN001
+def generate_input(spark, path: Path, records: int) -> None:  # noqa: ANN001
     from pyspark.sql import functions as F
 
     (spark.range(records, numPartitions=8)
@@ -56,7 +56,7 @@ def run(mb: int, workdir: Path) -> dict:
                     "topics: {bench: {partitions: 8}}\n")
     spark = spark_session(load_config(conf))
     source = workdir / "input"
-    _generate(spark, source, records)
+    generate_input(spark, source, records)
     input_bytes = records * VALUE_BYTES
 
     started = time.perf_counter()

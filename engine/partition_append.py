@@ -98,7 +98,7 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
 
 
 def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms: int,
-                   options: StorageOptions | None, append_id: str) -> PartitionStep:
+                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None) -> PartitionStep:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     Writing and committing are separate so that a job over many partitions commits once (ARCHITECTURE,
@@ -114,7 +114,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
         if config.message_timestamp_type == "LogAppendTime" else None
     result = append_records(records, config, log_end_offset=log_end, now_ms=now_ms,
                             last_log_append_time=last_append, resume=resume, resume_log=resume_log,
-                            segment_key=str(tp))
+                            segment_key=str(tp), batch_bytes=batch_bytes)
     outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, result.counters,
                                      result.rejects, result.log_end_offset)
     if result.counters.records_accepted == 0:

@@ -229,7 +229,7 @@ def run(ctx: JobContext) -> None:
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
-                      "append_id": ctx.job_id}
+                      "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None}
 
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}

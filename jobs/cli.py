@@ -16,6 +16,7 @@ from jobs import (
     import_log,
     job_runner,
     offsets_for_times,
+    read,
     recover,
     retention,
     roll,
@@ -25,7 +26,8 @@ from jobs import (
 
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
 JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,
-        recover.REBUILD_INDEX, import_log.SPEC, scrub.SPEC, catalog_maintenance.SPEC, offsets_for_times.SPEC]
+        recover.REBUILD_INDEX, import_log.SPEC, scrub.SPEC, catalog_maintenance.SPEC, offsets_for_times.SPEC,
+        read.SPEC]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "vacuum_retention_hours": 168,
     "index_interval_bytes": 4096,
     "sticky_batch_bytes": 16_384,
+    "batch_bytes": 0,
 }
 SPARK_DEFAULTS: dict[str, Any] = {"master": "local[*]", "app_name": "klake", "conf": {}}
 _SECTIONS = {"storage": {"root", "endpoint_url", "region"}, "catalog": {"uri"}, "spark": set(SPARK_DEFAULTS),

@@ -1,0 +1,243 @@
+"""`spark.read.format("klake")`: a topic's records as a Spark Python data source, with Spark's Kafka source schema.
+
+    from jobs.klake_source import register
+    register(spark)
+    df = (spark.read.format("klake").option("root", "s3://bucket/logs").option("topic", "orders").load()
+          .where("timestamp >= '2026-11-21 10:00:00' AND timestamp < '2026-11-21 11:00:00' AND partition = 3"))
+
+Options: `root` (required), `catalog` (default `{root}/_catalog`), `topic` (required),
+`startingTimestamp` / `endingTimestamp` (epoch ms or ISO-8601; inclusive / exclusive),
+`startingOffset` / `endingOffset` (inclusive / exclusive), `partitions` ("0,3"), `splitBytes`, `endpoint`
+(an S3-compatible endpoint). Credentials are never options: `register` binds the driver's storage
+settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the registered class, so the
+Python workers that plan and read need no environment of their own. Range semantics, pruning,
+seeking and splitting are the `read` job's (`jobs/read.py`): one Spark partition per work item.
+
+Filter pushdown (`register` turns on `spark.sql.python.filterPushdown.enabled`, which Spark requires
+of any source that implements it, so registering the class yourself needs it too): comparisons and
+equality on `offset` and `timestamp`, comparisons, equality and IN on `partition`, equality and IN on
+`topic`, IS NOT NULL on those; every handled filter is applied exactly by the reader. A timestamp
+filter is handled only when the read is bounded in time from 0 on (an option or a lower bound >= 0):
+a time range here never matches records without a timestamp (-1), whereas Spark's `timestamp < t`
+alone would. Anything else goes back to Spark, which applies it after the scan.
+
+Spark 4.2.0 caveat: it keeps the planned read (partitions and reader state) of a pushed-down query on
+the relation that `load()` made, and a later query on that same DataFrame without pushable filters
+reuses it, so it would see only the earlier query's rows (Spark's own Python data source
+limitation; upstream's `PythonScanBuilder` now scopes the read to each scan). Call `load()` once per
+query, as the tests do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from engine.catalog import Catalog
+from engine.errors import ConfigError
+from jobs.job_runner import parse_now
+from jobs.read import DEFAULT_SPLIT_BYTES, KAFKA_SCHEMA, ReadRange, WorkItem, plan_read, read_item
+from layouts.storage import StorageOptions, join, normalize_uri
+
+NAME = "klake"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
+_COMPARISONS = (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, EqualTo)
+
+
+class KlakeDataSource(DataSource):
+    """The "klake" source; `storage` is bound by `register` (None: the worker's environment)."""
+
+    storage: StorageOptions | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KlakeReader(dict(self.options), self.storage)
+
+
+def register(spark: Any, storage: StorageOptions | None = None) -> None:
+    """Register "klake" bound to `storage` (default: the driver's environment) and enable filter pushdown.
+
+    The bound class is created here, so cloudpickle ships it (with its storage settings) by value.
+    """
+    bound = type("BoundKlakeDataSource", (KlakeDataSource,), {"storage": storage or StorageOptions.from_env()})
+    spark.dataSource.register(bound)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+class KlakeInputPartition(InputPartition):
+    def __init__(self, item: WorkItem) -> None:
+        super().__init__(item)
+
+
+@dataclass
+class Pushdown:
+    """What the handled filters require, as bounds the planner understands."""
+
+    from_ms: int | None = None
+    to_ms: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    partition_tests: list[tuple[str, Any]] = field(default_factory=list)
+    topics: set[str] | None = None
+
+    def narrow(self, name: str, low: int | None, high: int | None) -> None:
+        """AND a [low, high) bound into the `from_`/`to_` fields named by `name` ("ms" or "offset")."""
+        if low is not None:
+            current = getattr(self, f"from_{name}")
+            setattr(self, f"from_{name}", low if current is None else max(current, low))
+        if high is not None:
+            current = getattr(self, f"to_{name}")
+            setattr(self, f"to_{name}", high if current is None else min(current, high))
+
+
+class KlakeReader(DataSourceReader):
+    """Plans with `jobs.read.plan_read` (one input partition per work item) and reads with `read_item`."""
+
+    def __init__(self, options: dict[str, str], storage: StorageOptions | None) -> None:
+        self.options = {k.lower(): v for k, v in options.items()}
+        self.topic = self._required("topic")
+        self.root = normalize_uri(self._required("root"))
+        self.catalog_uri = normalize_uri(self.options.get("catalog") or join(self.root, "_catalog"))
+        endpoint = self.options.get("endpoint")
+        self.storage = storage or StorageOptions.from_env()
+        if endpoint:
+            self.storage = replace(self.storage, endpoint_url=endpoint)
+        self.range = ReadRange(self._time("startingtimestamp"), self._time("endingtimestamp"),
+                               self._int("startingoffset"), self._int("endingoffset"))
+        listed = self.options.get("partitions")
+        self.partition_tests: list[tuple[str, Any]] = (
+            [("in", tuple(int(p) for p in listed.split(",") if p.strip()))] if listed else [])
+        self.split_bytes = self._int("splitbytes") or DEFAULT_SPLIT_BYTES
+        self.nothing = False
+
+    def _required(self, name: str) -> str:
+        if not self.options.get(name):
+            raise ConfigError(f"klake data source: option {name!r} is required")
+        return self.options[name]
+
+    def _int(self, name: str) -> int | None:
+        text = self.options.get(name)
+        return None if text in (None, "") else int(text)
+
+    def _time(self, name: str) -> int | None:
+        text = self.options.get(name)
+        return None if text in (None, "") else parse_now(text)
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 - Spark's name
+        """Keep what can be applied exactly; return the rest to Spark."""
+        wanted = Pushdown()
+        timed: list[Filter] = []
+        rest = [item for item in filters if not _take(item, wanted, timed)]
+        time_ok = self.range.min_timestamp is not None or (wanted.from_ms is not None and wanted.from_ms >= 0)
+        if timed and not time_ok:
+            rest += timed
+            wanted.from_ms = wanted.to_ms = None
+        self._apply(wanted)
+        return rest
+
+    def _apply(self, wanted: Pushdown) -> None:
+        r = self.range
+        lower_ms = None if wanted.from_ms is None else max(wanted.from_ms, 0)
+        upper_ms = None if wanted.to_ms is None else max(wanted.to_ms, 0)
+        merged = Pushdown(r.from_ms, r.to_ms, r.from_offset, r.to_offset)
+        merged.narrow("ms", lower_ms, upper_ms)
+        merged.narrow("offset", None if wanted.from_offset is None else max(wanted.from_offset, 0),
+                      None if wanted.to_offset is None else max(wanted.to_offset, 0))
+        self.range = ReadRange(merged.from_ms, merged.to_ms, merged.from_offset, merged.to_offset)
+        self.partition_tests += wanted.partition_tests
+        self.nothing = wanted.topics is not None and self.topic not in wanted.topics
+
+    def partitions(self) -> Sequence[InputPartition]:
+        if self.nothing:
+            return []
+        catalog = Catalog.open(self.catalog_uri, self.storage)
+        tests = list(self.partition_tests)
+        plan = plan_read(catalog, self.topic, self.range, self.storage,
+                         lambda p: all(_partition_ok(p, op, v) for op, v in tests), self.split_bytes)
+        return [KlakeInputPartition(item) for item in plan.items]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.value is None:
+            return iter(())
+        return read_item(partition.value, self.storage)
+
+
+def _take(item: Filter, wanted: Pushdown, timed: list[Filter]) -> bool:
+    """Record `item` in `wanted` if it can be applied exactly (timestamp filters also go to `timed`)."""
+    if isinstance(item, IsNotNull):
+        return item.attribute in {(name,) for name in _NEVER_NULL}
+    column = item.attribute[0] if len(getattr(item, "attribute", ())) == 1 else None
+    if column == "topic" and isinstance(item, EqualTo | In):
+        values = set(item.value) if isinstance(item, In) else {item.value}
+        wanted.topics = values if wanted.topics is None else wanted.topics & values
+        return True
+    if column == "partition":
+        return _take_partition(item, wanted)
+    if column == "offset" and isinstance(item, _COMPARISONS) and _is_int(item.value):
+        wanted.narrow("offset", *_int_bounds(item, item.value))
+        return True
+    if column == "timestamp" and isinstance(item, _COMPARISONS) and isinstance(item.value, datetime) \
+            and item.value.tzinfo is not None:
+        wanted.narrow("ms", *_millis_bounds(item, (item.value - _EPOCH) // timedelta(microseconds=1)))
+        timed.append(item)
+        return True
+    return False
+
+
+def _take_partition(item: Filter, wanted: Pushdown) -> bool:
+    if isinstance(item, In) and all(_is_int(v) for v in item.value):
+        wanted.partition_tests.append(("in", tuple(item.value)))
+        return True
+    if isinstance(item, _COMPARISONS) and _is_int(item.value):
+        wanted.partition_tests.append((type(item).__name__, item.value))
+        return True
+    return False
+
+
+def _partition_ok(partition: int, op: str, value: Any) -> bool:
+    return {"in": lambda: partition in value, "EqualTo": lambda: partition == value,
+            "GreaterThan": lambda: partition > value, "GreaterThanOrEqual": lambda: partition >= value,
+            "LessThan": lambda: partition < value, "LessThanOrEqual": lambda: partition <= value}[op]()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_bounds(item: Filter, v: int) -> tuple[int | None, int | None]:
+    """[low, high) over integers for a comparison with `v`."""
+    return {GreaterThan: (v + 1, None), GreaterThanOrEqual: (v, None), LessThan: (None, v),
+            LessThanOrEqual: (None, v + 1), EqualTo: (v, v + 1)}[type(item)]
+
+
+def _millis_bounds(item: Filter, micros: int) -> tuple[int | None, int | None]:
+    """[low, high) over millisecond timestamps for a comparison of `timestamp` (µs) with `micros`:
+    ms * 1000 >= x  <=>  ms >= ceil(x / 1000), and ms * 1000 <= x  <=>  ms < floor(x / 1000) + 1."""
+    floor, ceil = micros // 1000, -(-micros // 1000)
+    return {GreaterThan: (floor + 1, None), GreaterThanOrEqual: (ceil, None), LessThan: (None, ceil),
+            LessThanOrEqual: (None, floor + 1), EqualTo: (ceil, floor + 1)}[type(item)]
