@@ -8,9 +8,13 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
 - A missing partition is chosen as Kafka's default producer does: murmur2 of the key for keyed
   records; null keys stick to one partition until `jobs.sticky_batch_bytes` (the producer's
   `batch.size`, 16384) of records went there, then move on (KIP-480's sticky partitioner), starting
-  at a partition derived from the input split, so a re-run assigns identically.
+  at a partition derived from the input split (the run carries over Arrow batches within a task), so
+  a re-run with the same input and Spark settings assigns identically. An explicit partition outside
+  the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
 - Input order is kept per partition: files in path order, rows in file order (`_metadata`), or
   Spark's row order for tables.
+- `s3://` input is read by the tasks with pyarrow through fsspec (Parquet, JSON lines, CSV), since
+  Spark here has no S3 filesystem (hadoop-aws); other formats from S3 need a cluster that has one.
 - Records Kafka would refuse (timestamp outside `message.timestamp.before/after.max.ms`, larger than
   `max.message.bytes`, negative timestamps unless KIP-228 is enabled, a partition outside the topic)
   are not appended; they are written with their reason to the rejects file (Parquet) next to the
@@ -30,6 +34,7 @@ import io
 import json
 import pickle
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from functools import partial
 
@@ -45,11 +50,13 @@ from engine.partitioner import murmur2, partition_for_keys
 from jobs.job_runner import JobContext, JobSpec, main
 from jobs.spark_session import run_with_progress
 from layouts.names import TopicPartition
-from layouts.storage import filesystem, is_s3, join, list_objects
+from layouts.storage import StorageOptions, filesystem, is_s3, join, list_objects, read_bytes
 
 ORDER_COLUMNS = ("_file", "_block", "_seq")
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
-RESULT_SCHEMA = "topic string, partition int, result binary"
+NOT_SELECTED = "PARTITION_NOT_SELECTED"
+RESULT, REJECTS = "result", "rejects"
+RESULT_SCHEMA = "topic string, partition int, kind string, result binary"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +79,8 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - (a pyspark DataFrame, its to
     if args.table:
         df = spark.table(args.table)
         df = df.withColumn("_file", F.lit("")).withColumn("_block", F.lit(0).cast("long"))
+    elif is_s3(args.input):
+        df = _input_over_fsspec(ctx)
     else:
         _is_dir(args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
         reader = spark.read.format(args.format)
@@ -105,6 +114,55 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - (a pyspark DataFrame, its to
     return df.select(*keep, *ORDER_COLUMNS), topics
 
 
+ARROW_FORMATS = ("parquet", "json", "csv")
+
+
+def _input_files(ctx: JobContext) -> list[str]:
+    path = ctx.args.input
+    if not _is_dir(path, ctx):
+        return [path]
+    files = sorted(o.uri for o in list_objects(path, ctx.options) if not o.name.startswith(("_", ".")) and o.size)
+    if not files:
+        raise KlakeError(f"input {path} holds no data files")
+    return files
+
+
+def read_arrow_file(uri: str, fmt: str, options: StorageOptions | None) -> pa.Table:
+    """One input file as Arrow (JSON = JSON lines)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    data = io.BytesIO(read_bytes(uri, options))
+    return {"parquet": pq.read_table, "json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
+
+
+def _input_over_fsspec(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
+    """s3:// input without hadoop-aws in Spark: the driver lists the files, one task reads each with
+    pyarrow through fsspec (the same storage access as the segments), in path order."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    fmt, options = ctx.args.format, ctx.options
+    if fmt not in ARROW_FORMATS:
+        raise KlakeError(f"--format {fmt} is read from s3:// only as {'/'.join(ARROW_FORMATS)} (Spark here has no "
+                         "S3 filesystem); use --table, a local path, or a cluster with hadoop-aws")
+    files = _input_files(ctx)
+    schema = read_arrow_file(files[0], fmt, options).schema
+    full = schema.append(pa.field("_file", pa.string())).append(pa.field("_block", pa.int64()))
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                table = read_arrow_file(files[index], fmt, options)
+                try:
+                    table = table.select(schema.names).cast(schema)
+                except (KeyError, pa.ArrowInvalid) as exc:
+                    raise KlakeError(f"input {files[index]}: its columns differ from {files[0]}'s: {exc}") from None
+                table = table.append_column("_file", pa.array([files[index]] * table.num_rows, pa.string()))
+                yield from table.append_column("_block", pa.array(np.zeros(table.num_rows, np.int64))).to_batches()
+
+    return ctx.spark.range(len(files), numPartitions=len(files)).mapInArrow(read, from_arrow_schema(full))
+
+
 def default_job_id(ctx: JobContext) -> str:
     """A job id that names the input: the same files, topic and assignment settings give the same id."""
     args = ctx.args
@@ -126,64 +184,88 @@ def _is_dir(path: str, ctx: JobContext) -> bool:
     return fs.isdir(inner)
 
 
-def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky_bytes: int) -> pa.RecordBatch:
-    """Fill missing partitions: murmur2 for keys, the sticky rule for null keys (module docstring)."""
-    table = pa.Table.from_batches([batch])
-    partition = table.column("partition").combine_chunks()
-    if partition.null_count == 0 or table.num_rows == 0:
-        return batch
-    chosen = partition.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    topics = table.column("topic").combine_chunks()
-    keys = table.column("key").combine_chunks()
-    sizes = pc.fill_null(pc.binary_length(table.column("value").combine_chunks()), 0).to_numpy(zero_copy_only=False)
-    files = table.column("_file").combine_chunks()
-    start = table.column("_block").combine_chunks().to_numpy(zero_copy_only=False)
-    for topic in pc.unique(topics).to_pylist():
-        n = counts[topic]
-        rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False) & (chosen < 0))
-        if rows.size == 0:
-            continue
+class PartitionAssigner:
+    """Fills missing partitions across all the Arrow batches of one Spark task (module docstring):
+    murmur2 for keys; for null keys a sticky run per topic that moves to the next partition once
+    `sticky_bytes` of values went to the current one, carried over batch boundaries."""
+
+    def __init__(self, counts: dict[str, int], sticky_bytes: int) -> None:
+        self.counts, self.sticky_bytes = counts, max(sticky_bytes, 1)
+        self.runs: dict[str, tuple[int, int]] = {}  # topic -> (current partition, bytes sent to it)
+
+    def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield self._assign(pa.Table.from_batches([batch]))
+
+    def _assign(self, table: pa.Table) -> pa.RecordBatch:
+        partition = table.column("partition").combine_chunks()
+        if partition.null_count == 0 or table.num_rows == 0:
+            return table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
+        missing = partition.is_null().to_numpy(zero_copy_only=False)
+        chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int32)
+        topics = table.column("topic").combine_chunks()
+        keys = table.column("key").combine_chunks()
+        sizes = pc.fill_null(pc.binary_length(table.column("value").combine_chunks()), 0).to_numpy(zero_copy_only=False)
+        for topic in pc.unique(topics).to_pylist():
+            rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False) & missing)
+            if rows.size:
+                chosen[rows] = self._for_topic(topic, rows, keys, sizes, table)
+        index = table.schema.get_field_index("partition")
+        return table.set_column(index, "partition", pa.array(chosen, pa.int32())).combine_chunks().to_batches()[0]
+
+    def _for_topic(self, topic: str, rows: np.ndarray, keys: pa.Array, sizes: np.ndarray, table: pa.Table) -> np.ndarray:
+        n = self.counts[topic]
         by_key = partition_for_keys(keys.take(pa.array(rows)), n)
         null_rows = rows[by_key < 0]
         if null_rows.size:
-            seed_input = pa.array([f"{files[int(null_rows[0])].as_py()}@{int(start[null_rows[0]])}:{topic}"], pa.binary())
-            first = int(murmur2(seed_input)[0] & np.uint32(0x7FFFFFFF)) % n
-            sticky = np.cumsum(sizes[null_rows]) // max(sticky_bytes, 1)
-            by_key[by_key < 0] = ((first + sticky) % n).astype(np.int32)
-        chosen[rows] = by_key
-    index = table.schema.get_field_index("partition")
-    return table.set_column(index, "partition", pa.array(chosen, pa.int32())).to_batches()[0]
+            if topic not in self.runs:
+                first = int(null_rows[0])
+                seed = f"{table.column('_file')[first].as_py()}@{table.column('_block')[first].as_py()}:{topic}"
+                self.runs[topic] = (int(murmur2(pa.array([seed.encode()], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
+            current, sent = self.runs[topic]
+            run_sizes = sizes[null_rows].astype(np.int64)
+            before = sent + np.cumsum(run_sizes) - run_sizes  # bytes of the run when each record arrives
+            by_key[by_key < 0] = ((current + before // self.sticky_bytes) % n).astype(np.int32)
+            total = sent + int(run_sizes.sum())
+            self.runs[topic] = ((current + total // self.sticky_bytes) % n, total % self.sticky_bytes)
+        return by_key
 
 
-def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], prepare_kwargs: dict) -> pa.Table:
-    """One partition's records (one Spark task): sorted into input order, appended, result pickled."""
+def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], counts: dict[str, int],
+                  prepare_kwargs: dict) -> pa.Table:
+    """One partition's records (one Spark task): sorted into input order, appended, result pickled.
+    Records naming a partition the topic lacks (or one this run does not select) come back as rejects."""
     topic, partition = table.column("topic")[0].as_py(), int(table.column("partition")[0].as_py())
-    tp = TopicPartition(topic, partition)
     table = table.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
+    if not 0 <= partition < counts[topic]:
+        return _result_row(topic, partition, REJECTS, _rejected(table, UNKNOWN_PARTITION,
+                                                                f"{topic} has partitions 0..{counts[topic] - 1}"))
+    tp = TopicPartition(topic, partition)
     item = items.get(tp)
     if item is None:
-        result = PartitionResult(tp, PartitionStep(_unknown_partition(tp, table)))
-    else:
-        result = run_prepare(partial(prepare_append, records=table, **prepare_kwargs), item)
+        return _result_row(topic, partition, REJECTS, _rejected(table, NOT_SELECTED,
+                                                                f"{tp} is not among this run's --partition"))
+    result = run_prepare(partial(prepare_append, records=table, **prepare_kwargs), item)
     if result.step is not None:
         outcome = result.step.outcome
         outcome.rejects = _with_source(outcome.rejects, table)
-    return pa.table({"topic": [topic], "partition": pa.array([partition], pa.int32()),
-                     "result": pa.array([pickle.dumps(result)], pa.binary())})
+    return _result_row(topic, partition, RESULT, result)
 
 
-def _unknown_partition(tp: TopicPartition, table: pa.Table) -> PartitionAppendOutcome:
-    from engine.append import AppendCounters
+def _result_row(topic: str, partition: int, kind: str, payload: object) -> pa.Table:
+    return pa.table({"topic": [topic], "partition": pa.array([partition], pa.int32()), "kind": [kind],
+                     "result": pa.array([pickle.dumps(payload)], pa.binary())})
 
-    counters = AppendCounters(records_in=table.num_rows, records_accepted=0,
-                              rejected={UNKNOWN_PARTITION: table.num_rows}, batches=0, bytes=0, segments_rolled=0)
-    rejects = pa.table({"row": pa.array(np.arange(table.num_rows), pa.int64()),
-                        "reason": pa.array([UNKNOWN_PARTITION] * table.num_rows, pa.string()),
-                        "message": pa.array([f"{tp}: the topic has no such partition"] * table.num_rows, pa.string())})
+
+def _rejected(table: pa.Table, reason: str, message: str) -> pa.Table:
+    """Every record of `table` as a reject with `reason`, in the rejects file's columns."""
+    n = table.num_rows
+    rejects = pa.table({"row": pa.array(np.arange(n), pa.int64()), "reason": pa.array([reason] * n, pa.string()),
+                        "message": pa.array([message] * n, pa.string())})
     for name in ("key", "value", "timestamp", "headers"):
         if name in table.column_names:
             rejects = rejects.append_column(name, table.column(name))
-    return PartitionAppendOutcome(tp.topic, tp.partition, "", False, counters, rejects)
+    return _with_source(rejects, table)
 
 
 def _with_source(rejects: pa.Table | None, table: pa.Table) -> pa.Table | None:
@@ -225,18 +307,21 @@ def run(ctx: JobContext) -> None:
         topics = sorted(r["topic"] for r in df.select("topic").distinct().collect() if r["topic"] is not None)
     counts = partition_counts(ctx, topics)
     sticky = int(ctx.config.jobs["sticky_batch_bytes"])
-    assigned = df.mapInArrow(lambda batches: (assign_partitions(b, counts, sticky) for b in batches), df.schema)
+    assigned = df.mapInArrow(lambda batches: PartitionAssigner(counts, sticky).assign(batches), df.schema)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None}
 
+    unplaced: list[pa.Table] = []
+
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}
         grouped = assigned.groupBy("topic", "partition").applyInArrow(
-            lambda table: _append_group(table, by_tp, prepare_kwargs), RESULT_SCHEMA)
+            lambda table: _append_group(table, by_tp, counts, prepare_kwargs), RESULT_SCHEMA)
         rows = run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress())
-        results = [pickle.loads(row["result"]) for row in rows]
+        results = [pickle.loads(row["result"]) for row in rows if row["kind"] == RESULT]
+        unplaced.extend(pickle.loads(row["result"]) for row in rows if row["kind"] == REJECTS)
         seen = {r.tp for r in results}
         idle = [PartitionResult(item.tp, PartitionStep(PartitionAppendOutcome(item.tp.topic, item.tp.partition,
                                                                               ctx.job_id, False)))
@@ -244,17 +329,21 @@ def run(ctx: JobContext) -> None:
         return results + idle
 
     run_ = ctx.run_partitions_with(tps, execute, once_per_job_id=True)
-    _report(ctx, run_.results, run_.already_committed)
+    _report(ctx, run_.results, run_.already_committed, unplaced)
 
 
-def _report(ctx: JobContext, results: list[PartitionResult], already: bool) -> None:
+def _report(ctx: JobContext, results: list[PartitionResult], already: bool, unplaced: list[pa.Table]) -> None:
     if already:
         ctx.report.summary.append(f"append: job {ctx.job_id} was already committed; nothing appended again")
         ctx.report.results["already_committed"] = True
         return
     appended = received = 0
     by_reason: dict[str, int] = {}
-    rejects = []
+    rejects = list(unplaced)
+    for table in unplaced:
+        received += table.num_rows
+        for reason, n in Counter(table.column("reason").to_pylist()).items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
     for result in results:
         if result.step is None:
             continue
