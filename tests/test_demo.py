@@ -1,42 +1,286 @@
-"""The README's main job (`klake demo`): its figures against a recomputation from its own input."""
+"""The README's main job (`klake demo`): its figures against a brute-force recomputation from its input.
+
+The demo runs in-process (in the session's Spark) on a small data set. The expectations here are
+computed from what the jobs were given, record by record, without the demo's own model: the Parquet
+batches it wrote, the clock each append ran at (its report's `now_ms`), the topic settings in the
+config it wrote, and, for retention, only the segment boundaries the catalog chose.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import struct
+from collections import Counter, defaultdict
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from jobs import demo
+from engine.catalog import Catalog
+from engine.partitioner import partition_for_keys
 from jobs.cli import main
+from jobs.config import KlakeConfig, load_config
+
+pytestmark = pytest.mark.spark
+SMALL = ["--days", "3", "--records-per-day", "400", "--batches-per-day", "1"]
 
 
-@pytest.mark.parametrize("storage", ["--local", "embedded-s3"])
-def test_demo_runs_end_to_end_and_its_figures_add_up(tmp_path: Path, storage: str,
-                                                     capsys: pytest.CaptureFixture) -> None:
-    args = ["demo", "--out", str(tmp_path), "--days", "2", "--records-per-day", "600"]
-    assert main(args + ([storage] if storage == "--local" else [])) == 0
-    report = json.loads((tmp_path / "demo-report.json").read_text())
-    rng = np.random.default_rng(7)
-    streams = [s for t in demo.TOPICS for s in demo.generate(t, 2, 600, rng)]
-    assert report["records"] == sum(len(s.keys) for s in streams) == 2 * 600 * len(demo.TOPICS)
-    assert report["partitions"] == sum(t.partitions for t in demo.TOPICS)
-    assert report["lookups"] == 12 * report["partitions"] and report["lookups_wrong"] == 0
-    assert report["verify_problems"] == []
-    assert report["import"]["rows_added"] == report["segments"] == report["live_segments"]
-    assert 0 < report["window_segments"] <= report["live_segments"]
-    assert report["scrub"]["orphans"] == [] and report["scrub"]["missing"] == []
-    out = capsys.readouterr().out
-    assert f"{report['lookups']} lookups, {report['lookups']} equal to a brute-force scan" in out
+@dataclass
+class DemoRun:
+    out: Path
+    code: int
+    stdout: str
+
+    def report(self, name: str) -> dict[str, Any]:
+        return json.loads((self.out / "reports" / f"{name}.json").read_text())
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.out / "demo-report.json").read_text())
+
+    @property
+    def config(self) -> KlakeConfig:
+        return load_config(self.out / "demo.yaml")
 
 
-def test_demo_is_idempotent_on_local_storage(tmp_path: Path) -> None:
-    args = ["demo", "--local", "--out", str(tmp_path), "--days", "1", "--records-per-day", "300"]
-    assert main(args) == 0
-    first = json.loads((tmp_path / "demo-report.json").read_text())
-    assert main(args) == 0
-    second = json.loads((tmp_path / "demo-report.json").read_text())
-    assert second["import"]["rows_added"] == 0
-    assert second["import"]["already_registered"] == first["import"]["rows_added"]
-    assert second["live_segments"] == first["live_segments"]
+def run_demo(out: Path, *extra: str) -> DemoRun:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        code = main(["demo", "--out", str(out), *SMALL, *extra])
+    return DemoRun(out, code, stdout.getvalue())
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory, spark) -> DemoRun:  # noqa: ANN001 - the Spark session
+    return run_demo(tmp_path_factory.mktemp("demo"), "--local")
+
+
+def live_rows(run: DemoRun) -> list[dict[str, Any]]:
+    return Catalog.open(run.config.catalog_uri).segments().to_pylist()
+
+
+# --- the brute force -------------------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    timestamp: int
+    key: bytes | None
+
+
+def expected_logs(run: DemoRun) -> tuple[dict[str, list[Record]], Counter[str]]:
+    """Every input record, batch by batch in file order, through Kafka's validation and partitioner."""
+    topics = run.config.topics
+    logs: dict[str, list[Record]] = defaultdict(list)
+    rejected: Counter[str] = Counter()
+    for i, path in enumerate(sorted((run.out / "input").glob("batch-*.parquet"))):
+        now = run.report(f"append-{i:02d}")["now_ms"]
+        table = pq.read_table(path)
+        stamps = table["timestamp"].cast(pa.int64()).to_pylist()
+        for row, ts in zip(table.select(["topic", "partition", "key"]).to_pylist(), stamps, strict=True):
+            settings = topics[row["topic"]]
+            config = settings.config
+            log_append = config.message_timestamp_type == "LogAppendTime"
+            if not log_append and not now - config.message_timestamp_before_max_ms <= ts <= \
+                    now + config.message_timestamp_after_max_ms:
+                rejected[row["topic"]] += 1
+                continue
+            partition = row["partition"]
+            if partition is None:
+                partition = int(partition_for_keys(pa.array([row["key"]], pa.binary()), settings.partitions)[0])
+            logs[f"{row['topic']}-{partition}"].append(Record(now if log_append else ts, row["key"]))
+    return logs, rejected
+
+
+def partition_outcomes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["partition"]: p["outcome"] for p in report["partitions"] if p.get("outcome")}
+
+
+def retention_walk(decisions: list[dict[str, Any]], log: list[Record], retention_ms: int, now: int
+                   ) -> tuple[list[int], list[int]]:
+    """(deleted, held back) base offsets: oldest first, delete while past retention.ms, stop at the first keeper."""
+    deleted: list[int] = []
+    for d in decisions:
+        records = log[d["base_offset"]:d["next_offset"]]
+        if not records or retention_ms < 0:
+            return deleted, []
+        largest = max(r.timestamp for r in records)
+        if now - largest <= retention_ms:
+            return deleted, [d["base_offset"]] if largest > now else []
+        deleted.append(d["base_offset"])
+    return deleted, []
+
+
+def latest_per_key(log: list[Record], start: int, end: int) -> list[int]:
+    latest: dict[bytes | None, int] = {}
+    for offset in range(start, end):
+        latest[log[offset].key] = offset
+    return sorted(latest.values())
+
+
+def surviving_offsets(run: DemoRun, logs: dict[str, list[Record]]) -> dict[str, tuple[int, list[int]]]:
+    """Per partition: the log start after retention and the offsets left after compaction."""
+    kept = {}
+    plans = {name: o["plan"] for name, o in partition_outcomes(run.report("retention")).items()}
+    cleaned = partition_outcomes(run.report("compact"))
+    for name, log in logs.items():
+        start = next(d["base_offset"] for d in plans[name]["decisions"] if d["action"] == "keep")
+        end = cleaned[name]["checkpoint"] if name in cleaned else start
+        kept[name] = (start, latest_per_key(log, start, end) + list(range(end, len(log))))
+    return kept
+
+
+def lookup(log: list[Record], start: int, offsets: list[int], target: int) -> tuple[int, int]:
+    if target == -1:
+        return len(log), -1
+    if target == -2:
+        return start, -1
+    if target == -3:
+        best = max(offsets, key=lambda o: (log[o].timestamp, -o))
+        return best, log[best].timestamp
+    return next(((o, log[o].timestamp) for o in offsets if log[o].timestamp >= target), (-1, -1))
+
+
+def summary_number(run: DemoRun, pattern: str) -> int:
+    match = re.search(pattern, run.stdout)
+    assert match, f"{pattern!r} not in the summary:\n{run.stdout}"
+    return int(match.group(1).replace(",", ""))
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+def test_the_demo_succeeds_with_a_short_summary(local_run: DemoRun) -> None:
+    assert local_run.code == 0, local_run.stdout
+    assert all(check["ok"] for check in local_run.summary["checks"]), local_run.summary["checks"]
+    assert all(step["exit_code"] == 0 for step in local_run.summary["steps"])
+    lines = local_run.stdout.strip().splitlines()
+    assert 15 <= len(lines) <= 25, local_run.stdout
+    assert "every figure equals a recomputation from the generated input" in local_run.stdout
+
+
+def test_appends_and_rejects_equal_the_input(local_run: DemoRun) -> None:
+    logs, rejected = expected_logs(local_run)
+    appended: Counter[str] = Counter()
+    reported_rejects = 0
+    for i in range(3):
+        report = local_run.report(f"append-{i:02d}")
+        reported_rejects += report["rejected"]["count"]
+        for name, outcome in partition_outcomes(report).items():
+            appended[name] += outcome["records_accepted"]
+    assert appended == Counter({name: len(log) for name, log in logs.items()})
+    assert reported_rejects == sum(rejected.values()) == rejected["orders"] > 0
+    assert summary_number(local_run, r"([\d,]+) records appended") == sum(len(log) for log in logs.values())
+    assert summary_number(local_run, r"(\d+) rejected") == sum(rejected.values())
+    assert local_run.report("append-00-retry")["results"]["already_committed"] is True
+
+
+def test_retention_deletes_what_the_time_rule_says(local_run: DemoRun) -> None:
+    logs, _ = expected_logs(local_run)
+    report = local_run.report("retention")
+    now, topics = report["now_ms"], local_run.config.topics
+    deleted_segments = deleted_records = 0
+    held_total = 0
+    for name, outcome in partition_outcomes(report).items():
+        plan = outcome["plan"]
+        deleted, held = retention_walk(plan["decisions"], logs[name], topics[name.rsplit("-", 1)[0]].config.retention_ms,
+                                       now)
+        assert [d["base_offset"] for d in plan["decisions"] if d["action"] == "delete"] == deleted, name
+        assert [h["base_offset"] for h in plan["held_back_by_future_timestamp"]] == held, name
+        deleted_segments += len(deleted)
+        deleted_records += sum(d["record_count"] for d in plan["decisions"] if d["base_offset"] in deleted)
+        held_total += len(held)
+    assert deleted_segments > 0 and held_total == 1
+    assert summary_number(local_run, r"retention +deleted (\d+) segments") == deleted_segments
+    assert summary_number(local_run, r"retention .*?, ([\d,]+) records") == deleted_records
+    assert "held back  clicks-1" in local_run.stdout
+
+
+def test_compaction_keeps_the_latest_record_per_key(local_run: DemoRun) -> None:
+    logs, _ = expected_logs(local_run)
+    kept = surviving_offsets(local_run, logs)
+    read = removed = 0
+    for name, outcome in partition_outcomes(local_run.report("compact")).items():
+        start, checkpoint = kept[name][0], outcome["checkpoint"]
+        expected = latest_per_key(logs[name], start, checkpoint)
+        assert outcome["cleaned"] and checkpoint == len(logs[name]), name
+        assert (outcome["stats"]["records_read"], outcome["stats"]["records_kept"]) == \
+            (checkpoint - start, len(expected)), name
+        read += checkpoint - start
+        removed += checkpoint - start - len(expected)
+    assert removed > 0
+    assert summary_number(local_run, r"([\d,]+) records read") == read
+    assert summary_number(local_run, r"([\d,]+) removed") == removed
+    live = live_rows(local_run)
+    assert sum(r["record_count"] for r in live) == sum(len(offsets) for _, offsets in kept.values())
+    assert summary_number(local_run, r"([\d,]+) records live now") == sum(r["record_count"] for r in live)
+
+
+def test_lookups_and_the_range_read_equal_a_scan(local_run: DemoRun) -> None:
+    logs, _ = expected_logs(local_run)
+    kept = surviving_offsets(local_run, logs)
+    answers = local_run.report("offsets-for-times")["results"]["answers"]
+    targets = {a["target"] for a in answers}
+    assert len(answers) == len(targets) * len(logs) and {-1, -2, -3} < targets
+    for a in answers:
+        name = f"{a['topic']}-{a['partition']}"
+        assert (a["offset"], a["timestamp"]) == lookup(logs[name], *kept[name], a["target"]), a
+    window = local_run.report("read")["results"]["read"]["range"]
+    expected = {(int(name.rsplit("-", 1)[1]), o) for name, (_, offsets) in kept.items() if name.startswith("clicks-")
+                for o in offsets if window["from_ms"] <= logs[name][o].timestamp < window["to_ms"]}
+    table = pq.read_table(local_run.out / "read" / "clicks")
+    assert set(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True)) == expected
+    assert table.num_rows == len(expected) > 0
+
+
+def test_the_timeline_is_a_readable_png(local_run: DemoRun) -> None:
+    png = (local_run.out / "timeline.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width >= 1200 and height >= 700 and len(png) > 30_000
+    assert str(local_run.out / "timeline.png") in local_run.stdout
+
+
+def test_a_second_run_does_not_double_the_data(local_run: DemoRun) -> None:
+    before = live_rows(local_run)
+    again = run_demo(local_run.out, "--local")
+    assert again.code == 0, again.stdout
+    assert all(again.report(f"append-{i:02d}")["results"]["already_committed"] for i in range(3))
+    assert sorted((r["topic"], r["partition"], r["segment_id"]) for r in live_rows(again)) == \
+        sorted((r["topic"], r["partition"], r["segment_id"]) for r in before)
+    assert "0 of 3 batches committed" in again.stdout and "deleted 0 segments" in again.stdout
+    assert summary_number(again, r"([\d,]+) records live now") == sum(r["record_count"] for r in before)
+
+
+def refused(*args: str) -> str:
+    """The error of a demo run that must stop before it touches anything."""
+    stderr = io.StringIO()
+    with redirect_stderr(stderr), redirect_stdout(io.StringIO()):
+        assert main(["demo", *args]) == 2
+    return stderr.getvalue()
+
+
+def test_other_settings_on_the_same_store_are_refused(local_run: DemoRun) -> None:
+    assert "other settings" in refused("--out", str(local_run.out), "--local", "--days", "2")
+
+
+def test_a_store_with_foreign_data_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "someone-elses.log").write_bytes(b"x")
+    assert "did not write" in refused("--out", str(tmp_path), "--local")
+    assert not (tmp_path / "input").exists()
+
+
+@pytest.mark.s3
+def test_the_default_embedded_s3_run(tmp_path: Path, spark) -> None:  # noqa: ANN001 - the Spark session
+    run = run_demo(tmp_path)
+    assert run.code == 0, run.stdout
+    assert "embedded S3 (moto_server" in run.stdout
+    assert all(check["ok"] for check in run.summary["checks"]), run.summary["checks"]
+    assert (tmp_path / "timeline.png").stat().st_size > 30_000
