@@ -20,10 +20,12 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from engine.batch import scan_batches
 from engine.catalog import Catalog
 from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
+from engine.index_builder import build_indexes
 from engine.index_common import KIP228_MIN_TIMESTAMP
 from engine.offset_index import OffsetIndex
 from engine.partition_job import PartitionInput, PartitionStep, Prepare, run_partition_job, serial_execute
@@ -76,12 +78,29 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
             time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
                                       min_timestamp=min_ts).index,
             min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
-        add.append(store_segment_version(
-            root, tp, row.base_offset, cut.log, cut.index, cut.timeindex, SegmentState.ACTIVE, job_id, now_ms,
-            options, log_start_offset=min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1))
-        remove.append(row.ref)
+        start_kept = min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1
+        headers = scan_batches(cut.log, row.log_key, verify_crc=False).headers
+        ends_at = int(headers.last_offset[-1]) + 1 if len(headers) else row.base_offset
         outcome.records_removed += cut.removed.num_rows
         outcome.cut_mode = cut.mode
+        if ends_at == target:
+            add.append(store_segment_version(root, tp, row.base_offset, cut.log, cut.index, cut.timeindex,
+                                             SegmentState.ACTIVE, job_id, now_ms, options, log_start_offset=start_kept))
+            remove.append(row.ref)
+        else:
+            # the kept records end below the target (offsets compacted away): the log end offset must
+            # still be the target (Kafka's truncateTo), so the cut segment is closed and an empty active
+            # segment starts at the target; an emptied segment simply goes
+            if len(headers):
+                offsets, times = build_indexes(headers, row.base_offset, config.index_interval_bytes, min_ts)
+                add.append(store_segment_version(root, tp, row.base_offset, cut.log, offsets.to_bytes(),
+                                                 times.to_bytes(), SegmentState.ROLLED, job_id, row.created_at_ms,
+                                                 options, log_start_offset=start_kept))
+                remove.append(row.ref)
+            else:
+                doomed += (row,)
+            add.append(store_segment_version(root, tp, target, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
+                                             options))
     if plan.new_segment_base is not None:
         add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
                                          job_id, now_ms, options))

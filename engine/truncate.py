@@ -47,7 +47,7 @@ class TruncationPlan:
 
     target: int
     noop: bool  # target >= log end offset
-    full: bool  # target < first base offset (or no segment): `truncateFullyAndStartAt(target)`
+    full: bool  # target < first base offset: `truncateFullyAndStartAt(target)`
     deleted: tuple[int, ...]  # base offsets of whole segments removed (base >= target)
     truncated: int | None  # base of the segment to pass to `truncate_segment`; it becomes active
     new_segment_base: int | None  # a fresh empty active segment starts here (nothing was cut)
@@ -64,9 +64,11 @@ def plan_truncation(base_offsets: Sequence[int], next_offsets: Sequence[int], ta
     if len(bases) != len(next_offsets) or bases != sorted(bases):
         raise ValueError("base offsets must be sorted and match the next offsets one to one")
     start = (bases[0] if bases else target) if log_start_offset is None else log_start_offset
-    if bases and target >= int(next_offsets[-1]):
+    if not bases:  # an empty partition: its log end offset is 0, so any target is at or past it
+        return TruncationPlan(target, True, False, (), None, None, 0, 0 if log_start_offset is None else start)
+    if target >= int(next_offsets[-1]):
         return TruncationPlan(target, True, False, (), None, None, int(next_offsets[-1]), start)
-    if not bases or target < bases[0]:
+    if target < bases[0]:
         return TruncationPlan(target, False, True, tuple(bases), None, target, target, target)
     deleted = tuple(b for b in bases if b >= target)
     below = [b for b in bases if b < target]
