@@ -14,6 +14,7 @@ Kafka's append and roll rules (spec 2.5, 3) on segments written only by appends.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import struct
@@ -444,7 +445,10 @@ class LogModel(RuleBasedStateMachine):
         if target >= self.leo:  # spec 6: a no-op
             return
         self.records = [r for r in self.records if r.offset < target]
-        self.leo, self.lso, self.checkpoint = target, min(self.lso, target), min(self.checkpoint, target)
+        # klake (README compatibility): with no record stored below the target, the emptied segment goes
+        # and the log starts at the target; Kafka keeps the empty segment and min(log start, target)
+        start = min(self.lso, target) if self.records else target
+        self.leo, self.lso, self.checkpoint = target, start, min(self.checkpoint, target)
         self.truncated_since_clean = True
         bases = [r.base_offset for r in self.rows()]
         kept = {b: self.appended_only[b] for b in bases if b in self.appended_only and b < target}
@@ -576,7 +580,10 @@ class LogModel(RuleBasedStateMachine):
         assert (got.offset, got.timestamp) == expected, "ListOffsets(-3): the first record with the max (5.3)"
 
 
+# derandomized: CI checks the same sequences every run (reproducible); explore new ones with
+# `KLAKE_EXPLORE=1` (random sequences, e.g. in a longer local campaign)
 LogModel.TestCase.settings = settings(max_examples=15, stateful_step_count=20, deadline=None,
+                                      derandomize=not os.environ.get("KLAKE_EXPLORE"),
                                       suppress_health_check=[HealthCheck.too_slow])
 TestLogModel = LogModel.TestCase
 
