@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,13 +48,44 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def run(mb: int, workdir: Path) -> dict:
-    records = mb * 1024 * 1024 // VALUE_BYTES
+def bench_config(workdir: Path, topic_settings: str, jobs: str = "{}") -> Path:
+    """The benchmarks' klake config: local[2], a store under `workdir`, topic `bench` with 8 partitions."""
     conf = workdir / "bench.yaml"
     conf.write_text(f"storage: {{root: {workdir / 'store'}}}\nspark: {{master: 'local[2]', conf: "
-                    "{spark.ui.enabled: 'false', spark.sql.shuffle.partitions: '8'}}\n"
-                    "topic_defaults: {segment.bytes: 268435456, message.timestamp.before.max.ms: 9223372036854775807}\n"
+                    f"{{spark.ui.enabled: 'false', spark.sql.shuffle.partitions: '8'}}}}\njobs: {jobs}\n"
+                    f"topic_defaults: {{message.timestamp.before.max.ms: 9223372036854775807, {topic_settings}}}\n"
                     "topics: {bench: {partitions: 8}}\n")
+    return conf
+
+
+def append_input(conf: Path, source: Path, report: Path) -> dict:
+    """Run the `append` job on `source` (topic `bench`, clock at the end of the generated day); its report."""
+    code = main(append.SPEC, ["--conf", str(conf), "--input", str(source), "--topic", "bench",
+                              "--now", str(START_MS + DAY_MS), "--report", str(report), "--no-progress"])
+    if code != 0:
+        raise SystemExit(f"append failed with exit code {code}; see {report}")
+    return json.loads(report.read_text())
+
+
+def run_cli(run: Callable[[int, Path], dict], default_mb: int, description: str) -> dict:
+    """`--mb` and `--workdir` (a temporary one, removed, by default); prints and returns the figures."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=default_mb, help=f"MiB of 100-byte values (default {default_mb})")
+    parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-bench-"))
+    try:
+        result = run(args.mb, workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    return result
+
+
+def run(mb: int, workdir: Path) -> dict:
+    records = mb * 1024 * 1024 // VALUE_BYTES
+    conf = bench_config(workdir, "segment.bytes: 268435456")
     spark = spark_session(load_config(conf))
     source = workdir / "input"
     generate_input(spark, source, records)
@@ -63,14 +95,9 @@ def run(mb: int, workdir: Path) -> dict:
     spark.read.parquet(str(source)).write.mode("overwrite").parquet(str(workdir / "parquet-out"))
     parquet_s = time.perf_counter() - started
 
-    report = workdir / "append.json"
     started = time.perf_counter()
-    code = main(append.SPEC, ["--conf", str(conf), "--input", str(source), "--topic", "bench",
-                              "--now", str(START_MS + DAY_MS), "--report", str(report), "--no-progress"])
+    figures = append_input(conf, source, workdir / "append.json")
     append_s = time.perf_counter() - started
-    if code != 0:
-        raise SystemExit(f"append failed with exit code {code}; see {report}")
-    figures = json.loads(report.read_text())
     return {"records": records, "input_mb": round(input_bytes / 2**20, 1),
             "parquet_s": round(parquet_s, 2), "parquet_mb_s": round(input_bytes / 2**20 / parquet_s, 1),
             "parquet_out_mb": round(_dir_bytes(workdir / "parquet-out") / 2**20, 1),
@@ -82,17 +109,7 @@ def run(mb: int, workdir: Path) -> dict:
 
 
 def main_bench() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mb", type=int, default=1024, help="input size in MiB of values (default 1024)")
-    parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
-    args = parser.parse_args()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-append-bench-"))
-    try:
-        result = run(args.mb, workdir)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(result, indent=2))
+    result = run_cli(run, 1024, __doc__)
     print(f"append {result['append_mb_s']} MB/s vs Spark Parquet write {result['parquet_mb_s']} MB/s: "
           f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time")
 

@@ -12,21 +12,18 @@ Run: .venv/bin/python benchmarks/read_bench.py [--mb 256] [--workdir DIR]
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from append_bench import DAY_MS, START_MS, VALUE_BYTES, generate_input  # noqa: E402
+from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, bench_config, generate_input, run_cli  # noqa: E402
 
-from jobs import append, read  # noqa: E402
+from jobs import read  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.job_runner import main  # noqa: E402
 from jobs.spark_session import spark_session  # noqa: E402
@@ -45,17 +42,10 @@ def _timed_read(conf: Path, report: Path, extra: list[str]) -> tuple[float, dict
 
 def run(mb: int, workdir: Path) -> dict:
     records = mb * 1024 * 1024 // VALUE_BYTES
-    conf = workdir / "bench.yaml"
-    conf.write_text(f"storage: {{root: {workdir / 'store'}}}\nspark: {{master: 'local[2]', conf: "
-                    "{spark.ui.enabled: 'false', spark.sql.shuffle.partitions: '8'}}\njobs: {batch_bytes: 65536}\n"
-                    "topic_defaults: {segment.ms: 3600000, message.timestamp.before.max.ms: 9223372036854775807}\n"
-                    "topics: {bench: {partitions: 8}}\n")
+    conf = bench_config(workdir, "segment.ms: 3600000", jobs="{batch_bytes: 65536}")
     spark = spark_session(load_config(conf))
     generate_input(spark, workdir / "input", records)
-    code = main(append.SPEC, ["--conf", str(conf), "--input", str(workdir / "input"), "--topic", "bench",
-                              "--now", str(START_MS + DAY_MS), "--no-progress"])
-    if code != 0:
-        raise SystemExit(f"append failed with exit code {code}")
+    append_input(conf, workdir / "input", workdir / "append.json")
     start, end = START_MS + 12 * HOUR_MS, START_MS + 13 * HOUR_MS
     window_s, window = _timed_read(conf, workdir / "window.json", ["--from", str(start), "--to", str(end)])
     full_s, full = _timed_read(conf, workdir / "full.json", [])
@@ -73,17 +63,7 @@ def run(mb: int, workdir: Path) -> dict:
 
 
 def main_bench() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mb", type=int, default=256, help="MiB of 100-byte values over the 24 hours (default 256)")
-    parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
-    args = parser.parse_args()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-read-bench-"))
-    try:
-        result = run(args.mb, workdir)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(result, indent=2))
+    result = run_cli(run, 256, __doc__)
     print(f"1 h of 24 h: {result['window_s']} s vs full scan {result['full_scan_s']} s "
           f"({result['time_ratio_full_over_window']}x); GETs {result['window_get_requests']} vs "
           f"{result['full_get_requests']}; bytes {result['bytes_ratio_full_over_window']}x fewer")

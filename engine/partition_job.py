@@ -22,8 +22,8 @@ import socket
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,10 +125,6 @@ class JobRun:
             raise KlakeError(f"{tp}: {self.failures[str(tp)]}")
         return next(r.step.outcome for r in self.results if r.tp == tp and r.step is not None)
 
-    @property
-    def commit_attempts(self) -> int:
-        return self.commit.attempts if self.commit else 0
-
 
 def already_committed(catalog: Catalog, job_id: str, history_depth: int = 1000) -> bool:
     """Whether a recent commit carries `job_id` (commit metadata `klake.job_id`)."""
@@ -181,15 +177,16 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
     """
     root = normalize_uri(root)
     run = JobRun(job_id, operation)
-    with ExitStack() as stack, counting_requests() as requests, counting_bytes() as moved:
+    with ExitStack() as stack:
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
-        tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-        if once_per_job_id and already_committed(catalog, job_id):
-            run.already_committed = True
-            return run
-        rows = _rows_by_partition(catalog, tps)
-        if mutate:
-            _finish_earlier_deletes(catalog, root, rows, options, run)
+        with _driver_io(run):
+            tps = leases.take(list(configs), run, stack) if mutate else list(configs)
+            if once_per_job_id and already_committed(catalog, job_id):
+                run.already_committed = True
+                return run
+            rows = _rows_by_partition(catalog, tps)
+            if mutate:
+                _finish_earlier_deletes(catalog, root, rows, options, run)
         items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp])
                  for tp in tps]
         run.results = execute(items)
@@ -201,10 +198,19 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
             run.requests.update(result.requests)
             run.bytes.update(result.bytes)
         if mutate:
-            _commit(catalog, root, run, leases, options)
+            with _driver_io(run):
+                _commit(catalog, root, run, leases, options)
+    return run
+
+
+@contextmanager
+def _driver_io(run: JobRun) -> Iterator[None]:
+    """Count the driver's own object-store traffic into `run` (the tasks report theirs in their results,
+    so the execution itself is left out: serial tasks run in this process)."""
+    with counting_requests() as requests, counting_bytes() as moved:
+        yield
     run.requests.update(requests)
     run.bytes.update(moved)
-    return run
 
 
 def _rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:

@@ -50,7 +50,7 @@ from engine.partitioner import murmur2, partition_for_keys
 from jobs.job_runner import JobContext, JobSpec, main
 from jobs.spark_session import run_with_progress
 from layouts.names import TopicPartition
-from layouts.storage import StorageOptions, filesystem, is_s3, join, list_objects, read_bytes
+from layouts.storage import StorageOptions, filesystem, is_s3, join, list_objects, read_bytes, write_bytes
 
 ORDER_COLUMNS = ("_file", "_block", "_seq")
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
@@ -195,12 +195,10 @@ class PartitionAssigner:
 
     def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield self._assign(pa.Table.from_batches([batch]))
+            yield batch if batch.column("partition").null_count == 0 else self._assign(pa.Table.from_batches([batch]))
 
     def _assign(self, table: pa.Table) -> pa.RecordBatch:
         partition = table.column("partition").combine_chunks()
-        if partition.null_count == 0 or table.num_rows == 0:
-            return table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
         missing = partition.is_null().to_numpy(zero_copy_only=False)
         chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int32)
         topics = table.column("topic").combine_chunks()
@@ -375,12 +373,9 @@ def _write_rejects(ctx: JobContext, tables: list[pa.Table]) -> str:
         uri = ctx.args.report.rsplit(".", 1)[0] + ".rejects.parquet"
     else:
         uri = join(ctx.config.root, "_rejects", f"{ctx.job_id}.parquet")
-    fs, path = filesystem(uri, ctx.options)
-    if not is_s3(uri):
-        fs.makedirs(fs._parent(path), exist_ok=True)
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    fs.pipe_file(path, buffer.getvalue())
+    write_bytes(uri, buffer.getvalue(), ctx.options)
     return uri
 
 

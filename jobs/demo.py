@@ -58,8 +58,8 @@ from jobs import (
 from jobs.config import KlakeConfig, load_config
 from jobs.demo_timeline import COMPACTED, KEPT, OUTPUT, RETENTION, SegmentBar, draw_timeline
 from jobs.embedded_s3 import create_bucket, embedded_s3_environment
-from jobs.job_runner import JobSpec
-from layouts.storage import StorageOptions, filesystem, is_s3, join, list_objects
+from jobs.job_runner import JobSpec, at_least
+from layouts.storage import StorageOptions, filesystem, join, list_objects, write_bytes
 
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
 START_MS = 1_793_491_200_000  # 2026-11-01T00:00:00Z: a fixed clock, so re-runs make the same data
@@ -667,10 +667,8 @@ def claim_store(storage: Storage, options: StorageOptions, plan: DemoPlan) -> li
 
 
 def save_state(storage: Storage, options: StorageOptions, plan: DemoPlan, bars: Sequence[SegmentBar]) -> None:
-    fs, path = filesystem(storage.state_uri, options)
-    if not is_s3(storage.state_uri):
-        fs.makedirs(fs._parent(path), exist_ok=True)
-    fs.pipe_file(path, json.dumps({"plan": asdict(plan), "bars": [asdict(b) for b in bars]}, indent=1).encode())
+    write_bytes(storage.state_uri, json.dumps({"plan": asdict(plan), "bars": [asdict(b) for b in bars]},
+                                              indent=1).encode(), options)
 
 
 def draw(bars: Sequence[SegmentBar], plan: DemoPlan, path: Path) -> Path:
@@ -813,15 +811,6 @@ def write_report(path: Path, plan: DemoPlan, storage: Storage, pipeline: Pipelin
     path.write_text(json.dumps(report, indent=2))
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text}: expected an integer >= {minimum}")
-        return value
-    return parse
-
-
 def register(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="run the main job end to end on embedded storage (no external services)",
                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -829,8 +818,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="keep the data in OUT/store (kept between runs) instead of an embedded S3 (moto_server)")
     demo.add_argument("--out", default="demo-output", metavar="DIR",
                       help="input files, config, reports, timeline.png (default demo-output/)")
-    demo.add_argument("--days", type=_at_least(2), default=4, help="days of data to generate (default 4)")
-    demo.add_argument("--records-per-day", type=_at_least(10), default=3000,
+    demo.add_argument("--days", type=at_least(2), default=4, help="days of data to generate (default 4)")
+    demo.add_argument("--records-per-day", type=at_least(10), default=3000,
                       help="records per topic per day (default 3000)")
     demo.add_argument("--batches-per-day", type=int, default=2, choices=(1, 2, 3, 4, 6, 8, 12, 24),
                       help="append jobs per day of data (default 2)")

@@ -51,6 +51,17 @@ class JobSpec:
     dry_run: bool = True
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum`."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text}: expected an integer >= {minimum}")
+        return value
+
+    return parse
+
+
 def parse_now(text: str) -> int:
     """Epoch milliseconds, or an ISO-8601 time (UTC unless it names a zone)."""
     try:
@@ -96,6 +107,7 @@ class JobContext:
         self.job_id: str = args.job_id or f"{spec.name}-{uuid.uuid4().hex[:12]}"
         self.report = RunReport(spec.name, self.job_id, self.dry_run, self.now_ms, config.to_dict())
         self._master = args.master
+        self._topic_configs: dict[str, TopicConfig] = {}
 
     @property
     def options(self) -> StorageOptions:
@@ -138,7 +150,12 @@ class JobContext:
 
     def topic_config(self, topic: str) -> TopicConfig:
         """Declared in the config file (and then stored beside the data for other jobs), else the topic's
-        stored settings, else Kafka's defaults."""
+        stored settings, else Kafka's defaults; read (and saved) once per run."""
+        if topic not in self._topic_configs:
+            self._topic_configs[topic] = self._resolve_topic_config(topic)
+        return self._topic_configs[topic]
+
+    def _resolve_topic_config(self, topic: str) -> TopicConfig:
         declared = self.config.topic(topic)
         stored = load_topic_config(self.config.root, topic, self.options)
         if declared is None:
@@ -153,8 +170,7 @@ class JobContext:
 
     def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute, **kwargs) -> JobRun:
         """`run_partitions` with the job's own way of running the partitions' tasks."""
-        configs: dict[str, TopicConfig] = {}
-        by_tp = {tp: configs.setdefault(tp.topic, self.topic_config(tp.topic)) for tp in tps}
+        by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
         run = run_partition_job(self.catalog_or_create(), self.config.root, by_tp, execute,
                                 operation=self.spec.name, job_id=self.job_id, options=self.options,
                                 mutate=self.spec.mutates and not self.dry_run,

@@ -26,7 +26,7 @@ from engine.lookup import list_offsets
 from engine.partition_job import PartitionInput, PartitionStep
 from engine.stored_segment import StoredSegment
 from jobs.job_runner import JobContext, JobSpec, main, parse_now
-from layouts.storage import StorageOptions, filesystem, is_s3
+from layouts.storage import StorageOptions, write_bytes
 
 SPECIAL = {"latest": -1, "earliest": -2, "max": -3, "max-timestamp": -3}
 
@@ -80,10 +80,7 @@ def run(ctx: JobContext) -> None:
                                   f"offset {answer['offset']} (timestamp {answer['timestamp']})")
     ctx.report.results["answers"] = found
     if ctx.args.output:
-        fs, path = filesystem(ctx.args.output, ctx.options)
-        if not is_s3(ctx.args.output):
-            fs.makedirs(fs._parent(path), exist_ok=True)
-        fs.pipe_file(path, "".join(json.dumps(a) + "\n" for a in found).encode())
+        write_bytes(ctx.args.output, "".join(json.dumps(a) + "\n" for a in found).encode(), ctx.options)
 
 
 def offsets_for_times(spark, config, topics: Sequence[str], timestamps: Sequence[int]):  # noqa: ANN001, ANN201

@@ -53,7 +53,7 @@ from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.records import HEADERS_TYPE, decode_records
 from engine.stored_segment import StoredSegment
 from jobs.config import KlakeConfig
-from jobs.job_runner import JobContext, JobSpec, main, parse_now
+from jobs.job_runner import JobContext, JobSpec, at_least, main, parse_now
 from jobs.spark_session import run_with_progress
 from layouts.storage import StorageOptions, counting_bytes, counting_requests
 
@@ -363,27 +363,17 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
 # --- the job -------------------------------------------------------------------------------------
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text}: expected an integer >= {minimum}")
-        return value
-
-    return parse
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="from_ms", type=parse_now, metavar="TS",
                         help="first timestamp, inclusive: epoch ms or ISO-8601")
     parser.add_argument("--to", dest="to_ms", type=parse_now, metavar="TS",
                         help="end timestamp, exclusive: epoch ms or ISO-8601")
-    parser.add_argument("--from-offset", type=_at_least(0), metavar="N", help="first offset, inclusive")
-    parser.add_argument("--to-offset", type=_at_least(0), metavar="N", help="end offset, exclusive")
+    parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
+    parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
     parser.add_argument("--output", metavar="PATH", help="write the records here with Spark's writer "
                         "(replacing what is there); without it the records are only counted")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
-    parser.add_argument("--split-bytes", type=_at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
+    parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
                         help="cut segments larger than this into byte ranges read by separate tasks")
 
 

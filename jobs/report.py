@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.partition_job import JobRun
-from layouts.storage import StorageOptions, filesystem, is_s3
+from layouts.storage import StorageOptions, write_bytes
 
 SUCCEEDED, FAILED = "succeeded", "failed"
 
@@ -99,7 +99,4 @@ class RunReport:
 
     def write(self, uri: str, options: StorageOptions | None) -> None:
         """Write the report as JSON (local path or s3://), replacing an earlier attempt's report."""
-        fs, path = filesystem(uri, options)
-        if not is_s3(uri):
-            fs.makedirs(fs._parent(path), exist_ok=True)
-        fs.pipe_file(path, json.dumps(self.to_dict(), indent=2, default=str).encode())
+        write_bytes(uri, json.dumps(self.to_dict(), indent=2, default=str).encode(), options)

@@ -241,6 +241,17 @@ def put_if_absent(uri: str, data: bytes, options: StorageOptions | None = None) 
         os.unlink(temporary)
 
 
+def write_bytes(uri: str, data: bytes, options: StorageOptions | None = None) -> None:
+    """Write (or replace) a job's output object: reports, rejects, answers, demo state. Never used for
+    segments, which are immutable (`put_if_absent`). Local parent directories are created."""
+    fs, path = filesystem(uri, options)
+    if not is_s3(uri):
+        fs.makedirs(os.path.dirname(path), exist_ok=True)
+    REQUESTS["PUT"] += 1
+    TRANSFERRED["written"] += len(data)
+    fs.pipe_file(path, data)
+
+
 def delete_object(uri: str, options: StorageOptions | None = None) -> bool:
     """Delete one object; False if it was already gone."""
     fs, path = filesystem(uri, options)
