@@ -161,7 +161,8 @@ def run(ctx: JobContext) -> None:
     report = scrub(ctx.config.root, ctx.catalog, grace_ms=grace, dry_run=ctx.dry_run, options=ctx.options,
                    now=ctx.now_ms)
     ctx.report.results["scrub"] = report.to_dict()
-    ctx.report.requests["DELETE"] += report.delete_requests
+    if report.delete_requests:
+        ctx.report.requests["DELETE"] += report.delete_requests
     for missing in report.missing:
         ctx.report.fail(missing.segment, f"{missing.kind} object missing: {missing.key}")
     for bad in report.size_mismatches:
