@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, WriterProperties
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, WriterProperties
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from engine.catalog_changes import CatalogChange, PlannedChange, plan_change
@@ -35,7 +35,12 @@ from engine.errors import KlakeError
 from layouts.names import TopicPartition, validate_partition, validate_topic
 from layouts.storage import StorageOptions, is_s3, normalize_uri
 
-TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
+JOB_LEDGER_RETENTION_DAYS = 30
+"""How long the job ledger remembers that a job id finished a partition: a re-run within this window
+never repeats the work (Kafka's idempotent producer forgets a producer id after `producer.id.expiration.ms`
+for the same reason: the state must not grow forever)."""
+TABLE_CONFIGURATION = {"delta.checkpointInterval": "10",
+                       "delta.setTransactionRetentionDuration": f"interval {JOB_LEDGER_RETENTION_DAYS} days"}
 OPTIMIZE_ROW_GROUP_ROWS = 16_384
 _ACTION = "_klake_action"
 _NEW_STATE = "_klake_new_state"
@@ -50,6 +55,16 @@ class CatalogNotFoundError(KlakeError):
 
 class CatalogConflictError(KlakeError):
     """Concurrent commits kept conflicting with this one after every retry."""
+
+
+class AlreadyCommittedError(KlakeError):
+    """Another attempt of the same job id committed a partition of this change first."""
+
+
+def ledger_app_id(job_id: str, tp: TopicPartition) -> str:
+    """The job ledger's key: Delta's transaction identifier (`txn` action, the protocol's own tool for
+    idempotent writes) of one job id on one partition."""
+    return f"klake:{job_id}:{tp}"
 
 
 @dataclass
@@ -136,6 +151,15 @@ class Catalog:
         """Commits, newest first, with klake's `klake.operation` and `klake.job_id` commit metadata."""
         self._table.update_incremental()
         return self._table.history(limit)
+
+    def committed_partitions(self, job_id: str, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """The partitions of `tps` whose work for `job_id` is in the catalog (the job ledger).
+
+        The ledger is committed in the same Delta commit as the partition's rows, so a partition is
+        either in both or in neither: a re-run with the same job id finishes exactly the others.
+        """
+        self._table.update_incremental()
+        return {tp for tp in tps if self._table.transaction_version(ledger_app_id(job_id, tp)) is not None}
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -224,16 +248,25 @@ class Catalog:
         change = CatalogChange(remove=tuple(refs), remove_states=frozenset({SegmentState.DELETE_STARTED}))
         return self.apply(change, operation="remove-deleted", job_id=job_id)
 
-    def apply(self, change: CatalogChange, operation: str = "change", job_id: str = "") -> CommitResult:
-        """Plan `change` on a fresh read and commit it; on a commit conflict re-read, re-plan and retry."""
+    def apply(self, change: CatalogChange, operation: str = "change", job_id: str = "",
+              finished: Sequence[TopicPartition] = ()) -> CommitResult:
+        """Plan `change` on a fresh read and commit it; on a commit conflict re-read, re-plan and retry.
+
+        `finished`: the partitions whose work for `job_id` this commit completes; they enter the job
+        ledger in the same commit (a ledger-only commit if the change is empty). If another attempt of
+        the job committed one of them first, `AlreadyCommittedError`: the work must not be done twice.
+        """
         last_error: CommitFailedError | None = None
         for attempt in range(1, self.max_commit_attempts + 1):
+            if twice := self.committed_partitions(job_id, finished):
+                raise AlreadyCommittedError(f"job {job_id!r} already committed {', '.join(map(str, sorted(twice)))} "
+                                            "in another attempt; this attempt's work for it is dropped")
             planned = plan_change(change, self.rows_of(change.partitions()))
             done = planned.already_added + planned.already_removed + planned.already_transitioned
-            if planned.is_empty:
+            if planned.is_empty and not finished:
                 return CommitResult(version=None, already_done=done, attempts=attempt)
             try:
-                metrics = self._merge(planned, change.partitions(), operation, job_id)
+                metrics = self._commit(planned, change.partitions(), self._commit_properties(operation, job_id, finished))
             except CommitFailedError as exc:
                 last_error = exc
                 time.sleep(random.uniform(0.02, 0.1) * attempt)
@@ -244,14 +277,23 @@ class Catalog:
         raise CatalogConflictError(f"catalog {self.uri}: {operation} still conflicted after "
                                    f"{self.max_commit_attempts} attempts: {last_error}")
 
-    def _merge(self, planned: PlannedChange, partitions: set[tuple[str, int]], operation: str,
-               job_id: str) -> dict:
-        """One MERGE commit: delete removed rows, update states, insert added rows."""
+    @staticmethod
+    def _commit_properties(operation: str, job_id: str, finished: Sequence[TopicPartition]) -> CommitProperties:
+        now = time.time_ns() // 1_000_000
+        return CommitProperties(custom_metadata={"klake.operation": operation, "klake.job_id": job_id},
+                                app_transactions=[Transaction(ledger_app_id(job_id, tp), 1, now) for tp in finished])
+
+    def _commit(self, planned: PlannedChange, partitions: set[tuple[str, int]], properties: CommitProperties) -> dict:
+        """One Delta commit: a MERGE that deletes removed rows, updates states and inserts added rows; or,
+        for an empty change, the job ledger's entries alone."""
+        if planned.is_empty:
+            self._table.create_write_transaction([], mode="append", schema=CATALOG_SCHEMA,
+                                                 partition_by=PARTITION_COLUMNS, commit_properties=properties)
+            return {}
         source = _merge_source(planned)
         topics = ", ".join(sorted(_sql_string(t) for t in {t for t, _ in partitions}))
         predicate = (f"t.topic = s.topic AND t.{_quoted('partition')} = s.{_quoted('partition')} "
                      f"AND t.segment_id = s.segment_id AND t.topic IN ({topics})")
-        properties = CommitProperties(custom_metadata={"klake.operation": operation, "klake.job_id": job_id})
         merger = self._table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
                                    commit_properties=properties)
         if planned.remove:

@@ -3,7 +3,10 @@
 A lease is a JSON object created with put-if-absent (ARCHITECTURE.md, commit protocol), holding the
 owner, the job id, a random token and the expiry time in ms. Rules:
 
-- acquiring fails with `LeaseHeldError`, naming the holder, while an unexpired lease exists;
+- acquiring fails with `LeaseHeldError`, naming the holder, while an unexpired lease of another job
+  id exists; a lease of the SAME job id is taken over at once: its holder is a dead attempt of this
+  job or this very job, and the job ledger (engine.catalog) keeps a second attempt from committing
+  twice what the first committed;
 - an expired lease is taken over through a takeover marker `{lease}.takeover-{token}`, itself created
   put-if-absent: of all takers that saw the same expired lease, only the one that created the marker
   may delete it and create a new lease. Without the marker, taker A could delete the expired lease and
@@ -24,12 +27,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+
+import humanize
 
 from engine.errors import KlakeError
 from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, delete_object, join, normalize_uri, put_if_absent, read_bytes
 
 LEASE_DIR = "_leases"
+DEFAULT_LEASE_TTL_MS = 3_600_000
+"""How long a lease lasts unless `jobs.lease_ttl_ms` says otherwise: longer than any one job's run."""
 TAKEOVER_TIMEOUT_MS = 60_000
 RELEASE_MARGIN_MS = 1_000
 
@@ -55,9 +63,14 @@ class Lease:
     acquired_at_ms: int
     expires_at_ms: int
 
-    def describe(self) -> str:
-        return (f"{self.topic}-{self.partition} is leased by owner {self.owner!r} (job {self.job_id!r}) "
-                f"until {self.expires_at_ms} ms")
+    def describe(self, now: int | None = None) -> str:
+        """Who holds the lease, until when, and how to take it over safely."""
+        now = now_ms() if now is None else now
+        until = datetime.fromtimestamp(self.expires_at_ms / 1000, UTC).isoformat(timespec="seconds")
+        left = humanize.naturaldelta(timedelta(milliseconds=max(self.expires_at_ms - now, 0)))
+        return (f"{self.topic}-{self.partition} is leased by job {self.job_id!r} (owner {self.owner}) until "
+                f"{until.replace('+00:00', 'Z')} (in {left}); if that job is no longer running, re-run with "
+                f"--job-id {self.job_id} to take the lease over at once and finish its work")
 
 
 def now_ms() -> int:
@@ -89,7 +102,8 @@ def _encode(lease: Lease) -> bytes:
 
 def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
                   options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> Lease:
-    """Take the lease on `tp` for `ttl_ms`, taking over an expired one; `LeaseHeldError` if held."""
+    """Take the lease on `tp` for `ttl_ms`, taking over an expired one or one of the same `job_id`;
+    `LeaseHeldError` if another job holds it."""
     if ttl_ms <= 0:
         raise ValueError(f"lease ttl must be positive, got {ttl_ms} ms")
     uri = lease_uri(normalize_uri(root), tp)
@@ -100,15 +114,15 @@ def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms
         put_if_absent(uri, _encode(mine), options)
     except FileExistsError:
         current = _read(uri, options)
-        if current is not None and current.expires_at_ms > clock():
-            raise LeaseHeldError(current.describe()) from None
+        if current is not None and current.expires_at_ms > clock() and current.job_id != job_id:
+            raise LeaseHeldError(current.describe(clock())) from None
         if current is not None:
             _take_over(current, options, clock)
         try:
             put_if_absent(uri, _encode(mine), options)
         except FileExistsError:
             holder = _read(uri, options)
-            raise LeaseHeldError(holder.describe() if holder else f"{tp} lease changed hands; retry") from None
+            raise LeaseHeldError(holder.describe(clock()) if holder else f"{tp} lease changed hands; retry") from None
     stored = _read(uri, options)
     if stored is None or stored.token != mine.token:
         raise LeaseLostError(f"{tp}: lease written but not ours on re-read")
@@ -116,10 +130,11 @@ def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms
 
 
 def _take_over(expired: Lease, options: StorageOptions | None, clock: Callable[[], int]) -> None:
-    """Delete `expired` if we win its takeover marker; raise `LeaseHeldError` if another taker does."""
+    """Delete `expired` (or a same-job lease) if we win its takeover marker; raise `LeaseHeldError` if
+    another taker does."""
     marker = f"{expired.uri}.takeover-{expired.token}"
-    busy = LeaseHeldError(f"{expired.topic}-{expired.partition}: the expired lease of {expired.owner!r} "
-                          "is being taken over by another job")
+    busy = LeaseHeldError(f"{expired.topic}-{expired.partition}: the lease of job {expired.job_id!r} is being "
+                          "taken over by another job; retry in a minute")
     if not _claim(marker, options, clock):
         if not _is_stale(marker, options, clock):
             raise busy

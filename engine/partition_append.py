@@ -7,9 +7,9 @@ rules (`engine.append`), write every new segment version under a new id (put-if-
 the old ACTIVE row for the new rows in ONE catalog commit. Rejected records are returned with their
 reasons; nothing is dropped silently.
 
-Idempotent by `append_id`: a commit made by an earlier run with the same id (found in the catalog's
-commit history) means the records are already in the log, so a re-run after a crash appends nothing
-twice; a crash before the commit leaves only unreferenced objects (the scrubber removes them).
+Idempotent by `append_id`: the job ledger (engine.catalog) records in the same commit that this id
+appended to this partition, so a re-run after a crash appends nothing twice; a crash before the commit
+leaves only unreferenced objects (the scrubber removes them) and the re-run appends everything once.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from engine.time_index import TimeIndex
 from engine.topic_config import TopicConfig
 from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
-
-APPEND_LEASE_TTL_MS = 3_600_000
 
 
 @dataclass
@@ -88,9 +86,8 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
     prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
                       append_id=append_id)
     run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="append",
-                            job_id=append_id, options=options, strict=True, once_per_job_id=True,
-                            lease_ttl_ms=APPEND_LEASE_TTL_MS)
-    if run.already_committed:
+                            job_id=append_id, options=options, strict=True, ledger_idle=True)
+    if tp in run.committed_earlier:
         return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
     outcome: PartitionAppendOutcome = run.outcome(tp)
     outcome.commit_version = run.commit.version if run.commit else None

@@ -36,8 +36,6 @@ from layouts.names import TopicPartition
 from layouts.object_layout import new_segment_id
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
 
-LEASE_TTL_MS = 3_600_000
-
 
 @dataclass
 class CompactOutcome:
@@ -107,7 +105,7 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, force=force,
                       dry_run=dry_run)
     run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="compact",
-                            job_id=job_id, options=options, mutate=not dry_run, strict=True, lease_ttl_ms=LEASE_TTL_MS)
+                            job_id=job_id, options=options, mutate=not dry_run, strict=True)
     outcome: CompactOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

@@ -4,14 +4,18 @@ The driver side of every mutating job, with the per-partition work pluggable (`e
 this process for the engine's single-partition functions, one Spark task per partition in `jobs/`.
 
 1. take every partition's lease (put-if-absent object); a partition whose lease another job holds
-   fails alone, the others go on;
+   fails alone, the others go on; a lease of the same job id (a dead attempt) is taken over at once;
 2. read every partition's catalog rows once; finish two-phase deletes an earlier crash left
    (DELETE_STARTED rows), in one bulk delete and one commit;
-3. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
+3. skip the partitions the job ledger says this job id already finished (an earlier attempt committed
+   them): a job id names a unit of work per partition, as a producer id and sequence do in Kafka's
+   idempotent producer, so a re-run finishes exactly the partitions that are missing;
+4. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
    always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
    scrub job removes them) and a re-run starts again from the catalog;
-4. every partition's `CatalogChange` goes into ONE commit tagged with the job id;
-5. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
+5. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
+   entries of the partitions it finishes;
+6. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
    removed (one more commit); then the leases are released.
 """
 
@@ -27,17 +31,22 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.catalog import Catalog, CommitResult
+from engine.catalog import AlreadyCommittedError, Catalog, CommitResult
 from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import LIVE_STATES, SegmentRow, SegmentState
 from engine.errors import KlakeError
-from engine.lease import Lease, LeaseHeldError, acquire_lease, check_lease, release_lease
+from engine.lease import (
+    DEFAULT_LEASE_TTL_MS,
+    Lease,
+    LeaseHeldError,
+    acquire_lease,
+    check_lease,
+    release_lease,
+)
 from engine.segment_deletion import Cleanup, delete_and_forget
 from engine.topic_config import TopicConfig
 from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, counting_bytes, counting_requests, normalize_uri
-
-DEFAULT_LEASE_TTL_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,8 @@ def serial_execute(prepare: Prepare, catch: bool = True) -> Execute:
 
 @dataclass
 class JobRun:
-    """Everything a run did, for its report; `failures` maps "topic-partition" to the reason."""
+    """Everything a run did, for its report; `failures` maps "topic-partition" to the reason;
+    `committed_earlier` holds the partitions an earlier attempt of the job id had finished."""
 
     job_id: str
     operation: str
@@ -115,7 +125,7 @@ class JobRun:
     cleanup: Cleanup = field(default_factory=Cleanup)
     finished_from_earlier_run: dict[str, int] = field(default_factory=dict)
     commit: CommitResult | None = None
-    already_committed: bool = False
+    committed_earlier: list[TopicPartition] = field(default_factory=list)
     requests: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
 
@@ -124,11 +134,6 @@ class JobRun:
         if str(tp) in self.failures:
             raise KlakeError(f"{tp}: {self.failures[str(tp)]}")
         return next(r.step.outcome for r in self.results if r.tp == tp and r.step is not None)
-
-
-def already_committed(catalog: Catalog, job_id: str, history_depth: int = 1000) -> bool:
-    """Whether a recent commit carries `job_id` (commit metadata `klake.job_id`)."""
-    return any(commit.get("klake.job_id") == job_id for commit in catalog.history(history_depth))
 
 
 def lease_owner() -> str:
@@ -166,14 +171,15 @@ class _Leases:
 
 def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
-                      mutate: bool = True, strict: bool = False, once_per_job_id: bool = False,
+                      mutate: bool = True, strict: bool = False, ledger_idle: bool = False,
                       lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing. `strict` raises the
     first partition failure instead of recording it (the engine's single-partition functions).
-    `once_per_job_id` (appends): if a commit of this job id is in the catalog's history, the work is
-    already in the log and nothing runs; checked under the leases, so two attempts cannot both append.
+    `ledger_idle` (appends): a partition whose step changed nothing (every record rejected) is finished
+    all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
+    their steps are idempotent and the ledger must not grow with every idle run.
     """
     root = normalize_uri(root)
     run = JobRun(job_id, operation)
@@ -181,12 +187,12 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            if once_per_job_id and already_committed(catalog, job_id):
-                run.already_committed = True
-                return run
             rows = _rows_by_partition(catalog, tps)
             if mutate:
                 _finish_earlier_deletes(catalog, root, rows, options, run)
+                if done := catalog.committed_partitions(job_id, tps):
+                    run.committed_earlier = sorted(done)
+                    tps = [tp for tp in tps if tp not in done]
         items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp])
                  for tp in tps]
         run.results = execute(items)
@@ -199,7 +205,7 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
             run.bytes.update(result.bytes)
         if mutate:
             with _driver_io(run):
-                _commit(catalog, root, run, leases, options)
+                _commit(catalog, root, run, leases, options, ledger_idle)
     return run
 
 
@@ -231,26 +237,35 @@ def _finish_earlier_deletes(catalog: Catalog, root: str, rows: Mapping[TopicPart
         run.finished_from_earlier_run = dict(Counter(f"{r.topic}-{r.partition}" for r in earlier))
 
 
-def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None) -> None:
-    """One commit for every partition that prepared a change and still holds its lease; then the deletes."""
-    adds, removes, transitions, retire = [], [], [], []
+def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
+            ledger_idle: bool) -> None:
+    """One commit for every partition that prepared a change and still holds its lease, entering the
+    partitions it finishes in the job ledger; then the deletes."""
+    adds, removes, transitions, retire, finished = [], [], [], [], []
     for result in run.results:
         if result.step is None:
             continue
         change = result.step.change
-        if not (change.add or change.remove or change.transitions):
+        changed = bool(change.add or change.remove or change.transitions)
+        if not (changed or ledger_idle):
             continue
         if (lost := leases.still_ours(result.tp)) is not None:
             run.failures[str(result.tp)] = f"not committed: {lost}"
             continue
+        finished.append(result.tp)
         adds += change.add
         removes += change.remove
         transitions += change.transitions
         retire += result.step.retire
-    if not (adds or removes or transitions):
+    if not finished:
         return
-    run.commit = catalog.apply(CatalogChange(add=tuple(adds), remove=tuple(removes), transitions=tuple(transitions)),
-                               operation=run.operation, job_id=run.job_id)
+    try:
+        run.commit = catalog.apply(CatalogChange(add=tuple(adds), remove=tuple(removes),
+                                                 transitions=tuple(transitions)),
+                                   operation=run.operation, job_id=run.job_id, finished=finished)
+    except AlreadyCommittedError as exc:
+        run.failures.update({str(tp): f"not committed: {exc}" for tp in finished})
+        return
     run.cleanup.committed(run.commit.version)
     if retire:
         delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in retire], options,

@@ -30,8 +30,6 @@ from engine.topic_config import TopicConfig
 from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, normalize_uri
 
-RETENTION_LEASE_TTL_MS = 3_600_000
-
 
 @dataclass
 class RetentionOutcome:
@@ -73,8 +71,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     root = normalize_uri(root)
     prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="retention",
-                            job_id=job_id, options=options, mutate=not dry_run, strict=True,
-                            lease_ttl_ms=RETENTION_LEASE_TTL_MS)
+                            job_id=job_id, options=options, mutate=not dry_run, strict=True)
     outcome: RetentionOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)

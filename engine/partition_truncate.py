@@ -38,8 +38,6 @@ from layouts.names import TopicPartition
 from layouts.object_layout import new_segment_id
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
 
-LEASE_TTL_MS = 3_600_000
-
 
 @dataclass
 class TruncateOutcome:
@@ -135,7 +133,7 @@ def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartit
 def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
                 operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
     run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
-                            job_id=job_id, options=options, strict=True, lease_ttl_ms=LEASE_TTL_MS)
+                            job_id=job_id, options=options, strict=True)
     outcome: TruncateOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

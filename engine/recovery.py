@@ -73,7 +73,6 @@ from layouts.storage import StorageOptions, ensure_object, join, normalize_uri
 __all__ = ["PartitionCheck", "Problem", "RecoveryReport", "SegmentRepair", "derived_segment_id",
            "quarantine_key", "recover_partition", "verify_partition"]
 
-RECOVERY_LEASE_TTL_MS = 3_600_000
 QUARANTINE_DIR = "_quarantine"
 REBUILD_SIDECARS, CUT_TAIL, REMOVE, LEFT_FOR_OPERATOR = "rebuild-sidecars", "cut-tail", "remove", "left-for-operator"
 
@@ -282,8 +281,7 @@ def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: 
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     prepare = partial(prepare_recovery, root=root, options=options, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
     run = run_partition_job(catalog, root, {tp: config or TopicConfig()}, serial_execute(prepare, catch=False),
-                            operation="recover", job_id=job_id, options=options, mutate=not dry_run, strict=True,
-                            lease_ttl_ms=RECOVERY_LEASE_TTL_MS)
+                            operation="recover", job_id=job_id, options=options, mutate=not dry_run, strict=True)
     report: RecoveryReport = run.outcome(tp)
     if run.commit is not None:
         report.commit_version = run.commit.version

@@ -17,11 +17,13 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   Spark here has no S3 filesystem (hadoop-aws); other formats from S3 need a cluster that has one.
 - Records Kafka would refuse (timestamp outside `message.timestamp.before/after.max.ms`, larger than
   `max.message.bytes`, negative timestamps unless KIP-228 is enabled, a partition outside the topic)
-  are not appended; they are written with their reason to the rejects file (Parquet) next to the
-  report, and counted in it. Accepted records are unaffected.
-- Idempotent: the default job id is derived from the input (paths, sizes, modification times), the
-  topic and the assignment settings; a re-run after a crash either finds that job's commit and
-  appends nothing, or (no commit yet) appends everything once. One commit covers every partition.
+  are not appended; they are written with their reason to the rejects dataset (Parquet, one file
+  per partition) next to the report, and counted in it. Accepted records are unaffected.
+- Idempotent per partition: the default job id is derived from the input (paths, sizes, modification
+  times), the topic and the assignment settings; the job ledger records, in the same commit as the
+  segments, which partitions the job id appended, so a re-run with the same input and job id appends
+  exactly the partitions no attempt committed, and nothing twice. A partition this attempt could not
+  append (its lease held by another job) is "not yet appended": the run exits 1 and says so.
 
     spark-submit jobs/append.py --conf conf/s3.yaml --input s3://landing/2026-11-22/ --format parquet --topic clicks
 """
@@ -44,18 +46,28 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from engine.partition_append import PartitionAppendOutcome, prepare_append
-from engine.partition_job import PartitionInput, PartitionResult, PartitionStep, run_prepare
+from engine.partition_append import prepare_append
+from engine.partition_job import JobRun, PartitionInput, PartitionResult, run_prepare
 from engine.partitioner import murmur2, partition_for_keys
 from jobs.job_runner import JobContext, JobSpec, main
 from jobs.spark_session import run_with_progress
 from layouts.names import TopicPartition
-from layouts.storage import StorageOptions, filesystem, is_s3, join, list_objects, read_bytes, write_bytes
+from layouts.storage import (
+    StorageOptions,
+    delete_object,
+    filesystem,
+    is_s3,
+    join,
+    list_objects,
+    read_bytes,
+    write_bytes,
+)
 
 ORDER_COLUMNS = ("_file", "_block", "_seq")
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
-RESULT, REJECTS = "result", "rejects"
+RESULT, UNPLACED, HELD = "result", "unplaced", "held"
+REJECTS_DIR = "_rejects"
 RESULT_SCHEMA = "topic string, partition int, kind string, result binary"
 
 
@@ -66,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="parquet", help="Spark source format of --input (default parquet)")
     parser.add_argument("--input-option", dest="input_options", action="append", default=[], metavar="KEY=VALUE",
                         help="option for the Spark reader, e.g. header=true for CSV (repeatable)")
-    parser.add_argument("--rejects", metavar="PATH",
-                        help="where rejected records go (Parquet; default beside --report, else {root}/_rejects/)")
+    parser.add_argument("--rejects", metavar="DIR",
+                        help="where rejected records go, one Parquet file per partition (default beside --report, "
+                             "else {root}/_rejects/{job id}/)")
 
 
 def _read_input(ctx: JobContext):  # noqa: ANN202 - (a pyspark DataFrame, its topics if known without a scan)
@@ -229,25 +242,52 @@ class PartitionAssigner:
         return by_key
 
 
-def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], counts: dict[str, int],
-                  prepare_kwargs: dict) -> pa.Table:
+def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], selected: set[TopicPartition],
+                  counts: dict[str, int], rejects_dir: str, prepare_kwargs: dict) -> pa.Table:
     """One partition's records (one Spark task): sorted into input order, appended, result pickled.
-    Records naming a partition the topic lacks (or one this run does not select) come back as rejects."""
+
+    Rejected records are written by the task to `{rejects_dir}/{topic}-{partition}.parquet` before the
+    driver's commit (a crash after the commit cannot lose them); records naming a partition the topic
+    lacks or this run does not select go to `unplaced-{topic}-{partition}.parquet`. Records of a
+    selected partition this attempt does not append (its lease is held elsewhere, or an earlier
+    attempt of the job id appended it) are only counted: they are neither appended nor rejected.
+    """
     topic, partition = table.column("topic")[0].as_py(), int(table.column("partition")[0].as_py())
-    table = table.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
+    options = prepare_kwargs["options"]
     if not 0 <= partition < counts[topic]:
-        return _result_row(topic, partition, REJECTS, _rejected(table, UNKNOWN_PARTITION,
-                                                                f"{topic} has partitions 0..{counts[topic] - 1}"))
-    tp = TopicPartition(topic, partition)
+        reason, message = UNKNOWN_PARTITION, f"{topic} has partitions 0..{counts[topic] - 1}"
+    elif (tp := TopicPartition(topic, partition)) not in selected:
+        reason, message = NOT_SELECTED, f"{tp} is not among this run's --partition"
+    else:
+        reason = None
+    if reason is not None:
+        rejects = _rejected(table.sort_by([(c, "ascending") for c in ORDER_COLUMNS]), reason, message)
+        uri = _write_parquet(join(rejects_dir, f"unplaced-{topic}-{partition}.parquet"), rejects, options)
+        return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
     item = items.get(tp)
     if item is None:
-        return _result_row(topic, partition, REJECTS, _rejected(table, NOT_SELECTED,
-                                                                f"{tp} is not among this run's --partition"))
+        return _result_row(topic, partition, HELD, table.num_rows)
+    table = table.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
     result = run_prepare(partial(prepare_append, records=table, **prepare_kwargs), item)
     if result.step is not None:
         outcome = result.step.outcome
-        outcome.rejects = _with_source(outcome.rejects, table)
-    return _result_row(topic, partition, RESULT, result)
+        rejects = _with_source(outcome.rejects, table)
+        if rejects is not None and rejects.num_rows:
+            _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
+        outcome.rejects = None
+    return _result_row(topic, partition, RESULT, (result, table.num_rows))
+
+
+def partition_rejects_uri(rejects_dir: str, tp: TopicPartition) -> str:
+    """Where an append attempt writes the records of `tp` it rejected; valid once `tp` is committed."""
+    return join(rejects_dir, f"{tp}.parquet")
+
+
+def _write_parquet(uri: str, table: pa.Table, options: StorageOptions | None) -> str:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    write_bytes(uri, buffer.getvalue(), options)
+    return uri
 
 
 def _result_row(topic: str, partition: int, kind: str, payload: object) -> pa.Table:
@@ -297,6 +337,16 @@ def partition_counts(ctx: JobContext, topics: Sequence[str]) -> dict[str, int]:
     return counts
 
 
+def rejects_dir(ctx: JobContext) -> str:
+    """The Parquet dataset of this job id's rejected records: `--rejects`, else beside `--report`,
+    else `{root}/_rejects/{job id}/` (where scrub reclaims files of attempts that never committed)."""
+    if ctx.args.rejects:
+        return ctx.args.rejects.rstrip("/")
+    if ctx.args.report:
+        return ctx.args.report.rsplit(".", 1)[0] + ".rejects"
+    return join(ctx.config.root, REJECTS_DIR, ctx.job_id)
+
+
 def run(ctx: JobContext) -> None:
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
@@ -310,77 +360,75 @@ def run(ctx: JobContext) -> None:
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None}
-
-    unplaced: list[pa.Table] = []
+    where = rejects_dir(ctx)
+    rows: list = []
 
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}
         grouped = assigned.groupBy("topic", "partition").applyInArrow(
-            lambda table: _append_group(table, by_tp, counts, prepare_kwargs), RESULT_SCHEMA)
-        rows = run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress())
-        results = [pickle.loads(row["result"]) for row in rows if row["kind"] == RESULT]
-        unplaced.extend(pickle.loads(row["result"]) for row in rows if row["kind"] == REJECTS)
-        seen = {r.tp for r in results}
-        idle = [PartitionResult(item.tp, PartitionStep(PartitionAppendOutcome(item.tp.topic, item.tp.partition,
-                                                                              ctx.job_id, False)))
-                for item in items if item.tp not in seen]
-        return results + idle
+            lambda table: _append_group(table, by_tp, set(tps), counts, where, prepare_kwargs), RESULT_SCHEMA)
+        rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
+        # a partition without input records has no result: it has nothing to append and nothing to finish
+        return [pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT]
 
-    run_ = ctx.run_partitions_with(tps, execute, once_per_job_id=True)
-    _report(ctx, run_.results, run_.already_committed, unplaced)
+    run_ = ctx.run_partitions_with(tps, execute, ledger_idle=True)
+    _drop_uncommitted_rejects(ctx, run_, where)
+    _report(ctx, run_, rows, where)
 
 
-def _report(ctx: JobContext, results: list[PartitionResult], already: bool, unplaced: list[pa.Table]) -> None:
-    if already:
-        ctx.report.summary.append(f"append: job {ctx.job_id} was already committed; nothing appended again")
-        ctx.report.results["already_committed"] = True
-        return
-    appended = received = 0
-    by_reason: dict[str, int] = {}
-    rejects = list(unplaced)
-    for table in unplaced:
-        received += table.num_rows
-        for reason, n in Counter(table.column("reason").to_pylist()).items():
-            by_reason[reason] = by_reason.get(reason, 0) + n
-    for result in results:
-        if result.step is None:
+def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun, where: str) -> None:
+    """A partition that did not commit will be appended (and its records rejected) by a later attempt:
+    its rejects file is not true yet (scrub reclaims it if this attempt dies before getting here)."""
+    for result in run_.results:
+        counters = result.step.outcome.counters if result.step is not None else None
+        if str(result.tp) in run_.failures and counters is not None and sum(counters.rejected.values()):
+            delete_object(partition_rejects_uri(where, result.tp), ctx.options)
+
+
+def _report(ctx: JobContext, run_: JobRun, rows: list, where: str) -> None:
+    """Appended and rejected records of the partitions this attempt committed; held-back records of the
+    others (the run fails, so the scheduler retries with the same job id)."""
+    appended = received = earlier = 0
+    by_reason: Counter[str] = Counter()
+    pending: Counter[str] = Counter()
+    for row in rows:
+        payload = pickle.loads(row["result"])
+        if row["kind"] == UNPLACED:
+            reason, n, _ = payload
+            received += n
+            by_reason[reason] += n
             continue
-        outcome = result.step.outcome
-        counters = outcome.counters
-        if counters is not None:
-            received += counters.records_in
-            appended += counters.records_accepted
-            for reason, n in counters.rejected.items():
-                if n:
-                    by_reason[reason] = by_reason.get(reason, 0) + n
-        if outcome.rejects is not None and outcome.rejects.num_rows:
-            rejects.append(outcome.rejects)
-        outcome.rejects = None
+        tp = TopicPartition(row["topic"], row["partition"])
+        if row["kind"] == HELD:
+            received += payload
+            if tp in run_.committed_earlier:
+                earlier += payload
+            else:
+                pending[str(tp)] += payload
+        else:
+            result, n = payload
+            received += n
+            if str(tp) in run_.failures:
+                pending[str(tp)] += n
+            elif result.step is not None and result.step.outcome.counters is not None:
+                appended += result.step.outcome.counters.records_accepted
+                by_reason.update({reason: k for reason, k in result.step.outcome.counters.rejected.items() if k})
     count = sum(by_reason.values())
-    path = _write_rejects(ctx, rejects) if rejects else None
-    ctx.report.rejected = {"count": count, "by_reason": by_reason, "path": path}
-    ctx.report.results.update({"records_in": received, "records_appended": appended})
-    ctx.report.summary.append(f"append: {appended} of {received} record(s) appended"
-                              + (f"; {count} rejected ({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}) "
-                                 f"-> {path}" if count else ""))
-
-
-def _write_rejects(ctx: JobContext, tables: list[pa.Table]) -> str:
-    table = pa.concat_tables(tables, promote_options="permissive")
-    if ctx.args.rejects:
-        uri = ctx.args.rejects
-    elif ctx.args.report:
-        uri = ctx.args.report.rsplit(".", 1)[0] + ".rejects.parquet"
-    else:
-        uri = join(ctx.config.root, "_rejects", f"{ctx.job_id}.parquet")
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    write_bytes(uri, buffer.getvalue(), ctx.options)
-    return uri
-
-
-def records_in(results: Iterator[PartitionResult]) -> int:
-    return sum(r.step.outcome.counters.records_in for r in results if r.step and r.step.outcome.counters)
+    ctx.report.rejected = {"count": count, "by_reason": dict(by_reason), "path": where if count else None}
+    ctx.report.results.update({"records_in": received, "records_appended": appended,
+                               "appended_by_earlier_attempt": earlier, "not_yet_appended": dict(pending),
+                               "already_committed": bool(run_.committed_earlier) and not run_.results
+                               and not run_.failures})
+    line = f"append: {appended} of {received} record(s) appended"
+    if earlier:
+        line += f"; {earlier} appended earlier by job {ctx.job_id}"
+    if count:
+        line += f"; {count} rejected ({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}) -> {where}"
+    ctx.report.summary.append(line)
+    if pending:
+        ctx.report.summary.append(
+            f"append: {sum(pending.values())} record(s) of {', '.join(sorted(pending))} not yet appended: "
+            f"re-run with --job-id {ctx.job_id} to append exactly those")
 
 
 SPEC = JobSpec("append", "append records (Spark's Kafka sink columns) to topics", run, add_arguments,

@@ -27,12 +27,13 @@ from typing import Any
 import yaml
 
 from engine.errors import ConfigError
+from engine.lease import DEFAULT_LEASE_TTL_MS
 from engine.topic_config import TopicConfig
 from layouts.names import InvalidNameError, validate_topic
 from layouts.storage import StorageOptions, join, normalize_uri
 
 JOB_DEFAULTS: dict[str, Any] = {
-    "lease_ttl_ms": 3_600_000,
+    "lease_ttl_ms": DEFAULT_LEASE_TTL_MS,
     "scrub_grace_ms": 3_600_000,
     "vacuum_retention_hours": 168,
     "index_interval_bytes": 4096,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.importer import ImportReport, import_log_dir
+from jobs.importer import ImportReport, default_import_job_id, import_log_dir
 from jobs.job_runner import JobContext, JobSpec, main
+from layouts.storage import normalize_uri
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: JobContext) -> None:
     interval = ctx.args.index_interval_bytes or int(ctx.config.jobs["index_interval_bytes"])
+    if ctx.args.job_id is None:
+        ctx.job_id = ctx.report.job_id = default_import_job_id(normalize_uri(ctx.args.source), ctx.config.root,
+                                                               ctx.args.copy)
     report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
-                            index_interval_bytes=interval, options=ctx.options)
+                            index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
+                            lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]))
     ctx.report.results["import"] = report.to_dict()
     for part in report.partitions:
         ctx.report.partitions.append({"partition": f"{part.topic}-{part.partition}",

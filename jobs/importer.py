@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import uuid
 from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass, field
 
@@ -33,14 +32,20 @@ from engine.catalog_schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError
 from engine.index_builder import build_indexes
 from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
-from engine.lease import Lease, LeaseHeldError, LeaseLostError, acquire_lease, check_lease, release_lease
+from engine.lease import (
+    DEFAULT_LEASE_TTL_MS,
+    Lease,
+    LeaseHeldError,
+    LeaseLostError,
+    acquire_lease,
+    check_lease,
+    release_lease,
+)
 from engine.log_summary import SegmentSummary, segment_row, summarize_segment
 from engine.sidecars import check_sidecars
 from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
 from layouts.storage import StorageOptions, ensure_object, normalize_uri, read_bytes
-
-IMPORT_LEASE_TTL_MS = 3_600_000
 
 
 @dataclass
@@ -98,6 +103,12 @@ class ImportReport:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"failed": self.failed}
+
+
+def default_import_job_id(source: str, root: str, copy: bool) -> str:
+    """The same import (source, root, copy or in place) has the same job id, so that re-running the
+    same command after a crash takes over its own leases at once."""
+    return "import-" + hashlib.sha256(f"{source}\x00{root}\x00{copy}".encode()).hexdigest()[:24]
 
 
 def imported_segment_id(source_log: str, size: int) -> str:
@@ -235,14 +246,15 @@ def _release(lease: Lease, options: StorageOptions | None) -> None:
         release_lease(lease, options)
 
 
-def _lease_partitions(parts: list[KafkaPartitionDir], root: str, owner: str, job_id: str,
+def _lease_partitions(parts: list[KafkaPartitionDir], root: str, owner: str, job_id: str, ttl_ms: int,
                       options: StorageOptions | None, report: ImportReport,
                       held: ExitStack) -> list[tuple[KafkaPartitionDir, Lease]]:
-    """Lease every partition that is free; report the others as failed (held by another job)."""
+    """Lease every partition that is free (or leased by a dead attempt of `job_id`); report the others
+    as failed (held by another job)."""
     leased = []
     for part in parts:
         try:
-            lease = acquire_lease(root, part.tp, owner, job_id, IMPORT_LEASE_TTL_MS, options)
+            lease = acquire_lease(root, part.tp, owner, job_id, ttl_ms, options)
         except (LeaseHeldError, LeaseLostError) as exc:
             report.partitions.append(PartitionOutcome(part.tp.topic, part.tp.partition, part.uri, error=str(exc)))
             continue
@@ -253,16 +265,21 @@ def _lease_partitions(parts: list[KafkaPartitionDir], root: str, owner: str, job
 
 def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                   options: StorageOptions | None = None, owner: str | None = None) -> ImportReport:
-    """Register every partition directory under `source` in `catalog` with one commit."""
+                   options: StorageOptions | None = None, owner: str | None = None, job_id: str | None = None,
+                   lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> ImportReport:
+    """Register every partition directory under `source` in `catalog` with one commit.
+
+    A killed import is finished by a re-run with the same `job_id`, at once: it takes over the dead
+    attempt's leases and recognises the segments already registered.
+    """
     source, root = normalize_uri(source), normalize_uri(root)
-    job_id = uuid.uuid4().hex
+    job_id = job_id or default_import_job_id(source, root, copy)
     owner = owner or f"{socket.gethostname()}:{os.getpid()}"
     report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
     log_dir = scan_log_dir(source, options)
     report.skipped_dirs = log_dir.skipped_dirs
     with ExitStack() as held:
-        leased = _lease_partitions(log_dir.partitions, root, owner, job_id, options, report, held)
+        leased = _lease_partitions(log_dir.partitions, root, owner, job_id, lease_ttl_ms, options, report, held)
         existing = catalog.rows_of((part.tp.topic, part.tp.partition) for part, _ in leased)
         prepared = []
         for part, lease in leased:

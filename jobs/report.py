@@ -68,8 +68,8 @@ class RunReport:
             self.commit = {"version": run.commit.version, "attempts": run.commit.attempts,
                            "conflicts": max(run.commit.attempts - 1, 0), "added": run.commit.added,
                            "removed": run.commit.removed, "transitioned": run.commit.transitioned}
-        if run.already_committed:
-            self.commit = {"already_committed": True}
+        if run.committed_earlier:
+            self.results["committed_earlier"] = [str(tp) for tp in run.committed_earlier]
         cleanup = run.cleanup
         self.results["cleanup"] = {"deleted_objects": len(cleanup.deleted_objects),
                                    "left_in_place": cleanup.left_in_place, "failed_deletes": cleanup.failed_deletes,

@@ -1,10 +1,13 @@
 """The scrubber: reconcile the object store with the catalog.
 
 It finds (1) orphans: object-layout segment objects under the root that no live catalog row
-references, older than a grace period, and (2) live rows whose objects are missing or whose `.log`
-size differs from the row. It reports both and deletes only orphans (ARCHITECTURE.md: a killed job
-leaves at worst unreferenced objects, which scrub removes; it never leaves a live row without its
-objects). Rules that keep it from deleting anything it should not:
+references, older than a grace period, (2) live rows whose objects are missing or whose `.log`
+size differs from the row, and (3) debris of killed jobs older than the grace period: lease
+temporaries and takeover markers under `_leases/`, and rejects files under `_rejects/{job id}/` of
+partitions the job ledger says that job id never committed (a later attempt writes its own). It
+reports all three and deletes orphans and debris (ARCHITECTURE.md: a killed job leaves at worst
+unreferenced objects, which scrub removes; it never leaves a live row without its objects). Rules
+that keep it from deleting anything it should not:
 
 - only names klake itself writes are candidates: `{topic}-{partition}/{base:020d}-{id}.{log|index|timeindex}`
   and their local put-if-absent temporaries; Kafka-layout files, leases and the catalog never are;
@@ -24,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from engine.catalog import Catalog
 from engine.catalog_schema import SegmentRow, table_to_rows
+from jobs.append import REJECTS_DIR
 from jobs.job_runner import JobContext, JobSpec, main
 from layouts.names import parse_partition_dir
 from layouts.object_layout import parse_object_segment_name
@@ -31,11 +35,21 @@ from layouts.storage import ObjectInfo, StorageOptions, delete_objects, list_obj
 
 DEFAULT_GRACE_MS = 3_600_000
 _TEMPORARY_RE = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{32}")
+_LEASE_DEBRIS_RE = re.compile(r"\.[^/]+\.lease\.tmp-[0-9a-f]{32}|[^/]+\.lease\.takeover-[0-9a-f]{32}")
+_REJECTS_RE = re.compile(r"(?P<job>[^/]+)/(?P<partition>[^/]+)\.parquet")
 
 
 @dataclass
 class Orphan:
     uri: str
+    size: int
+    age_ms: int
+
+
+@dataclass
+class Debris:
+    uri: str
+    kind: str  # lease-temporary | superseded-rejects
     size: int
     age_ms: int
 
@@ -67,6 +81,7 @@ class ScrubReport:
     live_segments: int = 0
     orphans: list[Orphan] = field(default_factory=list)
     orphans_within_grace: int = 0
+    debris: list[Debris] = field(default_factory=list)
     missing: list[MissingObject] = field(default_factory=list)
     size_mismatches: list[SizeMismatch] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
@@ -75,7 +90,7 @@ class ScrubReport:
 
     @property
     def clean(self) -> bool:
-        return not (self.orphans or self.missing or self.size_mismatches or self.delete_failed)
+        return not (self.orphans or self.debris or self.missing or self.size_mismatches or self.delete_failed)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,6 +105,20 @@ def is_klake_object(root: str, info: ObjectInfo) -> bool:
     temporary = _TEMPORARY_RE.fullmatch(parts[1])
     name = temporary["name"] if temporary else parts[1]
     return parse_object_segment_name(name) is not None
+
+
+def _debris_kind(root: str, info: ObjectInfo, catalog: Catalog) -> str | None:
+    """What kind of debris `info` is, or None: a lease temporary or takeover marker; or the rejects file
+    of a partition that its job id never committed (the attempt that wrote it died before its commit)."""
+    relative = info.uri[len(root) + 1:]
+    folder, _, rest = relative.partition("/")
+    if folder == "_leases" and _LEASE_DEBRIS_RE.fullmatch(rest):
+        return "lease-temporary"
+    if folder == REJECTS_DIR and (match := _REJECTS_RE.fullmatch(rest)):
+        tp = parse_partition_dir(match["partition"])
+        if tp is not None and not catalog.committed_partitions(match["job"], [tp]):
+            return "superseded-rejects"
+    return None
 
 
 def _referenced(rows: list[SegmentRow]) -> set[str]:
@@ -134,18 +163,22 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
     _check_rows(rows, objects, report)
     referenced = _referenced(rows)
     for info in listed:
-        if info.uri in referenced or not is_klake_object(root, info):
+        if info.uri in referenced:
             continue
         age = now - info.mtime_ms
+        if not is_klake_object(root, info):
+            if age >= grace_ms and (kind := _debris_kind(root, info, catalog)) is not None:
+                report.debris.append(Debris(uri=info.uri, kind=kind, size=info.size, age_ms=age))
+            continue
         if age < grace_ms:
             report.orphans_within_grace += 1
         else:
             report.orphans.append(Orphan(uri=info.uri, size=info.size, age_ms=age))
-    if dry_run or not report.orphans:
+    if dry_run or not (report.orphans or report.debris):
         return report
     referenced_now = _referenced(_live_rows(catalog))
     report.orphans = [o for o in report.orphans if o.uri not in referenced_now]
-    result = delete_objects([o.uri for o in report.orphans], options)
+    result = delete_objects([o.uri for o in report.orphans] + [d.uri for d in report.debris], options)
     report.deleted, report.delete_failed, report.delete_requests = result.deleted, result.failed, result.requests
     return report
 
@@ -179,6 +212,8 @@ def scrub_summary(report: ScrubReport) -> list[str]:
     verb = "would delete" if report.dry_run else "orphan"
     for orphan in report.orphans:
         lines.append(f"  {verb} {orphan.uri} ({orphan.size} bytes, {orphan.age_ms} ms old)")
+    for item in report.debris:
+        lines.append(f"  {'would delete' if report.dry_run else 'debris'} {item.kind} {item.uri} ({item.size} bytes)")
     if report.orphans_within_grace:
         lines.append(f"  {report.orphans_within_grace} unreferenced objects are younger than {report.grace_ms} ms: kept")
     for missing in report.missing:
@@ -188,7 +223,7 @@ def scrub_summary(report: ScrubReport) -> list[str]:
     for uri, reason in sorted(report.delete_failed.items()):
         lines.append(f"  DELETE FAILED {uri}: {reason}")
     if not report.dry_run:
-        lines.append(f"deleted {len(report.deleted)} orphans in {report.delete_requests} delete requests")
+        lines.append(f"deleted {len(report.deleted)} orphans and debris in {report.delete_requests} delete requests")
     return lines
 
 

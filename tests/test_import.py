@@ -304,7 +304,7 @@ def test_two_concurrent_imports_register_each_segment_once(backend, broker_src, 
         catalog = Catalog.open(catalog_uri, backend.options)
         barrier.wait()
         reports[i] = import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options,
-                                    owner=f"importer-{i}")
+                                    owner=f"importer-{i}", job_id=f"import-{i}")
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for t in threads:
@@ -318,7 +318,7 @@ def test_two_concurrent_imports_register_each_segment_once(backend, broker_src, 
         registered = [o for o in outcomes if o.segments and o.segments[0].status == "registered"]
         assert len(registered) == 1, outcomes
         loser = outcomes[1 - outcomes.index(registered[0])]
-        assert ("is leased by owner 'importer-" in (loser.error or "")
+        assert ("is leased by job 'import-" in (loser.error or "")
                 or {s.status for s in loser.segments} == {"already-registered"}), loser
     rows = table_to_rows(Catalog.open(catalog_uri, backend.options).all_rows())
     assert len(rows) == 7 == len({(r.topic, r.partition, r.base_offset) for r in rows})

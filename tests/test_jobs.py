@@ -166,8 +166,8 @@ def test_append_partitions_like_the_producer_keeps_order_and_timestamps_and_repo
     assert report["rejected"]["count"] == len(rejected)
     assert report["rejected"]["by_reason"] == {"UNKNOWN_PARTITION": 1, "INVALID_TIMESTAMP": 2, "RECORD_TOO_LARGE": 1}
     rejects_path = report["rejected"]["path"]
-    assert rejects_path == str(tmp_path / "report-0-append.rejects.parquet")   # next to the report
-    rejects = pq.read_table(rejects_path)
+    assert rejects_path == str(tmp_path / "report-0-append.rejects")   # next to the report
+    rejects = pq.read_table(rejects_path)                                # one Parquet file per partition
     got = {int(v.split(b"|")[0].split(b"-")[1]): r for v, r in
            zip(rejects["value"].to_pylist(), rejects["reason"].to_pylist(), strict=True)}
     assert got == rejected
@@ -234,8 +234,9 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
         spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One record per batch (max.message.bytes), so every job boundary is a produce-request boundary:
     the segments (bases and bytes) must be those of one job. The middle job dies in its catalog commit
-    with its leases left behind (a killed driver): a re-run (same input: same default job id) finds them
-    held; once they expired it appends everything once; re-running a committed job appends nothing."""
+    with its leases left behind (a killed driver): another job id finds them held and is told how to
+    take them over; a re-run (same input: same default job id) takes them over at once and appends
+    everything once; re-running a committed job appends nothing."""
     topics = {"orders": {"partitions": 3, "segment.bytes": 1200, "max.message.bytes": 130,
                          "index.interval.bytes": 200}}
     whole = Jobs(tmp_path / "whole", local_backend(tmp_path / "whole"), topics)
@@ -255,20 +256,20 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
     assert code == 1 and report["status"] == "failed"
     assert "driver killed" in report["failures"][0]["error"]
     assert len(split.records("orders", 0)) + len(split.records("orders", 1)) + len(split.records("orders", 2)) == 90
-    code, report = split.run(append.SPEC, "--input", str(parts[1]))  # the killed job's leases are still held
+    killed_job = report["job_id"]
+    held = {json.loads(read_bytes(lease_uri(split.root, TopicPartition("orders", p))))["job_id"] for p in range(3)}
+    assert held == {killed_job}  # the killed job's leases are still there
+    code, report = split.run(append.SPEC, "--input", str(parts[1]), "--job-id", "someone-else")
     assert code == 1 and len(report["failures"]) == 3, report["failures"]
-    assert all("leased by" in f["error"] and "append-" in f["error"] for f in report["failures"])
-    for p in range(3):  # an hour later: the killed job's leases have expired
-        uri = lease_uri(split.root, TopicPartition("orders", p))
-        lease = json.loads(read_bytes(uri))
-        lease["expires_at_ms"] = lease["acquired_at_ms"] + 1
-        split.backend.put(uri, json.dumps(lease).encode())
-    code, report = split.run(append.SPEC, "--input", str(parts[1]))
+    assert all(f"leased by job {killed_job!r}" in f["error"] and f"re-run with --job-id {killed_job}" in f["error"]
+               and "Z (in " in f["error"] for f in report["failures"])
+    assert sum(report["results"]["not_yet_appended"].values()) == 1 and report["results"]["records_appended"] == 0
+    code, report = split.run(append.SPEC, "--input", str(parts[1]))  # the same job id: taken over at once
     assert code == 0 and report["results"]["records_appended"] == 1, report.get("failures")
     assert split.run(append.SPEC, "--input", str(parts[2]))[0] == 0
     code, report = split.run(append.SPEC, "--input", str(parts[2]))
-    assert code == 0 and report["results"]["already_committed"] is True and report["commit"] == {
-        "already_committed": True}
+    assert code == 0 and report["results"]["already_committed"] is True and report["commit"] == {}
+    assert report["results"]["records_appended"] == 0 and report["results"]["appended_by_earlier_attempt"] == 149
 
     for p in range(3):
         records = whole.records("orders", p)
@@ -387,10 +388,10 @@ def killing(doomed: str):  # noqa: ANN201 - a Catalog.apply replacement
     """`Catalog.apply` as if the driver died while committing a `doomed` operation."""
     original = Catalog.apply
 
-    def apply(self, change, operation="change", job_id=""):  # noqa: ANN001, ANN202
+    def apply(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
         if operation == doomed:
             raise RuntimeError(f"driver killed during the {operation} commit")
-        return original(self, change, operation=operation, job_id=job_id)
+        return original(self, change, operation=operation, job_id=job_id, finished=finished)
 
     return apply
 

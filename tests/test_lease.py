@@ -41,8 +41,12 @@ def test_a_held_lease_excludes_others_and_names_its_holder(backend) -> None:
     stored = read_lease(backend.base, TP, backend.options)
     assert (stored.owner, stored.job_id, stored.token, stored.expires_at_ms) == (
         "host-a:1", "job-a", lease.token, 1_060_000)
-    with pytest.raises(LeaseHeldError, match=r"orders-3 is leased by owner 'host-a:1' \(job 'job-a'\) until 1060000"):
+    clock.now += 6_000
+    with pytest.raises(LeaseHeldError) as held:
         acquire_lease(backend.base, TP, "host-b:2", "job-b", 60_000, backend.options, clock)
+    assert str(held.value) == (  # expiry 1,060,000 ms after the epoch, 54 s after the clock
+        "orders-3 is leased by job 'job-a' (owner host-a:1) until 1970-01-01T00:17:40Z (in 54 seconds); if that "
+        "job is no longer running, re-run with --job-id job-a to take the lease over at once and finish its work")
     other = acquire_lease(backend.base, TopicPartition("orders", 4), "host-b:2", "job-b", 60_000, backend.options,
                           clock)
     assert other.token != lease.token
@@ -50,6 +54,20 @@ def test_a_held_lease_excludes_others_and_names_its_holder(backend) -> None:
     assert read_lease(backend.base, TP, backend.options) is None
     again = acquire_lease(backend.base, TP, "host-b:2", "job-b", 60_000, backend.options, clock)
     assert read_lease(backend.base, TP, backend.options).token == again.token
+
+
+def test_the_same_job_id_takes_its_lease_over_at_once_and_the_dead_attempt_learns_it(backend) -> None:
+    """A re-run of a killed job (same job id) must not wait for the dead attempt's lease to expire."""
+    clock = Clock()
+    dead = acquire_lease(backend.base, TP, "host-a:1", "job-a", 3_600_000, backend.options, clock)
+    rerun = acquire_lease(backend.base, TP, "host-b:2", "job-a", 3_600_000, backend.options, clock)
+    assert rerun.token != dead.token and read_lease(backend.base, TP, backend.options).token == rerun.token
+    with pytest.raises(LeaseLostError, match="taken over"):
+        check_lease(dead, backend.options, clock)
+    with pytest.raises(LeaseHeldError, match="job 'job-a'"):
+        acquire_lease(backend.base, TP, "host-c:3", "job-c", 60_000, backend.options, clock)
+    assert release_lease(rerun, backend.options, clock) is True
+    assert list_objects(backend.uri("_leases"), backend.options) == []
 
 
 def test_only_the_owner_releases(backend) -> None:
