@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark dist clean
+.PHONY: demo test lint bench bench-spark dist clean crash-sweep
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -38,6 +38,11 @@ $(AIRFLOW_STAMP): constraints-airflow.txt
 
 test-airflow: $(STAMP) $(AIRFLOW_STAMP)
 	$(AIRFLOW_VENV)/bin/python -m pytest tests/airflow -q
+
+# Every job killed at every storage mutation, local and on S3, each re-run checked against a clean run
+# (CI runs a sample of the points as part of `make test`). About an hour on 2 cores.
+crash-sweep: $(STAMP)
+	KLAKE_CRASH_SWEEP=full $(VENV)/bin/python -m pytest -q tests/test_crash_injection.py
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/codec_bench.py

@@ -289,6 +289,7 @@ class Catalog:
         if planned.is_empty:
             self._table.create_write_transaction([], mode="append", schema=CATALOG_SCHEMA,
                                                  partition_by=PARTITION_COLUMNS, commit_properties=properties)
+            self._table.update_incremental()
             return {}
         source = _merge_source(planned)
         topics = ", ".join(sorted(_sql_string(t) for t in {t for t, _ in partitions}))

@@ -248,7 +248,7 @@ def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], 
 
     Rejected records are written by the task to `{rejects_dir}/{topic}-{partition}.parquet` before the
     driver's commit (a crash after the commit cannot lose them); records naming a partition the topic
-    lacks or this run does not select go to `unplaced-{topic}-{partition}.parquet`. Records of a
+    lacks or this run does not select go to `unplaced/{topic}-{partition}.parquet`. Records of a
     selected partition this attempt does not append (its lease is held elsewhere, or an earlier
     attempt of the job id appended it) are only counted: they are neither appended nor rejected.
     """
@@ -262,7 +262,7 @@ def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], 
         reason = None
     if reason is not None:
         rejects = _rejected(table.sort_by([(c, "ascending") for c in ORDER_COLUMNS]), reason, message)
-        uri = _write_parquet(join(rejects_dir, f"unplaced-{topic}-{partition}.parquet"), rejects, options)
+        uri = _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
         return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
     item = items.get(tp)
     if item is None:
@@ -274,6 +274,8 @@ def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], 
         rejects = _with_source(outcome.rejects, table)
         if rejects is not None and rejects.num_rows:
             _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
+        else:  # an earlier attempt's rejects of this partition (another --now) are not true for this one
+            delete_object(partition_rejects_uri(rejects_dir, tp), options)
         outcome.rejects = None
     return _result_row(topic, partition, RESULT, (result, table.num_rows))
 

@@ -9,8 +9,14 @@ from dataclasses import fields, replace
 import pytest
 from catalog_rows import make_row
 
-from engine.catalog import Catalog, CatalogConflictError, CatalogNotFoundError, OffsetBounds
-from engine.catalog_changes import CatalogStateError
+from engine.catalog import (
+    AlreadyCommittedError,
+    Catalog,
+    CatalogConflictError,
+    CatalogNotFoundError,
+    OffsetBounds,
+)
+from engine.catalog_changes import CatalogChange, CatalogStateError
 from engine.catalog_schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
 from layouts.names import TopicPartition
 from layouts.storage import list_objects
@@ -263,3 +269,23 @@ def test_conflicts_beyond_the_retry_budget_raise(catalog: Catalog, backend) -> N
     _interfere_after_first_read(catalog, lambda: other.add_segments([make_row("t", 0, 100, 110, segment_id="zzz")]))
     with pytest.raises(CatalogConflictError, match="still conflicted after 1 attempts"):
         catalog.add_segments([make_row("t", 0, 0, 10)])
+
+
+def test_the_job_ledger_commits_with_the_rows_and_refuses_a_second_attempt(catalog: Catalog, backend) -> None:
+    """A job id's partitions enter the ledger in the same commit as their rows (or alone for a partition
+    whose step changed nothing); a second attempt committing the same partition is refused."""
+    orders0, orders1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    version = catalog.version()
+    done = catalog.apply(CatalogChange(add=(make_row("orders", 0, 0, 10),)), job_id="job-1", finished=[orders0])
+    assert done.version == version + 1 and catalog.committed_partitions("job-1", [orders0, orders1]) == {orders0}
+    assert catalog.committed_partitions("job-2", [orders0]) == set()
+    idle = catalog.apply(CatalogChange(), job_id="job-1", finished=[orders1])  # nothing to change, work finished
+    assert idle.version == version + 2 and catalog.committed_partitions("job-1", [orders0, orders1]) == {
+        orders0, orders1}
+    with pytest.raises(AlreadyCommittedError, match="job 'job-1' already committed orders-0"):
+        catalog.apply(CatalogChange(add=(make_row("orders", 0, 10, 20),)), job_id="job-1", finished=[orders0])
+    assert [r.base_offset for r in catalog.live_segments("orders", 0)] == [0]
+    assert catalog.version() == version + 2
+    reopened = Catalog.open(catalog.uri, backend.options)
+    reopened.create_checkpoint()
+    assert Catalog.open(catalog.uri, backend.options).committed_partitions("job-1", [orders0, orders1]) == {orders0, orders1}

@@ -9,6 +9,7 @@ from dataclasses import replace
 from catalog_rows import make_row
 
 from engine.catalog import Catalog
+from engine.catalog_changes import CatalogChange
 from engine.catalog_schema import SegmentState
 from jobs.cli import main as klake
 from jobs.importer import import_log_dir
@@ -127,3 +128,28 @@ def test_scrub_checks_rows_that_point_outside_the_root_and_never_deletes_there(b
     assert [(m.kind, m.key) for m in report.missing] == [("log", command.log_key)]
     assert report.orphans == [] and report.size_mismatches == []
     assert {o.uri for o in list_objects(backend.uri("src"), backend.options)} == source_before
+
+
+def test_scrub_reclaims_lease_temporaries_and_rejects_of_partitions_their_job_never_committed(backend,
+                                                                                             kafka_fixtures) -> None:
+    """Debris of killed jobs (issue: crash-safe re-runs): a lease temporary or takeover marker, and a
+    rejects file whose (job id, partition) is not in the job ledger, go once older than the grace period;
+    a live lease, the rejects of a committed partition and the unplaced rejects stay."""
+    catalog = _imported(backend, kafka_fixtures, copy=True, catalog_at="root/_catalog")
+    committed = TopicPartition("_confluent-command", 0)
+    catalog.apply(CatalogChange(), operation="append", job_id="job-1", finished=[committed])
+    debris = {backend.uri("root", "_leases", f".orders-0.lease.tmp-{'a' * 32}"): "lease-temporary",
+              backend.uri("root", "_leases", f"orders-0.lease.takeover-{'b' * 32}"): "lease-temporary",
+              backend.uri("root", "_rejects", "job-1", "docker-connect-status-0.parquet"): "superseded-rejects"}
+    kept = [backend.uri("root", "_leases", "orders-1.lease"),
+            backend.uri("root", "_rejects", "job-1", "_confluent-command-0.parquet"),
+            backend.uri("root", "_rejects", "job-1", "unplaced", "orders-7.parquet")]
+    for uri in [*debris, *kept]:
+        backend.put(uri, b"x")
+    now = time.time_ns() // 1_000_000
+    young = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now)
+    assert young.debris == [] and young.deleted == []
+    report = scrub(backend.uri("root"), catalog, grace_ms=0, options=backend.options, now=now + 1)
+    assert {d.uri: d.kind for d in report.debris} == debris and sorted(report.deleted) == sorted(debris)
+    assert all(object_info(uri, backend.options) is None for uri in debris)
+    assert all(object_info(uri, backend.options) is not None for uri in kept)

@@ -1,0 +1,323 @@
+"""Crash injection: a real `klake` job is SIGKILLed (its whole process group: driver, JVM, Python workers)
+at a storage mutation, re-run at once with the same command, then scrubbed; the store must then equal
+a clean run's: every record exactly once, the same catalog, the same ListOffsets answers, the same
+rejects, and no debris (no lease, lease temporary, orphan or superseded rejects file).
+
+The mutation points come from `tests/crash/hook/sitecustomize.py`, loaded by every Python process of
+the run. A clean run counts them; then each chosen point is a run of its own. CI runs a sample (named
+points per scenario); `make crash-sweep` (KLAKE_CRASH_SWEEP=full) kills at every point, local and S3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from engine.catalog import Catalog
+from engine.catalog_schema import table_to_rows
+from engine.lookup import list_offsets
+from engine.stored_segment import StoredSegment
+from engine.topic_config import TopicConfig
+from jobs.cli import main as klake_in_process
+from layouts.names import TopicPartition
+from layouts.storage import StorageOptions, filesystem, list_objects, read_bytes
+from tests.conftest import PROJECT_ROOT, Backend
+from tests.oracles.kafka_python import read_with_kafka_python
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+KLAKE = Path(sys.executable).parent / "klake"
+HOOK = PROJECT_ROOT / "tests" / "crash" / "hook"
+FULL_SWEEP = os.environ.get("KLAKE_CRASH_SWEEP") == "full"
+NOW = 1_790_000_000_000
+HOUR = 3_600_000
+BROKER_DIRS = ("_confluent-command-0", "docker-connect-status-0", "timeindex_test-0")
+SPARK = ["--master", "local[2]", "--set", "spark.conf.spark.ui.enabled=false",
+         "--set", "spark.conf.spark.sql.shuffle.partitions=4"]
+
+
+# --- the store and the runs ----------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """One scenario's storage (local directory or moto bucket) with its config, saved once set up and
+    restored before every run, so that each crash point starts from the very same state."""
+
+    backend: Backend
+    tmp: Path
+    topics: dict
+    saved: dict[str, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.conf = self.tmp / "klake.yaml"
+        self.conf.write_text(yaml.safe_dump({"storage": {"root": self.root}, "topics": self.topics}))
+
+    @property
+    def root(self) -> str:
+        return self.backend.uri("root")
+
+    def _files(self) -> dict[str, bytes]:
+        fs, path = filesystem(self.root, self.backend.options)
+        fs.invalidate_cache()
+        return {p[len(path):]: fs.cat_file(p) for p in fs.find(path)} if fs.exists(path) else {}
+
+    def save(self) -> None:
+        self.saved = self._files()
+
+    def restore(self) -> None:
+        fs, path = filesystem(self.root, self.backend.options)
+        fs.invalidate_cache()
+        if self.backend.name == "local":
+            shutil.rmtree(path, ignore_errors=True)
+        elif fs.exists(path):
+            fs.rm(path, recursive=True)
+        for name, data in self.saved.items():
+            self.backend.put(self.root + name, data)
+
+    def klake(self, args: list[str], crash_at: int | None = None, count_in: Path | None = None
+              ) -> subprocess.CompletedProcess:
+        """Run the `klake` console script (a new process group), with the crash hook if asked."""
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), str(PROJECT_ROOT)]))
+        if count_in is not None:
+            shutil.rmtree(count_in, ignore_errors=True)
+            count_in.mkdir(parents=True)
+            env |= {"KLAKE_CRASH_DIR": str(count_in), "KLAKE_CRASH_AT": str(crash_at or 0),
+                    "KLAKE_CRASH_ROOT": self.root if self.backend.name == "local" else "/nonexistent"}
+        return subprocess.run([str(KLAKE), *args, "--conf", str(self.conf), "--no-progress"], env=env,
+                              capture_output=True, text=True, timeout=600, start_new_session=True)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One run of the scenario's command: what happens before it, and the exit code a clean run gives."""
+
+    args: list[str]
+    code: int = 0
+    before: Callable[[Store], None] | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    topics: dict
+    setup: Callable[[Store], list[list[str]]]  # writes inputs; the commands that make the starting state
+    phases: Callable[[Store], list[Phase]]     # the last phase is the one killed
+    sample: tuple[str, ...]                     # the points CI kills at (see `sampled_points`)
+
+
+def _input(path: Path, n: int, seed: int, topic: str | None = None, keys: int = 30, start: int = NOW - 3 * HOUR,
+           step: int = 30_000, big: tuple[int, ...] = ()) -> Path:
+    values = [f"r{seed}-{i:05d}|".encode() + b"x" * (20 + (i * 7 + seed) % 40) for i in range(n)]
+    for i in big:
+        values[i] += b"y" * 600  # larger than max.message.bytes: rejected
+    columns = {"key": pa.array([b"key-%03d" % ((i * 31 + seed) % keys) for i in range(n)], pa.binary()),
+               "value": pa.array(values, pa.binary()),
+               "timestamp": pa.array([start + i * step for i in range(n)], pa.int64())}
+    if topic:
+        columns = {"topic": pa.array([topic] * n), **columns}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def _append_setup(store: Store) -> list[list[str]]:
+    first = _input(store.tmp / "in-0.parquet", 120, seed=0)
+    _input(store.tmp / "in-1.parquet", 160, seed=1, start=NOW - HOUR, big=(17, 90))
+    return [["append", "--input", str(first), "--topic", "orders", "--now", str(NOW), *SPARK]]
+
+
+def _append_phases(store: Store) -> list[Phase]:
+    return [Phase(["append", "--input", str(store.tmp / "in-1.parquet"), "--topic", "orders", "--now", str(NOW),
+                   *SPARK])]
+
+
+def _foreign_lease(store: Store) -> None:
+    """Another job holds orders-2 for an hour: this attempt commits the other partitions only."""
+    from engine.lease import acquire_lease
+
+    acquire_lease(store.root, TopicPartition("orders", 2), "elsewhere:1", "another-job", HOUR, store.backend.options)
+
+
+def _lease_freed(store: Store) -> None:
+    from engine.lease import lease_uri
+
+    fs, path = filesystem(lease_uri(store.root, TopicPartition("orders", 2)), store.backend.options)
+    if json.loads(fs.cat_file(path))["job_id"] == "another-job":
+        fs.rm_file(path)
+
+
+def _partial_phases(store: Store) -> list[Phase]:
+    append = _append_phases(store)[0].args
+    return [Phase(append, code=1, before=_foreign_lease), Phase(append, before=_lease_freed)]
+
+
+def _import_setup(store: Store) -> list[list[str]]:
+    from tests.conftest import KAFKA_FIXTURES
+
+    for name in BROKER_DIRS:
+        store.backend.upload_tree(KAFKA_FIXTURES / "broker" / name, store.backend.uri("src", name))
+    return []
+
+
+def _import_phases(store: Store) -> list[Phase]:
+    return [Phase(["import", store.backend.uri("src"), "--copy"])]
+
+
+def _keyed_setup(topic: str) -> Callable[[Store], list[list[str]]]:
+    def setup(store: Store) -> list[list[str]]:
+        first = _input(store.tmp / "in-0.parquet", 300, seed=3, keys=25)
+        return [["append", "--input", str(first), "--topic", topic, "--now", str(NOW), *SPARK]]
+
+    return setup
+
+
+SCENARIOS = {
+    "append": Scenario("append", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
+                       _append_setup, _append_phases, ("segment-write", "commit-after")),
+    "append-partial-lease": Scenario(
+        "append-partial-lease", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
+        _append_setup, _partial_phases, ("commit-after",)),
+    "import": Scenario("import", {}, _import_setup, _import_phases, ("segment-write", "commit-after")),
+    "retention": Scenario("retention", {"logs": {"partitions": 2, "segment.bytes": 1500, "retention.ms": HOUR}},
+                          _keyed_setup("logs"),
+                          lambda store: [Phase(["retention", "--now", str(NOW), "--job-id", "retention-1", *SPARK])],
+                          ("commit-after",)),
+    "compact": Scenario("compact", {"state": {"partitions": 2, "cleanup.policy": "compact", "segment.bytes": 1200}},
+                        _keyed_setup("state"),
+                        lambda store: [Phase(["compact", "--now", str(NOW), "--job-id", "compact-1", *SPARK])],
+                        ("commit-before",)),
+    "truncate": Scenario("truncate", {"orders": {"partitions": 2, "segment.bytes": 1500}}, _keyed_setup("orders"),
+                         lambda store: [Phase(["truncate", "--topic", "orders", "--partition", "1", "--offset", "40",
+                                               "--now", str(NOW), "--job-id", "truncate-1", *SPARK])],
+                         ("commit-after",)),
+}
+S3_SAMPLE = {"append": ("commit-before",), "import": ("commit-after",)}
+
+
+# --- what a run left ------------------------------------------------------------------------------------
+
+
+def state(store: Store) -> dict:
+    """Everything a user can observe, without object names or ids (they differ from run to run)."""
+    options = store.backend.options
+    catalog = Catalog.open(f"{store.root}/_catalog", options)
+    rows = table_to_rows(catalog.all_rows())
+    facts = [(r.topic, r.partition, r.base_offset, r.last_offset, r.next_offset, r.record_count, r.batch_count,
+              r.size_bytes, r.first_batch_timestamp, r.base_timestamp, r.largest_timestamp,
+              r.offset_of_largest_timestamp, r.timestamp_type, r.state, r.log_start_offset, r.cleaned, r.magic,
+              read_bytes(r.log_key, options), read_bytes(r.index_key, options), read_bytes(r.timeindex_key, options))
+             for r in rows]
+    records, lookups = {}, {}
+    for tp in sorted({TopicPartition(r.topic, r.partition) for r in rows if r.state != "DELETE_STARTED"}):
+        live = [r for r in rows if (r.topic, r.partition) == (tp.topic, tp.partition) and r.state != "DELETE_STARTED"]
+        start = max([live[0].base_offset, *(r.log_start_offset for r in live)])
+        found = [rec for r in live for rec in read_with_kafka_python(read_bytes(r.log_key, options))[0]
+                 if rec[0] >= start]
+        records[str(tp)] = found
+        segments = [StoredSegment(r, options, TopicConfig().index_interval_bytes) for r in live]
+        stamps = sorted({rec[1] for rec in found})
+        targets = [-2, -1, -3] + (stamps[:1] + stamps[len(stamps) // 2:len(stamps) // 2 + 1] + [stamps[-1] + 1]
+                                  if stamps else [])
+        lookups[str(tp)] = [astuple(list_offsets(segments, t, start)) for t in targets]
+    rejects = sorted((row["topic"], row["partition"], row["value"], row["reason"])
+                     for o in list_objects(store.root, options) if "/_rejects/" in o.uri
+                     for row in pq.read_table(pa.BufferReader(read_bytes(o.uri, options))).to_pylist())
+    return {"rows": facts, "records": records, "lookups": lookups, "rejects": rejects}
+
+
+def assert_no_debris(store: Store) -> None:
+    """After `scrub --grace-ms 0`: no lease or lease temporary, and nothing scrub would still remove."""
+    leftovers = [o.uri for o in list_objects(store.root, store.backend.options) if "/_leases/" in o.uri]
+    assert leftovers == [], leftovers
+    report = store.tmp / "scrub-check.json"
+    assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--dry-run",
+                             "--report", str(report), "--no-progress"]) == 0
+    found = json.loads(report.read_text())["results"]["scrub"]
+    assert (found["orphans"], found["debris"], found["missing"]) == ([], [], []), found
+
+
+# --- the sweep ------------------------------------------------------------------------------------------
+
+
+def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: Path) -> subprocess.CompletedProcess:
+    """Run the scenario's phases from the saved state; count (and with `crash_at`, kill at) the last one's
+    mutation points. Returns the last run."""
+    store.restore()
+    phases = scenario.phases(store)
+    for phase in phases[:-1]:
+        if phase.before:
+            phase.before(store)
+        done = store.klake(phase.args)
+        assert done.returncode == phase.code, done.stderr[-3000:]
+    last = phases[-1]
+    if last.before:
+        last.before(store)
+    return store.klake(last.args, crash_at=crash_at, count_in=points)
+
+
+def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
+    """The points CI kills at: `segment-write` the middle write of a segment object, `commit-before` /
+    `commit-after` the first catalog commit of the run (after it: its deletes and lease releases)."""
+    chosen = []
+    for name in wanted:
+        if name == "segment-write":
+            writes = [i for i, p in enumerate(points, 1)
+                      if p.split()[2] in ("local:link", "s3:put_object", "s3:complete_multipart_upload")
+                      and not any(f"_{d}/" in p.split()[3] for d in ("leases", "rejects", "topics"))]
+            chosen.append(writes[len(writes) // 2])
+        else:
+            chosen.append(next(i for i, p in enumerate(points, 1) if f"delta:_commit:{name.split('-')[1]}" in p))
+    return chosen
+
+
+def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tuple[str, ...]) -> None:
+    store = Store(backend, tmp / scenario.name, scenario.topics)
+    for command in scenario.setup(store):
+        done = store.klake(command)
+        assert done.returncode == 0, done.stderr[-3000:]
+    store.save()
+
+    clean = run_phases(store, scenario, None, tmp / "points-clean")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--no-progress"]) == 0
+    expected = state(store)
+    assert any(expected["records"].values())
+    points = (tmp / "points-clean" / "points").read_text().splitlines()
+
+    chosen = range(1, len(points) + 1) if FULL_SWEEP else sampled_points(points, sample)
+    for n in chosen:
+        killed = run_phases(store, scenario, n, tmp / f"points-{n}")
+        assert killed.returncode == -9, f"point {n} ({points[n - 1]}) was not reached: {killed.stderr[-2000:]}"
+        rerun = store.klake(scenario.phases(store)[-1].args)  # at once, the very same command
+        assert rerun.returncode == 0, f"re-run after a kill at {points[n - 1]}:\n{rerun.stdout}\n{rerun.stderr[-3000:]}"
+        assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--no-progress"]) == 0
+        got = state(store)
+        for part in expected:
+            assert got[part] == expected[part], f"{part} differs from a clean run after a kill at {points[n - 1]}"
+        assert_no_debris(store)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_job_killed_at_a_storage_mutation_reruns_to_a_clean_runs_state_local(name: str, tmp_path: Path) -> None:
+    check_scenario(SCENARIOS[name], Backend("local", str(tmp_path / "store"), StorageOptions()), tmp_path,
+                   SCENARIOS[name].sample)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if FULL_SWEEP or n in S3_SAMPLE])
+def test_a_job_killed_at_a_storage_mutation_reruns_to_a_clean_runs_state_s3(name: str, s3_backend: Backend,
+                                                                          tmp_path: Path) -> None:
+    check_scenario(SCENARIOS[name], s3_backend, tmp_path, S3_SAMPLE.get(name, SCENARIOS[name].sample))
