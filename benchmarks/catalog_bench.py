@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 from deltalake import PostCommitHookProperties, write_deltalake
 
-from engine.catalog import Catalog
-from engine.catalog_schema import CATALOG_SCHEMA
+from engine.catalog.schema import CATALOG_SCHEMA
+from engine.ops.catalog_table import Catalog
 
 SEGMENT_MS = 60_000
 EPOCH_MS = 1_700_000_000_000

@@ -25,10 +25,10 @@ from kafka.record.memory_records import MemoryRecords
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import compression  # noqa: E402
-from engine.batch import scan_batches  # noqa: E402
-from engine.builder import encode_batches  # noqa: E402
-from engine.records import decode_records  # noqa: E402
+from engine.format import compression  # noqa: E402
+from engine.format.batch import scan_batches  # noqa: E402
+from engine.format.builder import encode_batches  # noqa: E402
+from engine.format.records import decode_records  # noqa: E402
 
 BATCH = 1000
 VALUE = 100

@@ -46,12 +46,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from engine.partition_append import prepare_append
-from engine.partition_job import JobRun, PartitionInput, PartitionResult, run_prepare
-from engine.partitioner import murmur2, partition_for_keys
+from engine.format.partitioner import murmur2, partition_for_keys
+from engine.names import TopicPartition
+from engine.ops.append import prepare_append
+from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.job_runner import JobContext, JobSpec, main
 from jobs.spark_session import run_with_progress
-from layouts.names import TopicPartition
 from layouts.storage import (
     StorageOptions,
     delete_object,

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from engine.catalog import Catalog
+from engine.ops.catalog_table import Catalog
 from layouts.storage import StorageOptions
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",

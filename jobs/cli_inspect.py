@@ -14,18 +14,18 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from engine import compression
-from engine.batch import TIMESTAMP_TYPE_NAMES, BatchHeaders, BatchScan, scan_batches
 from engine.errors import CorruptRecordError, KlakeError
-from engine.index_builder import build_indexes, sidecar_names
-from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
-from engine.lookup import list_offsets
-from engine.records import RecordTable, decode_records
-from engine.recovery_check import record_problems, valid_prefix
-from engine.segment import InMemorySegment
-from engine.sidecars import check_sidecars
+from engine.format import compression
+from engine.format.batch import TIMESTAMP_TYPE_NAMES, BatchHeaders, BatchScan, scan_batches
+from engine.format.records import RecordTable, decode_records
+from engine.index.checks import check_sidecars, sidecar_names
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.index.rebuild import build_indexes
+from engine.log.lookup import list_offsets
+from engine.log.segment import InMemorySegment
+from engine.names import TopicPartition, parse_partition_dir
+from engine.ops.verify import record_problems, valid_prefix
 from layouts.kafka_layout import group_partition_files
-from layouts.names import TopicPartition, parse_partition_dir
 from layouts.storage import filesystem, list_objects, normalize_uri, object_info, read_bytes
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")

@@ -11,7 +11,7 @@ import argparse
 import sys
 from functools import partial
 
-from engine.partition_compact import prepare_compaction
+from engine.ops.compact import prepare_compaction
 from jobs.job_runner import JobContext, JobSpec, main
 
 

@@ -27,9 +27,9 @@ from typing import Any
 import yaml
 
 from engine.errors import ConfigError
-from engine.lease import DEFAULT_LEASE_TTL_MS
-from engine.topic_config import TopicConfig
-from layouts.names import InvalidNameError, validate_topic
+from engine.log.topic_config import TopicConfig
+from engine.names import InvalidNameError, validate_topic
+from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from layouts.storage import StorageOptions, join, normalize_uri
 
 JOB_DEFAULTS: dict[str, Any] = {

@@ -38,12 +38,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from engine.catalog import Catalog
-from engine.catalog_schema import SegmentRow, first_dirty_offset, table_to_rows
+from engine.catalog.schema import SegmentRow, first_dirty_offset, table_to_rows
 from engine.errors import KlakeError
-from engine.partitioner import partition_for_keys
-from engine.records import HEADERS_TYPE
-from engine.topic_config import TopicConfig
+from engine.format.partitioner import partition_for_keys
+from engine.format.records import HEADERS_TYPE
+from engine.log.topic_config import TopicConfig
+from engine.ops.catalog_table import Catalog
 from jobs import (
     append,
     catalog_maintenance,

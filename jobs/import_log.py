@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.importer import ImportReport, default_import_job_id, import_log_dir
+from engine.ops.importer import ImportReport, default_import_job_id, import_log_dir
 from jobs.job_runner import JobContext, JobSpec, main
 from layouts.storage import normalize_uri
 

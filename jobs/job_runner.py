@@ -25,15 +25,15 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from engine.catalog import Catalog, CatalogNotFoundError
 from engine.errors import KlakeError
-from engine.partition_job import Execute, JobRun, Prepare, run_partition_job
-from engine.topic_config import TopicConfig
-from engine.topic_store import load_topic_config, save_topic_config
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog, CatalogNotFoundError
+from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
+from engine.ops.topic_store import load_topic_config, save_topic_config
 from jobs.config import KlakeConfig, load_config
 from jobs.report import RunReport
 from jobs.spark_session import spark_execute, spark_session
-from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, normalize_uri
 
 if TYPE_CHECKING:

@@ -51,8 +51,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from engine.catalog import Catalog
 from engine.errors import ConfigError
+from engine.ops.catalog_table import Catalog
 from jobs.job_runner import parse_now
 from jobs.read import DEFAULT_SPLIT_BYTES, KAFKA_SCHEMA, ReadRange, WorkItem, plan_read, read_item
 from layouts.storage import StorageOptions, join, normalize_uri

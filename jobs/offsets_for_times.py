@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from engine.catalog_schema import partition_log_start_offset
+from engine.catalog.schema import partition_log_start_offset
 from engine.errors import KlakeError
-from engine.lookup import list_offsets
-from engine.partition_job import PartitionInput, PartitionStep
-from engine.stored_segment import StoredSegment
+from engine.log.lookup import list_offsets
+from engine.ops.run import PartitionInput, PartitionStep
+from engine.ops.stored_segment import StoredSegment
 from jobs.job_runner import JobContext, JobSpec, main, parse_now
 from layouts.storage import StorageOptions, write_bytes
 

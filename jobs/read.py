@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from engine.batch import BatchHeaders
-from engine.catalog import Catalog, CatalogNotFoundError
-from engine.catalog_schema import SegmentRow, partition_log_start_offset, table_to_rows
+from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.errors import KlakeError
-from engine.index_common import DEFAULT_INDEX_INTERVAL_BYTES
-from engine.records import HEADERS_TYPE, decode_records
-from engine.stored_segment import StoredSegment
+from engine.format.batch import BatchHeaders
+from engine.format.records import HEADERS_TYPE, decode_records
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.ops.catalog_table import Catalog, CatalogNotFoundError
+from engine.ops.stored_segment import StoredSegment
 from jobs.config import KlakeConfig
 from jobs.job_runner import JobContext, JobSpec, at_least, main, parse_now
 from jobs.spark_session import run_with_progress

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from engine.recovery import prepare_recovery
+from engine.ops.recover import prepare_recovery
 from jobs.job_runner import JobContext, JobSpec, main
 
 

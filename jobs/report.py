@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.partition_job import JobRun
+from engine.ops.run import JobRun
 from layouts.storage import StorageOptions, write_bytes
 
 SUCCEEDED, FAILED = "succeeded", "failed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from engine.partition_retention import prepare_retention
+from engine.ops.retention import prepare_retention
 from jobs.job_runner import JobContext, JobSpec, main
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from engine.partition_roll import prepare_roll
+from engine.ops.roll import prepare_roll
 from jobs.job_runner import JobContext, JobSpec, main
 
 

@@ -25,11 +25,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from engine.catalog import Catalog
-from engine.catalog_schema import SegmentRow, table_to_rows
+from engine.catalog.schema import SegmentRow, table_to_rows
+from engine.names import parse_partition_dir
+from engine.ops.catalog_table import Catalog
 from jobs.append import REJECTS_DIR
 from jobs.job_runner import JobContext, JobSpec, main
-from layouts.names import parse_partition_dir
 from layouts.object_layout import parse_object_segment_name
 from layouts.storage import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
 

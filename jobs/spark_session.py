@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.partition_job import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
+from engine.ops.run import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
 from jobs.config import KlakeConfig
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import sys
 from functools import partial
 
 from engine.errors import KlakeError
-from engine.partition_truncate import prepare_delete_records, prepare_truncation
+from engine.ops.truncate import prepare_delete_records, prepare_truncation
 from jobs.job_runner import JobContext, JobSpec, main
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from layouts.names import NON_LIVE_DIR_SUFFIXES, TopicPartition, parse_partition_dir
+from engine.names import NON_LIVE_DIR_SUFFIXES, TopicPartition, parse_partition_dir
 from layouts.object_layout import SegmentKeys
 from layouts.storage import ObjectInfo, StorageOptions, join, list_objects, normalize_uri
 

@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from layouts.names import TopicPartition, validate_segment_id
+from engine.names import TopicPartition, validate_segment_id
 from layouts.storage import StorageOptions, ensure_object, join, put_extending
 
 SEGMENT_SUFFIXES = ("log", "index", "timeindex")

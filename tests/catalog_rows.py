@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.catalog_schema import SegmentRow, SegmentState
+from engine.catalog.schema import SegmentRow, SegmentState
 
 
 def make_row(topic: str, partition: int, base: int, next_offset: int, base_ts: int = 1_000, largest_ts: int = 2_000,

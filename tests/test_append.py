@@ -1,4 +1,4 @@
-"""`engine.append`: Kafka's leader append path (spec 2, 3, 9) checked against kafka-python and brute force.
+"""`engine.log.append`: Kafka's leader append path (spec 2, 3, 9) checked against kafka-python and brute force.
 
 Every produced segment is read back by kafka-python's `MemoryRecords` (an independent decoder, CRCs
 validated); expectations are computed here from the spec's rules, record by record.
@@ -12,8 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import compression
-from engine.append import (
+from engine.format import compression
+from engine.format.batch import scan_batches
+from engine.format.builder import encode_batch
+from engine.format.records import HEADERS_TYPE
+from engine.index.append_rule import SegmentIndexer
+from engine.index.checks import check_indexes
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+from engine.log.append import (
     INVALID_RECORD,
     INVALID_TIMESTAMP,
     KIP228_MIN_TIMESTAMP,
@@ -21,14 +28,8 @@ from engine.append import (
     RECORD_TOO_LARGE,
     append_records,
 )
-from engine.batch import scan_batches
-from engine.builder import encode_batch
-from engine.index_builder import SegmentIndexer, check_indexes
-from engine.offset_index import OffsetIndex
-from engine.records import HEADERS_TYPE
-from engine.segment_writer import ActiveSegment, RollPolicy
-from engine.time_index import TimeIndex
-from engine.topic_config import TopicConfig
+from engine.log.segment_writer import ActiveSegment, RollPolicy
+from engine.log.topic_config import TopicConfig
 from tests.oracles.kafka_python import read_with_kafka_python
 
 NOW = 1_700_000_000_000

@@ -9,16 +9,16 @@ from dataclasses import fields, replace
 import pytest
 from catalog_rows import make_row
 
-from engine.catalog import (
+from engine.catalog.changes import CatalogChange, CatalogStateError
+from engine.catalog.schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
+from engine.names import TopicPartition
+from engine.ops.catalog_table import (
     AlreadyCommittedError,
     Catalog,
     CatalogConflictError,
     CatalogNotFoundError,
     OffsetBounds,
 )
-from engine.catalog_changes import CatalogChange, CatalogStateError
-from engine.catalog_schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
-from layouts.names import TopicPartition
 from layouts.storage import list_objects
 
 

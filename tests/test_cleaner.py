@@ -28,11 +28,8 @@ from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from engine import compression
-from engine.batch import LOG_APPEND_TIME, scan_batches
-from engine.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
-from engine.cleaner import CleanResult, SourceSegment, clean_log
-from engine.cleaner_selection import (
+from engine.cleaner.cleaning import CleanResult, SourceSegment, clean_log
+from engine.cleaner.selection import (
     UNCLEANABLE_ACTIVE,
     UNCLEANABLE_LSO,
     UNCLEANABLE_MIN_LAG,
@@ -40,10 +37,14 @@ from engine.cleaner_selection import (
     cleanable_range,
     should_clean,
 )
-from engine.index_builder import SegmentIndexer, check_indexes
-from engine.offset_index import OffsetIndex
-from engine.time_index import TimeIndex
-from engine.topic_config import TopicConfig
+from engine.format import compression
+from engine.format.batch import LOG_APPEND_TIME, scan_batches
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
+from engine.index.append_rule import SegmentIndexer
+from engine.index.checks import check_indexes
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+from engine.log.topic_config import TopicConfig
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "kafka"
 INT_MAX = 2**31 - 1

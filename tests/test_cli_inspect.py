@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.batch import scan_batches
-from engine.builder import encode_batch
-from engine.index_builder import first_batch_at_or_after_timestamp, position_for_offset
-from engine.offset_index import OffsetIndex
-from engine.time_index import TimeIndex
+from engine.format.batch import scan_batches
+from engine.format.builder import encode_batch
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
 from jobs.cli import main
 from tests.conftest import KAFKA_FIXTURES, PROJECT_ROOT, Backend
+from tests.index_lookups import first_batch_at_or_after_timestamp, position_for_offset
 
 BROKER = KAFKA_FIXTURES / "broker" / "timeindex_test-0"
 

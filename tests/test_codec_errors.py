@@ -7,10 +7,10 @@ import struct
 import crc32c
 import pytest
 
-from engine.batch import scan_batches
-from engine.builder import encode_batch
 from engine.errors import CorruptRecordError, TruncatedBatchError
-from engine.records import decode_records
+from engine.format.batch import scan_batches
+from engine.format.builder import encode_batch
+from engine.format.records import decode_records
 
 SOURCE = "seg.log"
 

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from engine import compression
-from engine.batch import LOG_APPEND_TIME, scan_batches
-from engine.builder import encode_batch, encode_batches
-from engine.records import decode_records
+from engine.format import compression
+from engine.format.batch import LOG_APPEND_TIME, scan_batches
+from engine.format.builder import encode_batch, encode_batches
+from engine.format.records import decode_records
 from tests.oracles.kafka_python import read_with_kafka_python
 
 TS = st.one_of(st.integers(0, 2**41), st.just(-1), st.integers(-(2**62), 2**62))

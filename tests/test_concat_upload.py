@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 from s3fs import S3FileSystem
 
-from engine.append import append_records
-from engine.catalog_schema import SegmentState
-from engine.segment_versions import store_segment_version
-from engine.topic_config import TopicConfig
+from engine.catalog.schema import SegmentState
+from engine.log.append import append_records
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.versions import store_segment_version
 from layouts import storage
-from layouts.names import TopicPartition
 from layouts.storage import (
     S3_MAX_PART_SIZE,
     S3_MIN_PART_SIZE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import ConfigError
-from engine.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig
 from jobs.config import JOB_DEFAULTS, apply_override, load_config
 from tests.conftest import PROJECT_ROOT
 

@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from engine.catalog import Catalog
-from engine.catalog_schema import table_to_rows
-from engine.lookup import list_offsets
-from engine.stored_segment import StoredSegment
-from engine.topic_config import TopicConfig
+from engine.catalog.schema import table_to_rows
+from engine.log.lookup import list_offsets
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.stored_segment import StoredSegment
 from jobs.cli import main as klake_in_process
-from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, filesystem, list_objects, read_bytes
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -146,13 +146,13 @@ def _append_phases(store: Store) -> list[Phase]:
 
 def _foreign_lease(store: Store) -> None:
     """Another job holds orders-2 for an hour: this attempt commits the other partitions only."""
-    from engine.lease import acquire_lease
+    from engine.ops.lease import acquire_lease
 
     acquire_lease(store.root, TopicPartition("orders", 2), "elsewhere:1", "another-job", HOUR, store.backend.options)
 
 
 def _lease_freed(store: Store) -> None:
-    from engine.lease import lease_uri
+    from engine.ops.lease import lease_uri
 
     fs, path = filesystem(lease_uri(store.root, TopicPartition("orders", 2)), store.backend.options)
     if json.loads(fs.cat_file(path))["job_id"] == "another-job":

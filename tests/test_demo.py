@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.catalog import Catalog
-from engine.partitioner import partition_for_keys
+from engine.format.partitioner import partition_for_keys
+from engine.ops.catalog_table import Catalog
 from jobs.cli import main
 from jobs.config import KlakeConfig, load_config
 

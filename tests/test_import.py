@@ -20,13 +20,13 @@ import pytest
 from deltalake import DeltaTable
 from kafka.record.memory_records import MemoryRecords
 
-from engine.catalog import Catalog
-from engine.catalog_schema import COLUMNS, table_to_rows
-from engine.lease import acquire_lease, lease_uri, read_lease
+from engine.catalog.schema import COLUMNS, table_to_rows
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.importer import _PartitionImporter, import_log_dir
+from engine.ops.lease import acquire_lease, lease_uri, read_lease
 from jobs.cli import main as klake
 from jobs.embedded_s3 import FAKE_AWS_ENV
-from jobs.importer import _PartitionImporter, import_log_dir
-from layouts.names import TopicPartition
 from layouts.storage import delete_object, filesystem, list_objects, object_info, read_bytes
 
 BROKER_PARTITIONS = ("_confluent-command-0", "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0",

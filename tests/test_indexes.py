@@ -13,19 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.batch import BatchHeaders, scan_batches
 from engine.errors import InvalidIndexError
-from engine.index_builder import (
-    SegmentIndexer,
-    batch_for_offset,
-    build_indexes,
-    check_indexes,
-    first_batch_at_or_after_timestamp,
-    position_for_offset,
-)
-from engine.index_common import OffsetOverflowError
-from engine.offset_index import OffsetIndex
-from engine.time_index import TimeIndex
+from engine.format.batch import BatchHeaders, scan_batches
+from engine.index.append_rule import SegmentIndexer
+from engine.index.checks import check_indexes
+from engine.index.common import OffsetOverflowError
+from engine.index.offset_index import OffsetIndex
+from engine.index.rebuild import build_indexes
+from engine.index.time_index import TimeIndex
+from tests.index_lookups import batch_for_offset, first_batch_at_or_after_timestamp, position_for_offset
 
 BROKER_DIR = "broker/timeindex_test-0"
 STEMS = ["00000000000000000000", "00000000000000007729", "00000000000000015363", "00000000000000022964"]

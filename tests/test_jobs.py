@@ -23,14 +23,14 @@ import pytest
 import yaml
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-import engine.partition_job
-from engine.catalog import Catalog
-from engine.catalog_schema import SegmentRow, SegmentState, table_to_rows
-from engine.lease import lease_uri
+import engine.ops.run
+from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.lease import lease_uri
 from jobs import append, catalog_maintenance, compact, offsets_for_times, recover, retention, roll, scrub
 from jobs import truncate as truncate_job
 from jobs.job_runner import JobSpec, main
-from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, list_objects, object_info, read_bytes
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -251,7 +251,7 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
     assert split.run(append.SPEC, "--input", str(parts[0]))[0] == 0
     with monkeypatch.context() as patch:
         patch.setattr(Catalog, "apply", killing("append"))
-        patch.setattr(engine.partition_job, "release_lease", lambda lease, options=None: False)
+        patch.setattr(engine.ops.run, "release_lease", lambda lease, options=None: False)
         code, report = split.run(append.SPEC, "--input", str(parts[1]))
     assert code == 1 and report["status"] == "failed"
     assert "driver killed" in report["failures"][0]["error"]
@@ -635,8 +635,8 @@ def test_recover_rebuild_index_and_scrub(spark, tmp_path: Path) -> None:
     live = {k for p in range(2) for r in jobs.rows("t", p) for k in (r.log_key, r.index_key, r.timeindex_key)}
     code, report = jobs.run(recover.REBUILD_INDEX, "--set", "topics.t.index.interval.bytes=300")
     assert code == 0 and report["results"]["segments_repaired"] == sum(len(jobs.rows("t", p)) for p in range(2))
-    from engine.batch import scan_batches
-    from engine.sidecars import check_sidecars
+    from engine.format.batch import scan_batches
+    from engine.index.checks import check_sidecars
     for p in range(2):
         assert jobs.records("t", p) == (before[0] if p == 0 else after)
         for row in jobs.rows("t", p):

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import compression
-from engine.batch import CREATE_TIME, LOG_APPEND_TIME, scan_batches
-from engine.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch, encode_batches
-from engine.records import decode_records
+from engine.format import compression
+from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, scan_batches
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch, encode_batches
+from engine.format.records import decode_records
 
 _FETCH_SCRIPT = Path(__file__).resolve().parent / "oracles" / "fetch_kafka_clients.py"
 _spec = importlib.util.spec_from_file_location("klake_tests_fetch_kafka_clients", _FETCH_SCRIPT)

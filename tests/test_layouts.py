@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, scan_log_dir
-from layouts.names import (
+from engine.names import (
     InvalidNameError,
     TopicPartition,
     parse_partition_dir,
@@ -21,6 +20,7 @@ from layouts.names import (
     validate_segment_id,
     validate_topic,
 )
+from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, scan_log_dir
 from layouts.object_layout import (
     new_segment_id,
     object_segment_keys,

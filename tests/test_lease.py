@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from engine.lease import (
+from engine.names import TopicPartition
+from engine.ops.lease import (
     TAKEOVER_TIMEOUT_MS,
     LeaseHeldError,
     LeaseLostError,
@@ -18,7 +19,6 @@ from engine.lease import (
     read_lease,
     release_lease,
 )
-from layouts.names import TopicPartition
 from layouts.storage import list_objects, put_if_absent
 
 TP = TopicPartition("orders", 3)

@@ -28,20 +28,20 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.batch import CREATE_TIME, BatchHeaders, scan_batches
-from engine.catalog import Catalog
-from engine.catalog_schema import SegmentRow, SegmentState, partition_log_start_offset
+from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
-from engine.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
-from engine.partition_append import append_to_partition
-from engine.partition_compact import compact_partition
-from engine.partition_retention import apply_retention
-from engine.partition_truncate import delete_records, truncate_partition
-from engine.records import HEADERS_TYPE, decode_records
-from engine.sidecars import check_sidecars
-from engine.stored_segment import partition_segments
-from engine.topic_config import TopicConfig
-from layouts.names import TopicPartition
+from engine.format.batch import CREATE_TIME, BatchHeaders, scan_batches
+from engine.format.records import HEADERS_TYPE, decode_records
+from engine.index.checks import check_sidecars
+from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.append import append_to_partition
+from engine.ops.catalog_table import Catalog
+from engine.ops.compact import compact_partition
+from engine.ops.retention import apply_retention
+from engine.ops.stored_segment import partition_segments
+from engine.ops.truncate import delete_records, truncate_partition
 from layouts.storage import read_bytes
 
 TP = TopicPartition("model", 0)
@@ -273,7 +273,7 @@ def check_row_facts(seg: Segment, cfg: TopicConfig) -> None:
 
 
 def check_indexes(seg: Segment, cfg: TopicConfig) -> None:
-    """Index invariants of every segment (spec 1.9, 1.10, 2.5, 2.6), independently of `engine.index_builder`."""
+    """Index invariants of every segment (spec 1.9, 1.10, 2.5, 2.6), independently of `engine.index.append_rule`."""
     h, row = seg.headers, seg.row
     positions, lasts, maxima = h.position.tolist(), h.last_offset.tolist(), h.max_timestamp.tolist()
     assert len(seg.index) <= cfg.segment_index_bytes // 8 and len(seg.timeindex) <= cfg.segment_index_bytes // 12

@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from engine.batch import scan_batches
-from engine.catalog import Catalog
-from engine.lookup import list_offsets
-from engine.partition_append import append_to_partition, prepare_append
-from engine.partition_job import PartitionInput
-from engine.records import decode_records
-from engine.sidecars import check_sidecars
-from engine.stored_segment import partition_segments
-from engine.topic_config import TopicConfig
-from layouts.names import TopicPartition
+from engine.format.batch import scan_batches
+from engine.format.records import decode_records
+from engine.index.checks import check_sidecars
+from engine.log.lookup import list_offsets
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.append import append_to_partition, prepare_append
+from engine.ops.catalog_table import Catalog
+from engine.ops.run import PartitionInput
+from engine.ops.stored_segment import partition_segments
 from layouts.storage import read_bytes
 from tests.conftest import Backend
 

@@ -6,12 +6,12 @@ import numpy as np
 import pyarrow as pa
 from kafka.record.memory_records import MemoryRecords
 
-from engine.catalog import Catalog
-from engine.catalog_schema import first_dirty_offset
-from engine.partition_append import append_to_partition
-from engine.partition_compact import compact_partition
-from engine.topic_config import TopicConfig
-from layouts.names import TopicPartition
+from engine.catalog.schema import first_dirty_offset
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.append import append_to_partition
+from engine.ops.catalog_table import Catalog
+from engine.ops.compact import compact_partition
 from layouts.storage import read_bytes
 from tests.conftest import Backend
 from tests.test_partition_append import _log

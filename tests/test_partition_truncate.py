@@ -6,14 +6,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from engine.catalog import Catalog
-from engine.catalog_schema import partition_log_start_offset
-from engine.lookup import EARLIEST, list_offsets
-from engine.partition_append import append_to_partition
-from engine.partition_truncate import delete_records, truncate_partition
-from engine.stored_segment import partition_segments
-from engine.topic_config import TopicConfig
-from layouts.names import TopicPartition
+from engine.catalog.schema import partition_log_start_offset
+from engine.log.lookup import EARLIEST, list_offsets
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.append import append_to_partition
+from engine.ops.catalog_table import Catalog
+from engine.ops.stored_segment import partition_segments
+from engine.ops.truncate import delete_records, truncate_partition
 from tests.conftest import Backend
 from tests.test_partition_append import _log
 

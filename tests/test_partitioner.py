@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-from engine.partitioner import murmur2, partition_for_keys
+from engine.format.partitioner import murmur2, partition_for_keys
 
 
 @settings(max_examples=200, deadline=None)

@@ -30,21 +30,21 @@ from pyspark.sql.datasource import (
     Not,
 )
 
-from engine.batch import scan_batches
-from engine.catalog import Catalog
-from engine.catalog_schema import partition_log_start_offset, table_to_rows
-from engine.partition_append import append_to_partition
-from engine.partition_truncate import delete_records
-from engine.records import decode_records
-from engine.time_index import TimeIndex
-from engine.topic_config import TopicConfig
+from engine.catalog.schema import partition_log_start_offset, table_to_rows
+from engine.format.batch import scan_batches
+from engine.format.records import decode_records
+from engine.index.time_index import TimeIndex
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.append import append_to_partition
+from engine.ops.catalog_table import Catalog
+from engine.ops.importer import import_log_dir
+from engine.ops.truncate import delete_records
 from jobs import read
 from jobs.config import load_config
 from jobs.embedded_s3 import create_bucket
-from jobs.importer import import_log_dir
 from jobs.job_runner import main
 from jobs.klake_source import KlakeReader, register
-from layouts.names import TopicPartition
 from layouts.storage import StorageOptions, counting_bytes, read_bytes
 from tests.conftest import Backend
 

@@ -9,17 +9,18 @@ import crc32c
 import numpy as np
 import pytest
 
-from engine.batch import scan_batches
-from engine.builder import encode_batch
-from engine.catalog import Catalog
-from engine.catalog_schema import Layout, SegmentRow, SegmentState
-from engine.log_summary import segment_row, summarize_segment
-from engine.records import decode_records
-from engine.recovery import quarantine_key, recover_partition, verify_partition
-from engine.recovery_check import valid_prefix
-from engine.segment_writer import Append, RollPolicy, SegmentWriter
-from engine.topic_config import TopicConfig
-from layouts.names import TopicPartition
+from engine.catalog.schema import Layout, SegmentRow, SegmentState
+from engine.format.batch import scan_batches
+from engine.format.builder import encode_batch
+from engine.format.records import decode_records
+from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.summary import summarize_segment
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.recover import quarantine_key, recover_partition, verify_partition
+from engine.ops.verify import valid_prefix
+from engine.ops.versions import segment_row
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
 from layouts.storage import delete_object, list_objects, read_bytes
 from tests.conftest import Backend

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.catalog_schema import SegmentRow, SegmentState
-from engine.retention import RetentionAction, RetentionPass, RetentionPlan, plan_retention
-from engine.topic_config import TopicConfig
+from engine.catalog.schema import SegmentRow, SegmentState
+from engine.log.retention import RetentionAction, RetentionPass, RetentionPlan, plan_retention
+from engine.log.topic_config import TopicConfig
 from tests.catalog_rows import make_row
 
 DAY, HOUR = 86_400_000, 3_600_000

@@ -8,13 +8,13 @@ from dataclasses import replace
 
 from catalog_rows import make_row
 
-from engine.catalog import Catalog
-from engine.catalog_changes import CatalogChange
-from engine.catalog_schema import SegmentState
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import SegmentState
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.importer import import_log_dir
 from jobs.cli import main as klake
-from jobs.importer import import_log_dir
 from jobs.scrub import scrub
-from layouts.names import TopicPartition
 from layouts.object_layout import object_segment_keys, write_segment
 from layouts.storage import delete_object, filesystem, list_objects, object_info
 

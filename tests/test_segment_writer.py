@@ -7,11 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.batch import scan_batches
-from engine.builder import encode_batch
-from engine.index_builder import build_indexes, check_indexes
-from engine.offset_index import OffsetIndex
-from engine.segment_writer import (
+from engine.format.batch import scan_batches
+from engine.format.builder import encode_batch
+from engine.index.checks import check_indexes
+from engine.index.offset_index import OffsetIndex
+from engine.index.rebuild import build_indexes
+from engine.index.time_index import TimeIndex
+from engine.log.segment_writer import (
     ROLL_INDEX_FULL,
     ROLL_OFFSET_OVERFLOW,
     ROLL_SIZE,
@@ -20,7 +22,6 @@ from engine.segment_writer import (
     RollPolicy,
     SegmentWriter,
 )
-from engine.time_index import TimeIndex
 
 
 def _append(offset: int, timestamps: list[int], value_size: int = 10) -> Append:

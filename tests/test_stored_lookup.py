@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from engine.catalog import Catalog
-from engine.lookup import list_offsets
-from engine.stored_segment import StoredSegment, partition_segments
-from jobs.importer import import_log_dir
+from engine.log.lookup import list_offsets
+from engine.ops.catalog_table import Catalog
+from engine.ops.importer import import_log_dir
+from engine.ops.stored_segment import StoredSegment, partition_segments
 from layouts.storage import counting_requests
 from tests.conftest import KAFKA_FIXTURES, Backend
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import ConfigError
-from engine.topic_config import DEFAULTS, LONG_MAX, TopicConfig
+from engine.log.topic_config import DEFAULTS, LONG_MAX, TopicConfig
 
 
 def test_defaults_are_kafkas() -> None:

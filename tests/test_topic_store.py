@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from engine.errors import ConfigError
-from engine.topic_config import TopicConfig
-from engine.topic_store import load_topic_config, save_topic_config
-from layouts.names import InvalidNameError
+from engine.log.topic_config import TopicConfig
+from engine.names import InvalidNameError
+from engine.ops.topic_store import load_topic_config, save_topic_config
 from layouts.storage import list_objects
 from tests.conftest import Backend
 

@@ -1,4 +1,4 @@
-"""`engine.truncate`: spec 6 truncation with klake's partial-batch rewrite, checked against kafka-python.
+"""`engine.log.truncate`: spec 6 truncation with klake's partial-batch rewrite, checked against kafka-python.
 
 Segments are built batch by batch with known parameters; for every target offset the expected log is
 computed here: the untouched batches' bytes, then the batch holding target rebuilt from the spec's
@@ -16,16 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from engine import compression
-from engine.append import append_records
-from engine.batch import LOG_APPEND_TIME, scan_batches
-from engine.builder import CONTROL_COMMIT, control_record, encode_batch
-from engine.index_builder import check_indexes
-from engine.offset_index import OffsetIndex
-from engine.segment_writer import Append, RollPolicy, SegmentWriter
-from engine.time_index import TimeIndex
-from engine.topic_config import TopicConfig
-from engine.truncate import (
+from engine.format import compression
+from engine.format.batch import LOG_APPEND_TIME, scan_batches
+from engine.format.builder import CONTROL_COMMIT, control_record, encode_batch
+from engine.index.checks import check_indexes
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+from engine.log.append import append_records
+from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.topic_config import TopicConfig
+from engine.log.truncate import (
     BATCH_ALIGNED,
     KAFKA_WHOLE_BATCH,
     KLAKE_REWRITE,

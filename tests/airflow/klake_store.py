@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import sys
 
-from engine.builder import encode_batch
-from engine.catalog import Catalog
-from engine.catalog_schema import Layout, SegmentState
-from engine.lease import acquire_lease
-from engine.log_summary import segment_row, summarize_segment
-from engine.segment_writer import Append, RollPolicy, SegmentWriter
-from layouts.names import TopicPartition
+from engine.catalog.schema import Layout, SegmentState
+from engine.format.builder import encode_batch
+from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.summary import summarize_segment
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.lease import acquire_lease
+from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
 from layouts.storage import StorageOptions, filesystem
 

@@ -96,7 +96,7 @@ def _install() -> None:
 
     s3fs.core.S3FileSystem._call_s3 = counted_call_s3
 
-    from engine.catalog import Catalog
+    from engine.ops.catalog_table import Catalog
 
     def around(name: str) -> None:
         real = getattr(Catalog, name)

@@ -1,0 +1,106 @@
+"""Transactions and producers as the cleaner sees them (spec 1.6, 8.2, 8.4).
+
+Kafka learns aborted transactions from the `.txnindex` files and active producers from the producer
+state manager. klake derives both from the batches of the whole partition (every segment, including
+the ones the round does not clean), as Kafka's log loading would:
+- a producer's transaction opens at its first transactional data batch after its previous marker and
+  is closed by its next ABORT or COMMIT control record (key = version int16, type int16);
+- the data batches of a transaction closed by ABORT are aborted (never mapped, removed whole);
+- "the last batch of an active producer" is Kafka's `isBatchLastRecordOfProducer`: the producer's last
+  data batch, or, for a producer without data batches, its control batches of its current epoch.
+  Producers expire as in `ProducerStateManager` (no open transaction and now - timestamp of their last
+  batch >= producer.id.expiration.ms) only when an expiration is given; by default every producer id
+  in the log is active, which keeps more empty batches than a broker whose producers expired.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.format.batch import BatchHeaders
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT
+from engine.format.records import decode_records
+
+CONTROL_NONE = -2  # not a control batch, or a control batch without records (already cleaned)
+CONTROL_UNKNOWN = -1
+KNOWN_CONTROL_TYPES = range(0, 7)  # ABORT, COMMIT, LEADER_CHANGE, SNAPSHOT_*, KRAFT_VERSION, KRAFT_VOTERS
+_KEY = struct.Struct(">hh")
+
+
+def control_types(data: bytes, headers: BatchHeaders, source: str = "<segment>") -> np.ndarray:
+    """The control record type of each batch (`ControlRecordType.parse` of its first record's key);
+    CONTROL_NONE for data batches and for control batches without records."""
+    out = np.full(len(headers), CONTROL_NONE, np.int16)
+    rows = np.flatnonzero(headers.is_control & (headers.records_count > 0))
+    if rows.size == 0:
+        return out
+    records = decode_records(data, headers.take(rows), source)
+    _, first = np.unique(records.batch_index, return_index=True)
+    for row, key in zip(rows.tolist(), records.key.take(first).to_pylist(), strict=True):
+        kind = _KEY.unpack_from(key)[1] if key is not None and len(key) >= _KEY.size else CONTROL_UNKNOWN
+        out[row] = kind if kind in KNOWN_CONTROL_TYPES else CONTROL_UNKNOWN
+    return out
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """Per batch of the partition: `txn` = the transaction a transactional data batch belongs to, or the
+    one an ABORT/COMMIT marker closes (-1: none, i.e. a marker of an empty transaction)."""
+
+    txn: np.ndarray
+    aborted: np.ndarray
+    marker: np.ndarray
+    last_of_producer: np.ndarray
+
+
+def _last_rows(keys: np.ndarray, rows: np.ndarray) -> dict[int, int]:
+    """key -> the last of `rows` (in order) holding it."""
+    if rows.size == 0:
+        return {}
+    unique, first_in_reversed = np.unique(keys[rows][::-1], return_index=True)
+    return dict(zip(unique.tolist(), rows[::-1][first_in_reversed].tolist(), strict=True))
+
+
+def transaction_state(headers: BatchHeaders, control_type: np.ndarray, now_ms: int,
+                      producer_expiration_ms: int | None = None) -> TxnState:
+    """Transactions and active producers over all batches of a partition, in log order."""
+    n = len(headers)
+    pid = headers.producer_id
+    control = headers.is_control
+    txn = np.full(n, -1, np.int64)
+    marker = control & ((control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT))
+    open_txn: dict[int, int] = {}
+    aborted_txns: list[int] = []
+    rows = np.flatnonzero((pid >= 0) & (headers.is_transactional | marker))
+    for row, producer, is_marker, kind in zip(rows.tolist(), pid[rows].tolist(), marker[rows].tolist(),
+                                              control_type[rows].tolist(), strict=True):
+        if is_marker:
+            closed = open_txn.pop(producer, -1)
+            txn[row] = closed
+            if closed >= 0 and kind == CONTROL_ABORT:
+                aborted_txns.append(closed)
+        elif not control[row]:
+            txn[row] = open_txn.setdefault(producer, row)  # a transaction is named by its first batch
+    aborted = ~control & (txn >= 0) & np.isin(txn, aborted_txns)
+    return TxnState(txn, aborted, marker, _last_of_producer(headers, now_ms, producer_expiration_ms, open_txn))
+
+
+def _last_of_producer(headers: BatchHeaders, now_ms: int, expiration_ms: int | None,
+                      open_txn: dict[int, int]) -> np.ndarray:
+    pid = headers.producer_id
+    control = headers.is_control
+    last_any = _last_rows(pid, np.flatnonzero(pid >= 0))
+    last_data = _last_rows(pid, np.flatnonzero((pid >= 0) & ~control))
+    out = np.zeros(len(headers), bool)
+    for producer, last in last_any.items():
+        if (expiration_ms is not None and producer not in open_txn
+                and now_ms - int(headers.max_timestamp[last]) >= expiration_ms):
+            continue  # expired: its state is gone, so none of its batches must be kept
+        if producer in last_data:
+            out[last_data[producer]] = True
+        else:  # only control batches left: keep those of the current epoch (fencing)
+            out |= control & (pid == producer) & (headers.producer_epoch == headers.producer_epoch[last])
+    return out

@@ -1,0 +1,260 @@
+"""Write magic-2 record batches, byte-identical to Apache kafka-clients for uncompressed data.
+
+Layout and header values follow `MemoryRecordsBuilder` / `DefaultRecordBatch.writeHeader` (spec 1.3-1.5):
+baseTimestamp = the first record's timestamp (or the delete horizon when that flag is set, KIP-534),
+maxTimestamp = the largest record timestamp starting from -1 (CreateTime) or the append time
+(LogAppendTime), CRC-32C over [attributes, end). Records are encoded for the whole batch at once:
+every varint field of every record is sized and written with numpy, and keys, values and header
+bytes are scattered into place in one vectorized copy each.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.format import compression
+from engine.format.batch import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    NO_TIMESTAMP,
+)
+from engine.format.records import HEADERS_TYPE
+from engine.format.varint import encoded_size, pack_rows
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 header
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+HeaderList = Sequence[tuple[str, bytes | None]]
+
+
+def as_binary(values: pa.Array | Sequence[bytes | None]) -> pa.Array:
+    """Keys or values as an Arrow binary array (accepts Python lists for convenience)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values if values.type == pa.binary() else values.cast(pa.binary())
+    return pa.array(values, pa.binary())
+
+
+def as_headers(headers: pa.Array | Sequence[HeaderList] | None) -> pa.Array | None:
+    """Headers as Arrow list<struct<key: string, value: binary>>; None when no record has any."""
+    if headers is None:
+        return None
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    if isinstance(headers, pa.Array):
+        return headers if headers.type == HEADERS_TYPE else headers.cast(HEADERS_TYPE)
+    return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in headers], HEADERS_TYPE)
+
+
+def _lengths(arr: pa.Array) -> np.ndarray:
+    """Byte length of each value of a binary array, -1 for null (Kafka's null length)."""
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset:]
+    lengths = np.diff(offsets).astype(np.int64)
+    if arr.null_count:
+        lengths[~arr.is_valid().to_numpy(zero_copy_only=False)] = -1
+    return lengths
+
+
+def _varint_column(fields: list[np.ndarray], sizes: list[np.ndarray] | None = None) -> pa.Array:
+    """A binary column whose element i is row i's varints of `fields` (see `varint.pack_rows`)."""
+    sizes = [encoded_size(f) for f in fields] if sizes is None else sizes
+    offsets, data = pack_rows(fields, sizes)
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _join(*columns: pa.Array) -> pa.Array:
+    """Row-wise concatenation; a null (key, value) contributes no bytes (its length says -1)."""
+    if any(c.null_count for c in columns):
+        return pc.binary_join_element_wise(*columns, b"", null_handling="replace", null_replacement=b"")
+    return pc.binary_join_element_wise(*columns, b"")
+
+
+def _header_blobs(headers: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(header count, encoded headers) per record: each header is varint key length, key, varint
+    value length (-1 = null), value (spec 1.5)."""
+    n = len(headers)
+    counts = np.diff(np.frombuffer(headers.buffers()[1], np.int32, count=headers.offset + n + 1)
+                     [headers.offset:]).astype(np.int64)
+    flat = headers.flatten()
+    keys = flat.field("key").cast(pa.binary())
+    values = flat.field("value")
+    key_len, value_len = _lengths(keys), _lengths(values)
+    if (key_len < 0).any():
+        raise ValueError("header keys may not be null")
+    each = _join(_varint_column([key_len]), keys, _varint_column([value_len]), values)
+    each_offsets = np.frombuffer(each.buffers()[1], np.int32, count=len(each) + 1)
+    list_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=list_offsets[1:])
+    record_offsets = each_offsets[list_offsets].astype(np.int32)
+    blobs = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(record_offsets - record_offsets[0]),
+                                                   pa.py_buffer(each.buffers()[2])[int(record_offsets[0]):]])
+    return counts, blobs
+
+
+def encode_records(keys: pa.Array, values: pa.Array, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray,
+                   headers: pa.Array | None) -> tuple[np.ndarray, pa.Buffer]:
+    """Records in v2 wire form (spec 1.5), all at once: (offsets int32 n+1, bytes).
+
+    Record i is `bytes[offsets[i]:offsets[i+1]]`: [length, attributes, timestampDelta, offsetDelta,
+    keyLength] key [valueLength] value [headerCount] headers. The bracketed varint groups become three
+    small columns (numpy); Arrow's element-wise binary join lays out all columns record by record.
+    """
+    n = len(keys)
+    key_len, value_len = _lengths(keys), _lengths(values)
+    if headers is None:
+        header_count, header_blobs, header_bytes = np.zeros(n, np.int64), None, np.zeros(n, np.int64)
+    else:
+        header_count, header_blobs = _header_blobs(headers)
+        header_bytes = _lengths(header_blobs)
+    ts_size, off_size = encoded_size(timestamp_deltas), encoded_size(offset_deltas)
+    key_size, value_size, count_size = encoded_size(key_len), encoded_size(value_len), encoded_size(header_count)
+    body = (1 + ts_size + off_size + key_size + np.maximum(key_len, 0) + value_size + np.maximum(value_len, 0)
+            + count_size + header_bytes)
+    lead = _varint_column([body, np.zeros(n, np.int64), timestamp_deltas, offset_deltas, key_len],
+                          [encoded_size(body), np.ones(n, np.int64), ts_size, off_size, key_size])
+    middle = _varint_column([value_len], [value_size])
+    tail = _varint_column([header_count], [count_size])
+    columns = [lead, keys, middle, values, tail]
+    if header_blobs is not None:
+        columns.append(header_blobs)
+    joined = _join(*columns)
+    offsets = np.frombuffer(joined.buffers()[1], np.int32, count=joined.offset + n + 1)[joined.offset:]
+    return offsets, joined.buffers()[2]
+
+
+def _columns(keys, values, timestamps, headers) -> tuple[pa.Array, pa.Array, np.ndarray, pa.Array | None]:
+    keys, values = as_binary(keys), as_binary(values)
+    n = len(keys)
+    ts = np.asarray(timestamps, dtype=np.int64)
+    headers = as_headers(headers)
+    if len(values) != n or ts.shape[0] != n or (headers is not None and len(headers) != n):
+        raise ValueError(f"columns differ in length: {n} keys, {len(values)} values, {ts.shape[0]} timestamps"
+                         + ("" if headers is None else f", {len(headers)} header lists"))
+    return keys, values, ts, headers
+
+
+def batch_attributes(codec: int, timestamp_type: int, transactional: bool, control: bool, delete_horizon: bool) -> int:
+    return ((codec & 0x07) | (ATTR_TIMESTAMP_TYPE if timestamp_type == LOG_APPEND_TIME else 0)
+            | (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
+            | (ATTR_DELETE_HORIZON if delete_horizon else 0))
+
+
+def assemble_batch(records: bytes | memoryview, codec: int, base_offset: int, partition_leader_epoch: int,
+              attributes: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int, producer_id: int,
+              producer_epoch: int, base_sequence: int, count: int) -> bytes:
+    """Header + (compressed) records, CRC-32C over [attributes, end) (spec 1.3)."""
+    if codec != compression.NONE and count:
+        records = compression.compress(codec, records)
+    header = bytearray(_HEADER.pack(base_offset, 49 + len(records), partition_leader_epoch, 2, 0, attributes,
+                                    last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
+                                    base_sequence, count))
+    struct.pack_into(">I", header, 17, crc32c.crc32c(records, crc32c.crc32c(header[21:])))
+    return b"".join((header, records))
+
+
+def _max_timestamp(timestamp_type: int, log_append_time: int | None, create_max: np.ndarray | int) -> np.ndarray | int:
+    """CreateTime: max of record timestamps, never below -1 (spec 2.2); LogAppendTime: the append time."""
+    if timestamp_type == LOG_APPEND_TIME:
+        if log_append_time is None:
+            raise ValueError("LogAppendTime batches need log_append_time")
+        return np.full_like(create_max, log_append_time) if isinstance(create_max, np.ndarray) else log_append_time
+    return np.maximum(create_max, NO_TIMESTAMP)
+
+
+def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Sequence[bytes | None],
+                   timestamps: np.ndarray | Sequence[int], headers: pa.Array | Sequence[HeaderList] | None = None,
+                   *, batch_lengths: np.ndarray | Sequence[int], base_offset: int = 0,
+                   codec: int = compression.NONE, timestamp_type: int = CREATE_TIME, log_append_time: int | None = None,
+                   producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                   partition_leader_epoch: int = -1, transactional: bool = False) -> list[bytes]:
+    """Consecutive batches from one column set: batch j holds the next `batch_lengths[j]` records and
+    offsets run on from `base_offset`. Encoding all records in one vectorized pass is what makes
+    appends fast; each batch is then a slice of the shared records buffer.
+    """
+    keys, values, ts, headers = _columns(keys, values, timestamps, headers)
+    lengths = np.asarray(batch_lengths, dtype=np.int64)
+    if (lengths <= 0).any() or int(lengths.sum()) != len(keys):
+        raise ValueError(f"batch lengths must be positive and add up to the {len(keys)} records")
+    first = np.cumsum(lengths) - lengths
+    batch_of = np.repeat(np.arange(lengths.shape[0]), lengths)
+    base_ts = ts[first]
+    offsets, data = encode_records(keys, values, ts - base_ts[batch_of],
+                                   np.arange(len(keys), dtype=np.int64) - first[batch_of], headers)
+    max_ts = _max_timestamp(timestamp_type, log_append_time, np.maximum.reduceat(ts, first))
+    attributes = batch_attributes(codec, timestamp_type, transactional, False, False)
+    view = memoryview(data)
+
+    def batch(j: int, start: int, count: int) -> bytes:
+        sequence = -1 if base_sequence < 0 else (base_sequence + start) % (2**31)
+        return assemble_batch(view[offsets[start]:offsets[start + count]], codec, base_offset + start,
+                         partition_leader_epoch, attributes, count - 1, int(base_ts[j]), int(max_ts[j]),
+                         producer_id, producer_epoch, sequence, count)
+
+    jobs = list(zip(range(lengths.shape[0]), first.tolist(), lengths.tolist(), strict=True))
+    if codec == compression.NONE or len(jobs) < 2:
+        return [batch(*job) for job in jobs]
+    # The codecs release the GIL: compress independent batches on all cores.
+    return list(_compression_pool().map(lambda job: batch(*job), jobs))
+
+
+@functools.cache
+def _compression_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="klake-compress")
+
+
+def encode_batch(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Sequence[bytes | None],
+                 timestamps: np.ndarray | Sequence[int],
+                 headers: pa.Array | Sequence[HeaderList] | None = None, *,
+                 base_offset: int = 0, offset_deltas: np.ndarray | None = None, codec: int = compression.NONE,
+                 timestamp_type: int = CREATE_TIME, log_append_time: int | None = None,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 partition_leader_epoch: int = -1, transactional: bool = False, control: bool = False,
+                 delete_horizon: int | None = None, last_offset_delta: int | None = None,
+                 max_timestamp: int | None = None) -> bytes:
+    """One v2 batch. Defaults give exactly what a non-idempotent kafka-clients producer writes.
+
+    `offset_deltas` (default 0..n-1), `last_offset_delta`, `max_timestamp` and `delete_horizon` let the
+    cleaner rebuild a batch that keeps its original base and last offsets (spec 8.4-8.5), including
+    an empty one (n = 0).
+    """
+    keys, values, ts, headers = _columns(keys, values, timestamps, headers)
+    n = len(keys)
+    deltas = np.arange(n, dtype=np.int64) if offset_deltas is None else np.asarray(offset_deltas, np.int64)
+    if n and (deltas[0] < 0 or (np.diff(deltas) <= 0).any()):
+        raise ValueError("offset deltas must start at >= 0 and strictly increase")
+    last_delta = int(deltas[-1]) if last_offset_delta is None else last_offset_delta
+    if n and last_delta < int(deltas[-1]):
+        raise ValueError(f"last_offset_delta {last_delta} is below the last record's delta {int(deltas[-1])}")
+    if max_timestamp is None:
+        max_timestamp = int(_max_timestamp(timestamp_type, log_append_time, int(ts.max()) if n else NO_TIMESTAMP))
+    if delete_horizon is not None:
+        base_ts = delete_horizon
+    else:
+        base_ts = int(ts[0]) if n else NO_TIMESTAMP  # writeEmptyHeader: -1 for a batch without records
+    records: bytes | memoryview = b""
+    if n:
+        offsets, data = encode_records(keys, values, ts - base_ts, deltas, headers)
+        records = memoryview(data)[offsets[0]:offsets[-1]]
+    attributes = batch_attributes(codec, timestamp_type, transactional, control, delete_horizon is not None)
+    return assemble_batch(records, codec, base_offset, partition_leader_epoch, attributes, last_delta, base_ts,
+                     max_timestamp, producer_id, producer_epoch, base_sequence, n)
+
+
+def control_record(kind: int, coordinator_epoch: int = 0) -> tuple[bytes, bytes]:
+    """Key and value of a transaction marker (spec 1.6): key = (version 0, type), value = (0, epoch)."""
+    return struct.pack(">hh", 0, kind), struct.pack(">hi", 0, coordinator_epoch)

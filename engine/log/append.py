@@ -1,0 +1,434 @@
+"""Append input records to a partition as Kafka's leader would (spec 2.1-2.6, 3).
+
+Input: an Arrow table with Spark's Kafka-sink columns `key`, `value` (binary, nullable), optional
+`headers` (list<struct<key: string, value: binary>>) and optional `timestamp` (int64 ms or an Arrow
+timestamp; null = "now", as the Java producer sets it); other columns (topic, partition) are ignored.
+The clock is explicit (`now_ms`), so a re-run makes the same bytes.
+
+Validation (`LogValidator`, per record, first failing rule wins; a rejected record goes to `rejects`
+with its input row, reason and the numbers, and every other record still appends in input order):
+- `INVALID_RECORD`: a null key on a compacted topic (KAFKA-1755), or a null header key;
+- `NEGATIVE_TIMESTAMP`: a timestamp < -1 (spec 9 recommendation; Kafka mode only, for both
+  timestamp types, since the producer's value is stored in the record's delta either way);
+- `INVALID_TIMESTAMP`: CreateTime and `now - ts > before.max.ms` or `ts - now > after.max.ms`
+  (strict, spec 2.3; never for LogAppendTime, never for -1 in Kafka mode);
+- `RECORD_TOO_LARGE`: the record alone makes a batch larger than `max.message.bytes` (or
+  `segment.bytes`, spec 2.1) after compression.
+
+Timestamps: CreateTime keeps the producer's; LogAppendTime stamps one `now` per append into every
+batch's maxTimestamp (type bit set; records keep the producer's deltas, as the broker's in-place path
+leaves them); `klake.log.append.time.monotonic` uses `max(last appended, now)`.
+
+KIP-228 (`klake.timestamps.allow.negative`): every int64 is a timestamp and -1 is a real instant.
+"No timestamp" cannot be written at all: a null input timestamp becomes `now`, as a producer would
+set it, so every record klake writes in this mode has a real time, in its delta on disk and in the
+`RecordTable`. The batch maxTimestamp is the true maximum (also below -1), and the time index's
+"none" sentinel moves to `-2**63` (`min_timestamp = -2**63 + 1`); a segment whose records are all
+at `-2**63` therefore gets no time-index entry, and lookups scan it from its start. A batch is cut
+where a timestamp delta would overflow int64, so readers without wrapping arithmetic read it too.
+
+Batching: accepted records are packed in input order into batches of at most the limit, greedily,
+from their exact encoded sizes (computed with numpy, no trial encoding), then encoded once with
+`encode_batches`. Compressed batches are packed by their *uncompressed* size, a conservative
+estimate; a batch that compression made larger than the limit is split, a lone record that still
+does not fit is rejected and the following batches' base offsets are shifted in place (outside
+the CRC, as the broker assigns offsets). Each batch is one `Append` (one produce request) to a
+`SegmentWriter`, which may resume the partition's active segment (`ActiveSegmentState`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.format import compression
+from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, V2_HEADER_SIZE
+from engine.format.builder import as_binary, as_headers, encode_batches
+from engine.format.records import HEADERS_TYPE
+from engine.format.varint import encoded_size
+from engine.index.common import INT64_MAX, INT64_MIN, KIP228_MIN_TIMESTAMP
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
+from engine.log.topic_config import TopicConfig
+
+INVALID_RECORD = "INVALID_RECORD"
+NEGATIVE_TIMESTAMP = "NEGATIVE_TIMESTAMP"
+INVALID_TIMESTAMP = "INVALID_TIMESTAMP"
+RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
+REASONS = (INVALID_RECORD, NEGATIVE_TIMESTAMP, INVALID_TIMESTAMP, RECORD_TOO_LARGE)
+REJECT_FIELDS = [pa.field("row", pa.int64(), nullable=False), pa.field("reason", pa.string(), nullable=False),
+                 pa.field("message", pa.string(), nullable=False)]
+
+
+@dataclass(frozen=True)
+class AppendCounters:
+    records_in: int
+    records_accepted: int
+    rejected: dict[str, int]
+    batches: int
+    bytes: int
+    segments_rolled: int
+
+    @property
+    def records_rejected(self) -> int:
+        return sum(self.rejected.values())
+
+
+@dataclass
+class ActiveOutput:
+    """The active segment after the append: bytes from `start_position` (0 unless resumed without its
+    bytes), its indexes as they stand (no final time entry: it is still active) and its resume state."""
+
+    base_offset: int
+    log: bytes
+    start_position: int
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+    state: ActiveSegmentState
+
+
+@dataclass
+class AppendResult:
+    """Segments rolled during the append (with their final time entries), the active segment, the
+    rejected rows (`row`, `reason`, `message` + the input's record columns), and the bookkeeping a
+    caller commits: the new log end offset and the LogAppendTime used (input value if none)."""
+
+    closed: list[ClosedSegment]
+    active: ActiveOutput
+    rejects: pa.Table
+    offsets: np.ndarray  # per input row: the assigned offset, -1 when rejected
+    counters: AppendCounters
+    log_end_offset: int
+    last_log_append_time: int | None
+
+
+@dataclass
+class _Rejects:
+    """Rejected input rows, in the order found; one reason per row."""
+
+    rows: list[np.ndarray] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    messages: list[list[str]] = field(default_factory=list)
+
+    def add(self, rows: np.ndarray, reason: str, messages: list[str]) -> None:
+        if rows.size:
+            self.rows.append(rows.astype(np.int64))
+            self.reasons.append(reason)
+            self.messages.append(messages)
+
+    def table(self, source: pa.Table) -> pa.Table:
+        rows = np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
+        reasons = [r for r, m in zip(self.reasons, self.messages, strict=True) for _ in m]
+        messages = [x for m in self.messages for x in m]
+        order = np.argsort(rows, kind="stable")
+        extra = [c for c in ("key", "value", "timestamp", "headers") if c in source.column_names]
+        taken = source.select(extra).take(pa.array(rows[order]))
+        base = pa.table([pa.array(rows[order], pa.int64()), pa.array(reasons, pa.string()).take(pa.array(order)),
+                         pa.array(messages, pa.string()).take(pa.array(order))], schema=pa.schema(REJECT_FIELDS))
+        for name in extra:
+            base = base.append_column(name, taken.column(name))
+        return base
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(REASONS, 0)
+        for reason, rows in zip(self.reasons, self.rows, strict=True):
+            out[reason] += int(rows.size)
+        return out
+
+
+def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int, now_ms: int,
+                   last_log_append_time: int | None = None, resume: ActiveSegmentState | None = None,
+                   resume_log: bytes | None = None, segment_key: str = "", leader_epoch: int = -1,
+                   batch_bytes: int | None = None) -> AppendResult:
+    """Validate, batch and append `table`'s records after `log_end_offset` (see the module docstring).
+
+    `resume` continues the partition's active segment (its `next_offset` must be `log_end_offset`);
+    without it the first segment starts at `log_end_offset`, created at `now_ms`. `batch_bytes` is
+    an optional packing target below `max.message.bytes`, like the producer's `batch.size`: a record
+    larger than it still gets a batch of its own.
+    """
+    kip228 = config.allow_negative_timestamps
+    min_timestamp = KIP228_MIN_TIMESTAMP if kip228 else 0
+    if resume is not None and resume.next_offset != log_end_offset:
+        raise ValueError(f"resumed segment ends at {resume.next_offset}, not at log end offset {log_end_offset}")
+    if resume is not None and resume.time_index.min_timestamp != min_timestamp:
+        raise ValueError(f"resumed segment's time index has min_timestamp {resume.time_index.min_timestamp}, "
+                         f"but klake.timestamps.allow.negative={kip228} needs {min_timestamp}")
+    keys, values, headers, ts = _columns(table, now_ms)
+    rejects = _Rejects()
+    ok = _validate(keys, headers, ts, config, now_ms, rejects)
+
+    policy = config.roll_policy()
+    limit = min(config.max_message_bytes, policy.segment_bytes)
+    codec = compression.NONE if config.compression_type in ("producer", "uncompressed") \
+        else compression.codec_id(config.compression_type)
+    rows = np.flatnonzero(ok)
+    fixed = _fixed_sizes(keys, values, headers, rows)
+    solo = V2_HEADER_SIZE + _record_sizes(fixed, np.zeros_like(fixed), np.zeros_like(fixed))
+    if codec == compression.NONE:  # exact: reject before offsets are assigned
+        too_big = solo > limit
+        rejects.add(rows[too_big], RECORD_TOO_LARGE, [_too_large(int(s), config, limit) for s in solo[too_big]])
+        rows, fixed = rows[~too_big], fixed[~too_big]
+
+    lat: int | None = None
+    if config.message_timestamp_type == "LogAppendTime":
+        lat = now_ms if not config.monotonic_log_append_time or last_log_append_time is None \
+            else max(last_log_append_time, now_ms)
+    lengths = plan_batches(fixed, ts[rows], min(limit, batch_bytes or limit), cut_on_delta_overflow=kip228)
+    batches, lengths, rows = _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat,
+                                     log_end_offset, leader_epoch, rejects, config)
+    max_ts = _batch_max_timestamps(ts[rows], lengths, lat, kip228)
+    if kip228 and lat is None:
+        batches = [_with_max_timestamp(b, int(m)) if m < NO_TIMESTAMP else b
+                   for b, m in zip(batches, max_ts.tolist(), strict=True)]
+
+    if resume is not None:
+        writer = SegmentWriter.resume(policy, resume, segment_key, resume_log)
+    else:
+        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_timestamp)
+    offset = log_end_offset
+    for data, n, m in zip(batches, lengths.tolist(), max_ts.tolist(), strict=True):
+        writer.append(Append(data, offset, offset + n - 1, m, offset + n - 1), now_ms)
+        offset += n
+
+    offsets = np.full(len(keys), -1, np.int64)
+    offsets[rows] = log_end_offset + np.arange(rows.shape[0])
+    active = writer.active
+    snap = active.indexer.snapshot()
+    counts = rejects.counts()
+    return AppendResult(
+        closed=writer.closed,
+        active=ActiveOutput(active.base_offset, b"".join(active.chunks), active.start_position, *snap,
+                            active.state()),
+        rejects=rejects.table(table),
+        offsets=offsets,
+        counters=AppendCounters(len(keys), int(rows.shape[0]), counts, len(batches), sum(map(len, batches)),
+                                len(writer.closed)),
+        log_end_offset=offset,
+        last_log_append_time=lat if batches else last_log_append_time,
+    )
+
+
+# ------------------------------------------------------------------------------------------ input
+
+
+def _columns(table: pa.Table, now_ms: int) -> tuple[pa.Array, pa.Array, pa.Array | None, np.ndarray]:
+    """(keys, values, headers, timestamps): null keys/values stay null, null header lists become
+    empty, a null timestamp becomes `now_ms` (the producer's default)."""
+    if "value" not in table.column_names:
+        raise ValueError("the input needs a `value` column (Spark's Kafka sink schema)")
+    n = table.num_rows
+    values = as_binary(table.column("value"))
+    keys = as_binary(table.column("key")) if "key" in table.column_names else pa.nulls(n, pa.binary())
+    headers = None
+    if "headers" in table.column_names:
+        headers = as_headers(table.column("headers"))
+        if headers.null_count:
+            headers = pc.if_else(headers.is_null(), pa.scalar([], HEADERS_TYPE), headers)
+    ts = np.full(n, now_ms, np.int64)
+    if "timestamp" in table.column_names:
+        ts = _millis(table.column("timestamp").combine_chunks(), now_ms)
+    return keys, values, headers, ts
+
+
+def _millis(column: pa.Array, now_ms: int) -> np.ndarray:
+    if pa.types.is_timestamp(column.type):
+        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
+        raw = column.cast(pa.int64()).fill_null(0).to_numpy()
+        ms = raw * 1000 if per_ms is None else raw // per_ms  # floor, as Spark's toMillis
+    else:
+        ms = column.cast(pa.int64()).fill_null(0).to_numpy()
+    ms = np.array(ms, dtype=np.int64)
+    if column.null_count:
+        ms[~column.is_valid().to_numpy(zero_copy_only=False)] = now_ms
+    return ms
+
+
+def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: TopicConfig, now_ms: int,
+              rejects: _Rejects) -> np.ndarray:
+    """Mask of records passing Kafka's per-record checks; the others are added to `rejects`."""
+    ok = np.ones(len(keys), dtype=bool)
+
+    def reject(mask: np.ndarray, reason: str, message) -> None:
+        rows = np.flatnonzero(mask & ok)
+        rejects.add(rows, reason, [message(int(r)) for r in rows])
+        ok[rows] = False
+
+    if config.compacted and keys.null_count:
+        reject(~keys.is_valid().to_numpy(zero_copy_only=False), INVALID_RECORD,
+               lambda _: "compacted topic cannot accept a record without a key (KAFKA-1755)")
+    if headers is not None and len(headers):
+        null_key = pc.is_null(pc.list_flatten(headers).field("key")).to_numpy(zero_copy_only=False)
+        if null_key.any():
+            owner = np.repeat(np.arange(len(headers)), np.diff(headers.offsets.to_numpy()))
+            mask = np.zeros(len(keys), dtype=bool)
+            mask[owner[null_key]] = True
+            reject(mask, INVALID_RECORD, lambda _: "record has a header with a null key")
+    if not config.allow_negative_timestamps:
+        reject(ts < NO_TIMESTAMP, NEGATIVE_TIMESTAMP,
+               lambda r: f"timestamp {ts[r]} is negative: Kafka reserves -1 for \"no timestamp\" and rejects "
+                         f"anything lower (spec 9); klake.timestamps.allow.negative enables KIP-228 semantics")
+    if config.message_timestamp_type == "CreateTime":
+        before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+        low, high = now_ms - before, now_ms + after  # exact: Python ints do not overflow
+        outside = (ts < max(low, INT64_MIN)) | (ts > min(high, INT64_MAX))
+        if not config.allow_negative_timestamps:
+            outside &= ts != NO_TIMESTAMP
+        reject(outside, INVALID_TIMESTAMP,
+               lambda r: f"timestamp {ts[r]} is out of range: CreateTime timestamps must be within "
+                         f"[{low}, {high}] = [now - message.timestamp.before.max.ms, now + "
+                         f"message.timestamp.after.max.ms] with now = {now_ms}, before = {before}, after = {after}")
+    return ok
+
+
+def _too_large(size: int, config: TopicConfig, limit: int) -> str:
+    what = "max.message.bytes" if limit == config.max_message_bytes else "segment.bytes"
+    return f"the record alone makes a {size}-byte batch, larger than {what} = {limit}"
+
+
+# ------------------------------------------------------------------------------------------ sizes
+
+
+def _fixed_sizes(keys: pa.Array, values: pa.Array, headers: pa.Array | None, rows: np.ndarray) -> np.ndarray:
+    """Per record (of `rows`): the encoded bytes that do not depend on its batch, i.e. everything
+    except the length, timestampDelta and offsetDelta varints (spec 1.5)."""
+    def lengths(arr: pa.Array) -> np.ndarray:
+        return pc.binary_length(arr).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    klen, vlen = lengths(keys)[rows], lengths(values)[rows]
+    size = 1 + encoded_size(klen) + np.maximum(klen, 0) + encoded_size(vlen) + np.maximum(vlen, 0)
+    if headers is None:
+        return size + 1  # headerCount 0
+    list_offsets = headers.offsets.to_numpy().astype(np.int64)
+    counts = np.diff(list_offsets)
+    flat = pc.list_flatten(headers)
+    hk = lengths(flat.field("key"))
+    hv = lengths(flat.field("value"))
+    each = encoded_size(hk) + np.maximum(hk, 0) + encoded_size(hv) + np.maximum(hv, 0)
+    cum = np.concatenate(([0], np.cumsum(each)))
+    start = list_offsets[:-1] - list_offsets[0]
+    per_record = cum[start + counts] - cum[start]
+    return size + (encoded_size(counts) + per_record)[rows]
+
+
+def _record_sizes(fixed: np.ndarray, ts_delta: np.ndarray, offset_delta: np.ndarray) -> np.ndarray:
+    body = fixed + encoded_size(ts_delta) + encoded_size(offset_delta)
+    return body + encoded_size(body)
+
+
+def plan_batches(fixed: np.ndarray, ts: np.ndarray, limit: int, cut_on_delta_overflow: bool = False) -> np.ndarray:
+    """Greedy batch lengths: each batch takes as many following records as keep its exact
+    (uncompressed) size <= `limit`, at least one. Vectorized per batch over a growing window.
+    `fixed` is `_fixed_sizes`; a batch's deltas are relative to its first record (spec 1.5)."""
+    n = fixed.shape[0]
+    lengths: list[int] = []
+    start = 0
+    while start < n:
+        width = max(16, 2 * limit // max(int(fixed[start:start + 64].mean()), 1))
+        while True:
+            end = min(n, start + width)
+            base = int(ts[start])
+            window = ts[start:end]
+            fits = _delta_fits(window, base) if cut_on_delta_overflow else None
+            delta = (window - np.int64(base)) if fits is None else np.where(fits, window - np.int64(base), 0)
+            sizes = _record_sizes(fixed[start:end], delta, np.arange(end - start, dtype=np.int64))
+            take = int(np.searchsorted(V2_HEADER_SIZE + np.cumsum(sizes), limit, side="right"))
+            if fits is not None and not fits.all():
+                take = min(take, int(np.argmin(fits)))
+            if take < end - start or end == n:
+                break
+            width *= 4
+        take = max(take, 1)
+        lengths.append(take)
+        start += take
+    return np.asarray(lengths, dtype=np.int64)
+
+
+def _delta_fits(ts: np.ndarray, base: int) -> np.ndarray:
+    """Whether `ts - base` is a valid int64 (KIP-228 extremes only)."""
+    if base < 0:
+        return ts <= INT64_MAX + base
+    if base > 0:
+        return ts >= INT64_MIN + base
+    return np.ones(ts.shape[0], dtype=bool)
+
+
+# ---------------------------------------------------------------------------------------- encoding
+
+
+def _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat, base_offset, leader_epoch,
+            rejects: _Rejects, config: TopicConfig) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """Encode the planned batches; split batches that compression grew over `limit`; reject a lone
+    record that does not fit and shift the later batches' base offsets. Returns (batches, lengths, rows)."""
+    if not rows.size:
+        return [], np.zeros(0, np.int64), rows
+    if rows.shape[0] == len(keys):  # nothing rejected: no copy
+        k, v, h = keys, values, headers
+    else:
+        take = pa.array(rows)
+        k, v, h = keys.take(take), values.take(take), None if headers is None else headers.take(take)
+    t = ts[rows]
+    kind = CREATE_TIME if lat is None else LOG_APPEND_TIME
+
+    def encode(first: int, counts: list[int], offset: int) -> list[bytes]:
+        stop = first + sum(counts)
+        return encode_batches(k[first:stop], v[first:stop], t[first:stop], None if h is None else h[first:stop],
+                              batch_lengths=counts, base_offset=offset, codec=codec, timestamp_type=kind,
+                              log_append_time=lat, partition_leader_epoch=leader_epoch)
+
+    batches = encode(0, lengths.tolist(), base_offset)
+    counts = lengths.tolist()
+    firsts = (np.cumsum(lengths) - lengths).tolist()
+    if codec == compression.NONE:
+        return batches, lengths, rows
+    keep = np.ones(rows.shape[0], dtype=bool)
+    out: list[bytes] = []
+    out_counts: list[int] = []
+    pending = list(zip(batches, firsts, counts, strict=True))[::-1]
+    while pending:
+        data, first, count = pending.pop()
+        if len(data) <= limit:
+            out.append(data)
+            out_counts.append(count)
+        elif count == 1:
+            keep[first] = False
+            rejects.add(rows[first:first + 1], RECORD_TOO_LARGE, [_too_large(len(data), config, limit)])
+        else:
+            half = count // 2
+            offset = struct.unpack_from(">q", data)[0]
+            left, right = encode(first, [half, count - half], offset)
+            pending += [(right, first + half, count - half), (left, first, half)]
+    if not keep.all():
+        offset = base_offset
+        for i, (data, count) in enumerate(zip(out, out_counts, strict=True)):
+            if struct.unpack_from(">q", data)[0] != offset:
+                patched = bytearray(data)
+                struct.pack_into(">q", patched, 0, offset)  # outside the CRC
+                out[i] = bytes(patched)
+            offset += count
+    return out, np.asarray(out_counts, np.int64), rows[keep]
+
+
+def _batch_max_timestamps(ts: np.ndarray, lengths: np.ndarray, lat: int | None, kip228: bool) -> np.ndarray:
+    """Each batch's maxTimestamp (spec 2.2): the append time, or the max record timestamp, floored
+    at -1 in Kafka mode (the builder's rule) and the true maximum in KIP-228 mode."""
+    if not lengths.size:
+        return np.zeros(0, np.int64)
+    if lat is not None:
+        return np.full(lengths.shape[0], lat, np.int64)
+    top = np.maximum.reduceat(ts, np.cumsum(lengths) - lengths)
+    return top if kip228 else np.maximum(top, NO_TIMESTAMP)
+
+
+def _with_max_timestamp(batch: bytes, max_timestamp: int) -> bytes:
+    """Rewrite a v2 batch's maxTimestamp and its CRC-32C (KIP-228: a max below -1)."""
+    out = bytearray(batch)
+    struct.pack_into(">q", out, 35, max_timestamp)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
+    return bytes(out)

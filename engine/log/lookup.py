@@ -1,0 +1,170 @@
+"""Offset-for-timestamp lookups with ListOffsets semantics (spec 5).
+
+For a target timestamp T >= 0 the answer is the smallest offset >= the log start offset whose record
+timestamp is >= T, with that record's timestamp; "no result" is (-1, -1). Each segment is searched as
+Kafka does (time-index floor -> offset-index floor -> forward batch scan -> first qualifying record),
+but, unlike Kafka, the search falls through to later segments when a segment yields nothing and
+starts at the segment holding the log start offset (spec 5.2 QUIRKs; fixed in AutoMQ, not in Kafka).
+Special targets: -1 latest (log end offset), -2 earliest (log start offset), -3 max timestamp (the
+largest timestamp and the first offset carrying it, KIP-734 after KAFKA-16310).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from engine.format.batch import NO_TIMESTAMP, BatchHeaders
+from engine.format.records import decode_records
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+class SearchableSegment(Protocol):
+    """What a lookup needs from a segment. `chunks_from(position)` yields the log's batches from a
+    byte position on, a chunk at a time (each chunk one ranged read for a stored segment), so a search
+    that ends early reads only what it needs."""
+
+    base_offset: int
+    source: str
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def largest_timestamp(self) -> int: ...
+
+    @property
+    def offset_of_largest_timestamp(self) -> int: ...
+
+    def indexes(self) -> tuple[OffsetIndex, TimeIndex]: ...
+
+    def chunks_from(self, position: int) -> Iterator[tuple[bytes, BatchHeaders]]: ...
+
+
+@dataclass(frozen=True)
+class OffsetAnswer:
+    offset: int
+    timestamp: int
+    leader_epoch: int | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.offset >= 0
+
+
+NO_ANSWER = OffsetAnswer(-1, NO_TIMESTAMP)
+
+
+def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_offset: int | None = None
+                 ) -> OffsetAnswer:
+    """Answer one ListOffsets query over a partition's segments (in offset order)."""
+    start = _log_start(segments, log_start_offset)
+    if target == LATEST:
+        return OffsetAnswer(segments[-1].next_offset if segments else start, NO_TIMESTAMP)
+    if target == EARLIEST:
+        return OffsetAnswer(start, NO_TIMESTAMP)
+    if target == MAX_TIMESTAMP:
+        return max_timestamp_offset(segments, start)
+    if target < 0:
+        raise ValueError(f"timestamp {target} is negative and not one of -1 (latest), -2 (earliest), -3 (max)")
+    return offset_for_timestamp(segments, target, start)
+
+
+def _log_start(segments: Sequence[SearchableSegment], log_start_offset: int | None) -> int:
+    first = segments[0].base_offset if segments else 0
+    return first if log_start_offset is None else max(first, log_start_offset)
+
+
+def offset_for_timestamp(segments: Sequence[SearchableSegment], target: int, log_start_offset: int
+                         ) -> OffsetAnswer:
+    """First record with timestamp >= target at or after the log start offset, falling through segments."""
+    for segment in segments:
+        if segment.next_offset <= log_start_offset or segment.largest_timestamp < target:
+            continue
+        answer = _search_segment(segment, target, log_start_offset)
+        if answer is not None:
+            return answer
+    return NO_ANSWER
+
+
+def _search_segment(segment: SearchableSegment, target: int, log_start_offset: int) -> OffsetAnswer | None:
+    offset_index, time_index = segment.indexes()
+    _, indexed_offset = time_index.lookup(target)
+    _, position = offset_index.lookup(max(indexed_offset, log_start_offset))
+    for data, headers in segment.chunks_from(position):
+        rows = np.flatnonzero((headers.max_timestamp >= target) & (headers.last_offset >= log_start_offset))
+        answer = _first_record(data, headers, rows, segment.source,
+                               lambda ts, off: (ts >= target) & (off >= log_start_offset))
+        if answer is not None:
+            return answer
+    return None
+
+
+def _first_record(data: bytes, headers: BatchHeaders, rows: np.ndarray, source: str, accept) -> OffsetAnswer | None:
+    """The first record, in log order among batches `rows`, that `accept(timestamps, offsets)` selects."""
+    for row in rows.tolist():
+        records = decode_records(data, headers.take(np.array([row])), source)
+        ok = accept(records.timestamp, records.offset)
+        if ok.any():
+            i = int(np.argmax(ok))
+            epoch = int(headers.partition_leader_epoch[row])
+            return OffsetAnswer(int(records.offset[i]), int(records.timestamp[i]), epoch if epoch >= 0 else None)
+    return None
+
+
+def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset: int) -> OffsetAnswer:
+    """-3: the largest timestamp at or after the log start offset and the first offset carrying it.
+
+    Kafka picks the segment with the greatest max (first on ties), then scans from the offset-index
+    floor of the max's shallow offset to the first batch whose maxTimestamp equals it (spec 5.3). Only
+    the segment holding the log start offset can have records below it; its max is recomputed from
+    the records at or after the log start offset, so such records never win.
+    """
+    best: tuple[int, SearchableSegment] | None = None
+    straddling: OffsetAnswer | None = None
+    for segment in segments:
+        if segment.next_offset <= log_start_offset or segment.largest_timestamp <= NO_TIMESTAMP:
+            continue
+        if segment.base_offset < log_start_offset:
+            straddling = _max_from(segment, log_start_offset)
+            largest = straddling.timestamp if straddling is not None else NO_TIMESTAMP
+        else:
+            largest = segment.largest_timestamp
+        if largest > NO_TIMESTAMP and (best is None or largest > best[0]):
+            best = (largest, segment)
+    if best is None:
+        return NO_ANSWER
+    largest, segment = best
+    if segment.base_offset < log_start_offset:
+        return straddling or NO_ANSWER
+    offset_index, _ = segment.indexes()
+    _, position = offset_index.lookup(segment.offset_of_largest_timestamp)
+    for data, headers in segment.chunks_from(position):
+        rows = np.flatnonzero(headers.max_timestamp == largest)
+        answer = _first_record(data, headers, rows, segment.source, lambda ts, off: ts == largest)
+        if answer is not None:
+            return answer
+    return NO_ANSWER
+
+
+def _max_from(segment: SearchableSegment, log_start_offset: int) -> OffsetAnswer | None:
+    """The largest record timestamp at or after `log_start_offset` in one segment, and its first offset."""
+    offset_index, _ = segment.indexes()
+    _, position = offset_index.lookup(log_start_offset)
+    best: OffsetAnswer | None = None
+    for data, headers in segment.chunks_from(position):
+        records = decode_records(data, headers, segment.source)
+        ts = np.where(records.offset >= log_start_offset, records.timestamp, np.iinfo(np.int64).min)
+        if ts.shape[0] == 0:
+            continue
+        i = int(np.argmax(ts))  # the first of equal maxima
+        if ts[i] > NO_TIMESTAMP and (best is None or ts[i] > best.timestamp):
+            epoch = int(headers.partition_leader_epoch[records.batch_index[i]])
+            best = OffsetAnswer(int(records.offset[i]), int(ts[i]), epoch if epoch >= 0 else None)
+    return best

@@ -1,0 +1,220 @@
+"""Fill segments the way a broker's leader does: Kafka's roll rules and index rules per append.
+
+`shouldRoll` (spec 3) is checked before every append; the active segment rolls when
+1. size: `size > segment.bytes - incoming size`;
+2. time: the segment is non-empty and `incomingMaxTs - firstBatchTs > segment.ms - jitter` (record
+   time; wall clock against creation only when the segment has no timestamp, KAFKA-4099);
+3. index full: offset entries >= max or time entries >= max - 1;
+4. offset overflow: the incoming last offset is not within `[base, base + Int.MAX]`.
+The new segment's base offset is `max(first offset of the append, log end offset)` (KAFKA-6530).
+Index entries follow `LogSegment.append` through `SegmentIndexer` (spec 2.5) and a rolled segment
+gets its final time-index entry (spec 2.6). `SegmentWriter.resume` continues an active segment
+written by an earlier job from its `ActiveSegmentState`, with the same rolls and index entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from engine.format.batch import NO_TIMESTAMP
+from engine.index.append_rule import SegmentIndexer
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES, INT32_MAX
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+
+ROLL_SIZE, ROLL_TIME, ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW = "size", "time", "index-full", "offset-overflow"
+
+
+@dataclass(frozen=True)
+class RollPolicy:
+    """The topic settings that decide rolling, with Kafka's names and defaults."""
+
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+
+    def jitter_for(self, segment_key: str) -> int:
+        """Per-segment jitter, uniform in [0, min(jitter, segment.ms)) (spec 3). Drawn from a hash of
+        the segment's identity instead of a random generator, so re-running a job rolls identically."""
+        bound = min(self.segment_jitter_ms, self.segment_ms)
+        if bound <= 0:
+            return 0
+        digest = hashlib.blake2b(segment_key.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % bound
+
+
+@dataclass(frozen=True)
+class Append:
+    """One append chunk: whole batches, as one produce request would write them."""
+
+    data: bytes
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+
+
+@dataclass
+class ClosedSegment:
+    base_offset: int
+    log: bytes
+    index: bytes
+    timeindex: bytes
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    next_offset: int
+    rolled_because: str | None
+    start_position: int = 0  # `log` holds the segment's bytes from here (> 0: resumed without its bytes)
+
+
+@dataclass(frozen=True)
+class ActiveSegmentState:
+    """What continuing an active segment needs: a catalog row plus its `.index` / `.timeindex`.
+
+    `rolling_base_timestamp` is the first batch's maxTimestamp (spec 3; the index's "no timestamp"
+    sentinel when the segment is empty); `bytes_since_last_index_entry` None means "size - position
+    of the last offset entry" (an uninterrupted broker); the time index's `min_timestamp` carries
+    the KIP-228 opt-in.
+    """
+
+    base_offset: int
+    size: int
+    next_offset: int
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    rolling_base_timestamp: int
+    created_ms: int
+    jitter_ms: int
+    bytes_since_last_index_entry: int | None = None
+
+
+class ActiveSegment:
+    """The segment being appended to: its bytes, its indexer and its roll state."""
+
+    def __init__(self, base_offset: int, policy: RollPolicy, created_ms: int, segment_key: str,
+                 min_timestamp: int = 0) -> None:
+        self.base_offset = base_offset
+        self.policy = policy
+        self.created_ms = created_ms
+        self.jitter_ms = policy.jitter_for(f"{segment_key}:{base_offset}")
+        self.indexer = SegmentIndexer(base_offset, policy.index_interval_bytes, min_timestamp)
+        self.chunks: list[bytes] = []
+        self.start_position = 0
+        self.rolling_base_timestamp = min_timestamp + NO_TIMESTAMP  # "none": -1 unless KIP-228 mode
+        self.next_offset = base_offset
+
+    @classmethod
+    def resume(cls, state: ActiveSegmentState, policy: RollPolicy, log: bytes | None = None) -> ActiveSegment:
+        """The active segment described by `state`; with `log` (its bytes) the output holds the whole
+        segment, without it only the bytes appended from now on (`start_position` = `state.size`)."""
+        if log is not None and len(log) != state.size:
+            raise ValueError(f"resume log has {len(log)} bytes but the state says {state.size}")
+        segment = cls(state.base_offset, policy, state.created_ms, "", state.time_index.min_timestamp)
+        segment.jitter_ms = state.jitter_ms
+        segment.indexer = SegmentIndexer.resume(
+            state.offset_index, state.time_index, size=state.size,
+            last_offset=state.next_offset - 1 if state.size else None, max_timestamp=state.max_timestamp,
+            offset_of_max_timestamp=state.offset_of_max_timestamp,
+            bytes_since_last_index_entry=state.bytes_since_last_index_entry,
+            index_interval_bytes=policy.index_interval_bytes)
+        segment.rolling_base_timestamp = state.rolling_base_timestamp
+        segment.next_offset = state.next_offset
+        if log is None:
+            segment.start_position = state.size
+        elif log:
+            segment.chunks.append(log)
+        return segment
+
+    def state(self) -> ActiveSegmentState:
+        """This segment's facts for `resume` in a later job (indexes without the final entry)."""
+        offsets, times = self.indexer.snapshot()
+        return ActiveSegmentState(self.base_offset, self.size, self.next_offset, offsets, times,
+                                  self.indexer.max_timestamp, self.indexer.offset_of_max_timestamp,
+                                  self.rolling_base_timestamp, self.created_ms, self.jitter_ms,
+                                  self.indexer.bytes_since_last_index_entry)
+
+    @property
+    def size(self) -> int:
+        return self.indexer.size
+
+    def roll_reason(self, incoming: Append, now_ms: int) -> str | None:
+        """Kafka's `LogSegment.shouldRoll` for `incoming`, or None."""
+        if self.size > self.policy.segment_bytes - len(incoming.data):
+            return ROLL_SIZE
+        if self.size > 0:
+            if self.rolling_base_timestamp >= self.indexer.min_timestamp:  # Kafka: firstTs >= 0
+                waited = incoming.max_timestamp - self.rolling_base_timestamp
+            else:
+                waited = now_ms - self.created_ms
+            if waited > self.policy.segment_ms - self.jitter_ms:
+                return ROLL_TIME
+        if self.indexer.is_full(self.policy.segment_index_bytes):
+            return ROLL_INDEX_FULL
+        relative = incoming.last_offset - self.base_offset
+        if relative < 0 or relative > INT32_MAX:
+            return ROLL_OFFSET_OVERFLOW
+        return None
+
+    def append(self, incoming: Append) -> None:
+        if self.size == 0:
+            self.rolling_base_timestamp = incoming.max_timestamp
+        self.indexer.append(self.size, len(incoming.data), incoming.last_offset, incoming.max_timestamp,
+                            incoming.shallow_offset_of_max_timestamp)
+        self.chunks.append(incoming.data)
+        self.next_offset = incoming.last_offset + 1
+
+    def close(self, rolled_because: str | None) -> ClosedSegment:
+        offsets, times = self.indexer.close()
+        return ClosedSegment(self.base_offset, b"".join(self.chunks), offsets.to_bytes(), times.to_bytes(),
+                             self.indexer.max_timestamp, self.indexer.offset_of_max_timestamp, self.next_offset,
+                             rolled_because, self.start_position)
+
+
+class SegmentWriter:
+    """Appends chunks to a partition's log, rolling segments by Kafka's rules."""
+
+    def __init__(self, policy: RollPolicy, next_offset: int = 0, segment_key: str = "", now_ms: int = 0,
+                 min_timestamp: int = 0) -> None:
+        self.policy = policy
+        self.segment_key = segment_key
+        self.min_timestamp = min_timestamp
+        self.active = ActiveSegment(next_offset, policy, now_ms, segment_key, min_timestamp)
+        self.closed: list[ClosedSegment] = []
+
+    @classmethod
+    def resume(cls, policy: RollPolicy, state: ActiveSegmentState, segment_key: str = "",
+               log: bytes | None = None) -> SegmentWriter:
+        """A writer continuing the active segment `state` (see `ActiveSegment.resume`)."""
+        writer = cls(policy, state.next_offset, segment_key, state.created_ms, state.time_index.min_timestamp)
+        writer.active = ActiveSegment.resume(state, policy, log)
+        return writer
+
+    def append(self, incoming: Append, now_ms: int) -> None:
+        if incoming.first_offset < self.active.next_offset:
+            raise ValueError(f"append at offset {incoming.first_offset} is below the log end offset "
+                             f"{self.active.next_offset}")
+        if len(incoming.data) > self.policy.segment_bytes:
+            raise ValueError(f"an append of {len(incoming.data)} bytes exceeds segment.bytes "
+                             f"{self.policy.segment_bytes} (RecordBatchTooLargeException)")
+        reason = self.active.roll_reason(incoming, now_ms)
+        if reason is not None:
+            self.roll(max(incoming.first_offset, self.active.next_offset), now_ms, reason)
+        self.active.append(incoming)
+
+    def roll(self, new_base_offset: int, now_ms: int, reason: str) -> None:
+        """Close the active segment (if it holds anything) and start a new one at `new_base_offset`."""
+        if self.active.size:
+            self.closed.append(self.active.close(reason))
+        self.active = ActiveSegment(new_base_offset, self.policy, now_ms, self.segment_key, self.min_timestamp)
+
+    def finish(self) -> list[ClosedSegment]:
+        """All segments, the active one last (closed with its final entry, as at broker shutdown)."""
+        segments = list(self.closed)
+        if self.active.size:
+            segments.append(self.active.close(None))
+        return segments

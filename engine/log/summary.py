@@ -1,0 +1,97 @@
+"""What one segment holds, computed from its `.log` bytes: the facts a catalog row records.
+
+Kafka keeps a segment's largest timestamp and its offset as one pair (KAFKA-12981): the largest batch
+maxTimestamp, strictly greater wins, and the "shallow" offset = last offset of the first batch that
+carries it (spec 2.4). `first_batch_timestamp` is Kafka's rolling base (the first batch's
+maxTimestamp, spec 3). `base_timestamp` is klake's addition: the smallest record timestamp, so that a
+time-range query can prune with `base_timestamp <= to` even when timestamps are out of order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.errors import CorruptRecordError
+from engine.format.batch import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    NO_TIMESTAMP,
+    NO_TIMESTAMP_TYPE,
+    BatchHeaders,
+    scan_batches,
+)
+from engine.format.records import decode_records
+
+TIMESTAMP_TYPE_LABELS = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime",
+                         NO_TIMESTAMP_TYPE: "NoTimestampType"}
+
+
+@dataclass
+class SegmentSummary:
+    base_offset: int
+    last_offset: int
+    next_offset: int
+    record_count: int
+    batch_count: int
+    size_bytes: int
+    first_batch_timestamp: int
+    base_timestamp: int
+    largest_timestamp: int
+    offset_of_largest_timestamp: int
+    timestamp_type: str
+    magic: int
+    valid_bytes: int
+    problems: list[CorruptRecordError] = field(default_factory=list)
+
+
+def largest_timestamp(headers: BatchHeaders, base_offset: int) -> tuple[int, int]:
+    """(max batch maxTimestamp, last offset of the first batch carrying it); (-1, base) without any."""
+    if len(headers) == 0:
+        return NO_TIMESTAMP, base_offset
+    row = int(np.argmax(headers.max_timestamp))  # argmax returns the first of equal maxima
+    ts = int(headers.max_timestamp[row])
+    if ts <= NO_TIMESTAMP:
+        return NO_TIMESTAMP, base_offset
+    return ts, int(headers.last_offset[row])
+
+
+def timestamp_type_label(headers: BatchHeaders) -> str:
+    kinds = set(headers.timestamp_type.tolist())
+    if not kinds:
+        return TIMESTAMP_TYPE_LABELS[CREATE_TIME]
+    return TIMESTAMP_TYPE_LABELS[kinds.pop()] if len(kinds) == 1 else "Mixed"
+
+
+def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>") -> SegmentSummary:
+    """Summarize the valid prefix of a segment; defects (corrupt or partial batches) go to `problems`.
+
+    Record counts and the smallest timestamp need the records (legacy compressed wrappers hide their
+    count), so the valid prefix is decoded once.
+    """
+    scan = scan_batches(data, source, strict=False)
+    headers = scan.headers
+    if scan.problems:
+        headers = headers.take(headers.next_position <= scan.valid_bytes)
+    records = decode_records(data, headers, source)
+    ts = records.timestamp
+    has_ts = ts[ts > NO_TIMESTAMP]
+    largest, largest_offset = largest_timestamp(headers, base_offset)
+    last_offset = int(headers.last_offset[-1]) if len(headers) else base_offset - 1
+    return SegmentSummary(
+        base_offset=base_offset,
+        last_offset=last_offset,
+        next_offset=last_offset + 1 if len(headers) else base_offset,
+        record_count=len(records),
+        batch_count=len(headers),
+        size_bytes=len(data),
+        first_batch_timestamp=int(headers.max_timestamp[0]) if len(headers) else NO_TIMESTAMP,
+        base_timestamp=int(has_ts.min()) if has_ts.size else NO_TIMESTAMP,
+        largest_timestamp=largest,
+        offset_of_largest_timestamp=largest_offset,
+        timestamp_type=timestamp_type_label(headers),
+        magic=int(headers.magic.max()) if len(headers) else 2,
+        valid_bytes=scan.valid_bytes,
+        problems=scan.problems,
+    )

@@ -1,0 +1,156 @@
+"""Per-topic configuration with Kafka's names, defaults and validation (spec 11), plus klake's opt-ins.
+
+Keys are Kafka's (`segment.bytes`, `retention.ms`, ...); a bad value raises `ConfigError` naming the
+key. Defaults are Kafka 4.0's except where noted: `segment.bytes` accepts values below 4.0's 1 MiB
+minimum (Kafka's pre-4.0 minimum of 14 bytes), so small segments can be tested and back-filled.
+Two klake-only settings, both off by default:
+- `klake.timestamps.allow.negative` (KIP-228, never shipped in Kafka): every int64 is a valid
+  timestamp, and "no timestamp" is kept distinct from -1 instead of being -1;
+- `klake.log.append.time.monotonic`: LogAppendTime = max(last appended, now) (the KIP-32 draft rule;
+  Kafka lets LogAppendTime go backwards with the broker clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.log.segment_writer import RollPolicy
+
+LONG_MAX = 2**63 - 1
+CLEANUP_POLICIES = frozenset({"delete", "compact"})
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, Any], int]:
+    def parse(key: str, value: Any) -> int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if isinstance(value, float) and value != number:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if not minimum <= number <= maximum:
+            raise ConfigError(f"{key}: {number} is outside [{minimum}, {maximum}]")
+        return number
+    return parse
+
+
+def _ratio(key: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected a number in [0, 1], got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise ConfigError(f"{key}: {number} is outside [0, 1]")
+    return number
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def parse(key: str, value: Any) -> str:
+        if value not in options:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(options)}")
+        return value
+    return parse
+
+
+def _policy(key: str, value: Any) -> str:
+    items = [v.strip() for v in (value if isinstance(value, list | tuple) else str(value).split(","))]
+    if not items or any(v not in CLEANUP_POLICIES for v in items):
+        raise ConfigError(f"{key}: {value!r} must be delete, compact or both (comma separated)")
+    return ",".join(sorted(set(items), key=["compact", "delete"].index))
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+# key -> (attribute, parser, default)
+_SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
+    "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1), 1_073_741_824),
+    "segment.ms": ("segment_ms", _int(1), 604_800_000),
+    "segment.jitter.ms": ("segment_jitter_ms", _int(0), 0),
+    "segment.index.bytes": ("segment_index_bytes", _int(12, 2**31 - 1), 10_485_760),
+    "index.interval.bytes": ("index_interval_bytes", _int(0, 2**31 - 1), 4096),
+    "retention.ms": ("retention_ms", _int(-1), 604_800_000),
+    "retention.bytes": ("retention_bytes", _int(-1), -1),
+    "cleanup.policy": ("cleanup_policy", _policy, "delete"),
+    "compression.type": ("compression_type", _choice(COMPRESSION_TYPES), "producer"),
+    "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1), 1_048_588),
+    "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES), "CreateTime"),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0), LONG_MAX),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0), 3_600_000),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio, 0.5),
+    "delete.retention.ms": ("delete_retention_ms", _int(0), 86_400_000),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0), 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1), LONG_MAX),
+    "klake.timestamps.allow.negative": ("allow_negative_timestamps", _bool, False),
+    "klake.log.append.time.monotonic": ("monotonic_log_append_time", _bool, False),
+}
+KAFKA_KEYS = tuple(_SETTINGS)
+DEFAULTS = {key: default for key, (_, _, default) in _SETTINGS.items()}
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10_485_760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+    compression_type: str = "producer"
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    allow_negative_timestamps: bool = False
+    monotonic_log_append_time: bool = False
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any], topic: str = "") -> TopicConfig:
+        """Validate Kafka-named settings; unknown keys and bad values are errors naming the key."""
+        where = f"topic {topic}: " if topic else ""
+        values = {}
+        for key, value in settings.items():
+            if key not in _SETTINGS:
+                raise ConfigError(f"{where}unknown topic setting {key!r}")
+            attribute, parse, _ = _SETTINGS[key]
+            try:
+                values[attribute] = parse(key, value)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}{exc}") from None
+        return cls(**values)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """Kafka-named settings, every key present."""
+        return {key: getattr(self, attribute) for key, (attribute, _, _) in _SETTINGS.items()}
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def deletes(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    def roll_policy(self) -> RollPolicy:
+        """Rolling settings; for compacted topics `segment.ms` is capped by `max.compaction.lag.ms` (spec 3)."""
+        segment_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
+        return RollPolicy(self.segment_bytes, segment_ms, self.segment_jitter_ms, self.segment_index_bytes,
+                          self.index_interval_bytes)

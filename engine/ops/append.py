@@ -1,0 +1,133 @@
+"""Append records to one catalogued partition: the active segment grows as a new object version.
+
+Under the partition's lease: read the catalog's live rows, resume the ACTIVE segment exactly where
+the previous job left it (its bytes, `.index`, `.timeindex` and roll state, so segment boundaries and
+index entries are what one broker appending the same sequence would produce), append with Kafka's
+rules (`engine.log.append`), write every new segment version under a new id (put-if-absent), and swap
+the old ACTIVE row for the new rows in ONE catalog commit. Rejected records are returned with their
+reasons; nothing is dropped silently.
+
+Idempotent by `append_id`: the job ledger (engine.ops.catalog_table) records in the same commit that this id
+appended to this partition, so a re-run after a crash appends nothing twice; a crash before the commit
+leaves only unreferenced objects (the scrubber removes them) and the re-run appends everything once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import SegmentRow, SegmentState
+from engine.index.common import KIP228_MIN_TIMESTAMP
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+from engine.log.append import AppendCounters, append_records
+from engine.log.segment_writer import ActiveSegmentState
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.versions import store_segment_version
+from layouts.storage import StorageOptions, normalize_uri, read_bytes
+
+
+@dataclass
+class PartitionAppendOutcome:
+    topic: str
+    partition: int
+    append_id: str
+    already_committed: bool
+    counters: AppendCounters | None = None
+    rejects: pa.Table | None = None
+    log_end_offset: int | None = None
+    segments_written: list[str] = field(default_factory=list)
+    commit_version: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        counters = self.counters
+        return {"topic": self.topic, "partition": self.partition, "append_id": self.append_id,
+                "already_committed": self.already_committed, "log_end_offset": self.log_end_offset,
+                "records_in": counters.records_in if counters else 0,
+                "records_accepted": counters.records_accepted if counters else 0,
+                "rejected": dict(counters.rejected) if counters else {},
+                "batches": counters.batches if counters else 0, "bytes": counters.bytes if counters else 0,
+                "segments_written": self.segments_written, "commit_version": self.commit_version}
+
+
+def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
+                  ) -> tuple[ActiveSegmentState, bytes]:
+    """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
+    min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+    log = read_bytes(row.log_key, options)
+    offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
+    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key, min_ts)
+    none = min_ts - 1
+    state = ActiveSegmentState(
+        base_offset=row.base_offset, size=row.size_bytes, next_offset=row.next_offset,
+        offset_index=offsets.index, time_index=times.index,
+        max_timestamp=row.largest_timestamp if row.record_count else none,
+        offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
+        rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
+        created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
+    return state, log
+
+
+def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
+                        now_ms: int, options: StorageOptions | None = None,
+                        append_id: str | None = None) -> PartitionAppendOutcome:
+    """Append `records` (Spark's Kafka sink columns) to `tp` and commit; see the module docstring."""
+    append_id = append_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
+                      append_id=append_id)
+    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="append",
+                            job_id=append_id, options=options, strict=True, ledger_idle=True)
+    if tp in run.committed_earlier:
+        return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
+    outcome: PartitionAppendOutcome = run.outcome(tp)
+    outcome.commit_version = run.commit.version if run.commit else None
+    return outcome
+
+
+def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms: int,
+                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None) -> PartitionStep:
+    """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
+
+    Writing and committing are separate so that a job over many partitions commits once (ARCHITECTURE,
+    "Execution model"); the caller holds the partition's lease.
+    """
+    tp, rows, config = item.tp, list(item.rows), item.config
+    active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
+    log_end = rows[-1].next_offset if rows else 0
+    resume = resume_log = None
+    if active is not None:
+        resume, resume_log = resume_state(active, config, tp, options)
+    last_append = max((r.largest_timestamp for r in rows), default=None) \
+        if config.message_timestamp_type == "LogAppendTime" else None
+    result = append_records(records, config, log_end_offset=log_end, now_ms=now_ms,
+                            last_log_append_time=last_append, resume=resume, resume_log=resume_log,
+                            segment_key=str(tp), batch_bytes=batch_bytes)
+    outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, result.counters,
+                                     result.rejects, result.log_end_offset)
+    if result.counters.records_accepted == 0:
+        return PartitionStep(outcome)
+    # the old ACTIVE segment's next version keeps its raised log start offset, and is written by
+    # extending its .log object server-side (only the new bytes are uploaded)
+    previous = {active.base_offset: active} if active is not None else {}
+
+    def store(base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> SegmentRow:
+        old = previous.get(base)
+        return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
+                                     log_start_offset=old.log_start_offset if old else -1, extends=old)
+
+    new_rows = [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED) for seg in result.closed]
+    act = result.active
+    new_rows.append(store(act.base_offset, act.log, act.offset_index.to_bytes(), act.time_index.to_bytes(),
+                          SegmentState.ACTIVE))
+    outcome.segments_written = [r.log_key for r in new_rows]
+    return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))

@@ -1,0 +1,355 @@
+"""The segment catalog: a Delta table written and read with delta-rs (`deltalake`), never Delta jars.
+
+It is the source of truth for which segments are live (ARCHITECTURE.md, "The catalog"). Every
+mutation is ONE Delta commit made with MERGE, so that concurrent writers on a partition conflict
+(delta-rs raises `CommitFailedError`) instead of silently duplicating rows as blind appends would;
+on a conflict the change is re-planned from a fresh read and retried. Reads go through delta-rs'
+DataFusion engine, which prunes by the topic partition column and by per-file min/max statistics.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, WriterProperties
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from engine.catalog.changes import CatalogChange, PlannedChange, plan_change
+from engine.catalog.schema import (
+    CATALOG_SCHEMA,
+    COLUMNS,
+    LIVE_STATES,
+    PARTITION_COLUMNS,
+    SegmentRef,
+    SegmentRow,
+    SegmentState,
+    rows_to_table,
+    table_to_rows,
+)
+from engine.errors import KlakeError
+from engine.names import TopicPartition, validate_partition, validate_topic
+from layouts.storage import StorageOptions, is_s3, normalize_uri
+
+JOB_LEDGER_RETENTION_DAYS = 30
+"""How long the job ledger remembers that a job id finished a partition: a re-run within this window
+never repeats the work (Kafka's idempotent producer forgets a producer id after `producer.id.expiration.ms`
+for the same reason: the state must not grow forever)."""
+TABLE_CONFIGURATION = {"delta.checkpointInterval": "10",
+                       "delta.setTransactionRetentionDuration": f"interval {JOB_LEDGER_RETENTION_DAYS} days"}
+OPTIMIZE_ROW_GROUP_ROWS = 16_384
+_ACTION = "_klake_action"
+_NEW_STATE = "_klake_new_state"
+_NULLABLE_CATALOG_SCHEMA = pa.schema([f.with_nullable(True) for f in CATALOG_SCHEMA])
+_MERGE_SOURCE_SCHEMA = _NULLABLE_CATALOG_SCHEMA.append(pa.field(_ACTION, pa.string())).append(
+    pa.field(_NEW_STATE, pa.string()))
+
+
+class CatalogNotFoundError(KlakeError):
+    """No catalog (Delta table) exists at the given URI."""
+
+
+class CatalogConflictError(KlakeError):
+    """Concurrent commits kept conflicting with this one after every retry."""
+
+
+class AlreadyCommittedError(KlakeError):
+    """Another attempt of the same job id committed a partition of this change first."""
+
+
+def ledger_app_id(job_id: str, tp: TopicPartition) -> str:
+    """The job ledger's key: Delta's transaction identifier (`txn` action, the protocol's own tool for
+    idempotent writes) of one job id on one partition."""
+    return f"klake:{job_id}:{tp}"
+
+
+@dataclass
+class CommitResult:
+    """Outcome of one change: the table version it produced (None if nothing needed committing)."""
+
+    version: int | None
+    added: int = 0
+    removed: int = 0
+    transitioned: int = 0
+    already_done: int = 0
+    attempts: int = 1
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OffsetBounds:
+    """Log start offset (first live base offset) and log end offset (last live next offset)."""
+
+    log_start_offset: int
+    log_end_offset: int
+
+
+def _quoted(column: str) -> str:
+    return f'"{column}"'
+
+
+_ORDER = f" ORDER BY topic, {_quoted('partition')}, base_offset, segment_id"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+class Catalog:
+    """A handle on the catalog table. Not shared between threads: open one per thread or process."""
+
+    def __init__(self, table: DeltaTable, uri: str, max_commit_attempts: int = 8) -> None:
+        self._table = table
+        self.uri = uri
+        self.max_commit_attempts = max_commit_attempts
+
+    # --- opening -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _storage_options(uri: str, options: StorageOptions | None) -> dict[str, str] | None:
+        if not is_s3(uri):
+            return None
+        return (options or StorageOptions.from_env()).delta_storage_options()
+
+    @classmethod
+    def create(cls, uri: str, options: StorageOptions | None = None) -> Catalog:
+        """Create the catalog at `uri` unless it exists (idempotent).
+
+        Creation is a single put-if-absent of log version 0 (no commit retries, which would stack
+        a second metadata commit on a racing creator's); losing that race opens the winner's table.
+        """
+        uri = normalize_uri(uri)
+        storage_options = cls._storage_options(uri, options)
+        try:
+            table = DeltaTable.create(uri, schema=CATALOG_SCHEMA, mode="ignore", partition_by=PARTITION_COLUMNS,
+                                      name="klake_segments", configuration=TABLE_CONFIGURATION,
+                                      storage_options=storage_options,
+                                      commit_properties=CommitProperties(max_commit_retries=0))
+        except CommitFailedError:
+            return cls.open(uri, options)
+        return cls(table, uri)
+
+    @classmethod
+    def open(cls, uri: str, options: StorageOptions | None = None) -> Catalog:
+        """Open an existing catalog; `CatalogNotFoundError` if there is none at `uri`."""
+        uri = normalize_uri(uri)
+        try:
+            table = DeltaTable(uri, storage_options=cls._storage_options(uri, options))
+        except TableNotFoundError:
+            raise CatalogNotFoundError(f"no catalog at {uri}") from None
+        return cls(table, uri)
+
+    def version(self) -> int:
+        self._table.update_incremental()
+        return self._table.version()
+
+    def history(self, limit: int | None = None) -> list[dict]:
+        """Commits, newest first, with klake's `klake.operation` and `klake.job_id` commit metadata."""
+        self._table.update_incremental()
+        return self._table.history(limit)
+
+    def committed_partitions(self, job_id: str, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """The partitions of `tps` whose work for `job_id` is in the catalog (the job ledger).
+
+        The ledger is committed in the same Delta commit as the partition's rows, so a partition is
+        either in both or in neither: a re-run with the same job id finishes exactly the others.
+        """
+        self._table.update_incremental()
+        return {tp for tp in tps if self._table.transaction_version(ledger_app_id(job_id, tp)) is not None}
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def _query(self, where: Sequence[str], order_by: str = "") -> pa.Table:
+        self._table.update_incremental()
+        sql = f"SELECT * FROM catalog{' WHERE ' + ' AND '.join(where) if where else ''}{order_by}"
+        reader = QueryBuilder().register("catalog", self._table).execute(sql)
+        return pa.RecordBatchReader.from_stream(reader).read_all().select(list(COLUMNS)).cast(CATALOG_SCHEMA)
+
+    def segments(self, topic: str | None = None, partition: int | None = None, from_ms: int | None = None,
+                 to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
+                 states: Iterable[SegmentState] = LIVE_STATES) -> pa.Table:
+        """Rows in `states` (live by default), pruned by time and offset ranges, in (topic, partition, offset) order.
+
+        A segment can hold a record in [from_ms, to_ms] only if `largest_timestamp >= from_ms` and
+        `base_timestamp <= to_ms` (base_timestamp is the smallest timestamp >= 0, so this holds with
+        out-of-order timestamps; a segment without timestamps, base_timestamp -1, never matches a time
+        bound); it overlaps offsets [from_offset, to_offset] if `next_offset > from_offset` and
+        `base_offset <= to_offset`.
+        """
+        where = [f"state IN ({', '.join(_sql_string(str(s)) for s in states)})"]
+        if topic is not None:
+            where.append(f"topic = {_sql_string(validate_topic(topic))}")
+        if partition is not None:
+            where.append(f"{_quoted('partition')} = {validate_partition(partition)}")
+        if from_ms is not None:
+            where.append(f"largest_timestamp >= {int(from_ms)}")
+        if to_ms is not None:
+            where.append(f"base_timestamp <= {int(to_ms)} AND base_timestamp >= 0")
+        if from_offset is not None:
+            where.append(f"next_offset > {int(from_offset)}")
+        if to_offset is not None:
+            where.append(f"base_offset <= {int(to_offset)}")
+        return self._query(where, _ORDER)
+
+    def live_segments(self, topic: str, partition: int) -> list[SegmentRow]:
+        """The live segments (ACTIVE and ROLLED) of one partition in offset order."""
+        return table_to_rows(self.segments(topic=topic, partition=partition))
+
+    def all_rows(self) -> pa.Table:
+        """Every row in every state, in (topic, partition, offset) order."""
+        return self._query([], _ORDER)
+
+    def rows_of(self, partitions: Iterable[tuple[str, int]]) -> dict[SegmentRef, SegmentRow]:
+        """Every row (any state) of the given partitions, by reference."""
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        topics = sorted({validate_topic(t) for t, _ in wanted})
+        table = self._query([f"topic IN ({', '.join(_sql_string(t) for t in topics)})"])
+        keys = pc.binary_join_element_wise(table["topic"], pc.cast(table["partition"], pa.string()), "\x00")
+        table = table.filter(pc.is_in(keys, pa.array([f"{t}\x00{p}" for t, p in wanted])))
+        return {row.ref: row for row in table_to_rows(table)}
+
+    def partitions(self) -> list[TopicPartition]:
+        """Every partition with at least one live segment."""
+        table = self.segments()
+        pairs = set(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True))
+        return sorted(TopicPartition(t, p) for t, p in pairs)
+
+    def offset_bounds(self, topic: str, partition: int) -> OffsetBounds | None:
+        """Log start and end offsets of a partition from its live segments; None if it has none."""
+        live = self.segments(topic=topic, partition=partition)
+        if live.num_rows == 0:
+            return None
+        return OffsetBounds(log_start_offset=pc.min(live["base_offset"]).as_py(),
+                            log_end_offset=pc.max(live["next_offset"]).as_py())
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def add_segments(self, rows: Sequence[SegmentRow], job_id: str = "") -> CommitResult:
+        """Register new segment rows in one commit; rows already registered identically are skipped."""
+        return self.apply(CatalogChange(add=tuple(rows)), operation="add", job_id=job_id)
+
+    def swap(self, remove: Sequence[SegmentRef], add: Sequence[SegmentRow], job_id: str = "") -> CommitResult:
+        """Remove live rows and add rows atomically (one commit): compaction, appends, rolls."""
+        return self.apply(CatalogChange(add=tuple(add), remove=tuple(remove)), operation="swap", job_id=job_id)
+
+    def transition(self, refs: Sequence[SegmentRef], state: SegmentState, job_id: str = "") -> CommitResult:
+        """Move rows forward to `state` (ACTIVE -> ROLLED -> DELETE_STARTED) in one commit."""
+        change = CatalogChange(transitions=tuple((ref, SegmentState(state)) for ref in refs))
+        return self.apply(change, operation=f"transition-{state}", job_id=job_id)
+
+    def remove_deleted(self, refs: Sequence[SegmentRef], job_id: str = "") -> CommitResult:
+        """Last step of a two-phase delete: drop DELETE_STARTED rows whose objects are gone."""
+        change = CatalogChange(remove=tuple(refs), remove_states=frozenset({SegmentState.DELETE_STARTED}))
+        return self.apply(change, operation="remove-deleted", job_id=job_id)
+
+    def apply(self, change: CatalogChange, operation: str = "change", job_id: str = "",
+              finished: Sequence[TopicPartition] = ()) -> CommitResult:
+        """Plan `change` on a fresh read and commit it; on a commit conflict re-read, re-plan and retry.
+
+        `finished`: the partitions whose work for `job_id` this commit completes; they enter the job
+        ledger in the same commit (a ledger-only commit if the change is empty). If another attempt of
+        the job committed one of them first, `AlreadyCommittedError`: the work must not be done twice.
+        """
+        last_error: CommitFailedError | None = None
+        for attempt in range(1, self.max_commit_attempts + 1):
+            if twice := self.committed_partitions(job_id, finished):
+                raise AlreadyCommittedError(f"job {job_id!r} already committed {', '.join(map(str, sorted(twice)))} "
+                                            "in another attempt; this attempt's work for it is dropped")
+            planned = plan_change(change, self.rows_of(change.partitions()))
+            done = planned.already_added + planned.already_removed + planned.already_transitioned
+            if planned.is_empty and not finished:
+                return CommitResult(version=None, already_done=done, attempts=attempt)
+            try:
+                metrics = self._commit(planned, change.partitions(), self._commit_properties(operation, job_id, finished))
+            except CommitFailedError as exc:
+                last_error = exc
+                time.sleep(random.uniform(0.02, 0.1) * attempt)
+                continue
+            return CommitResult(version=self._table.version(), added=len(planned.add),
+                                removed=len(planned.remove), transitioned=len(planned.transitions),
+                                already_done=done, attempts=attempt, metrics=metrics)
+        raise CatalogConflictError(f"catalog {self.uri}: {operation} still conflicted after "
+                                   f"{self.max_commit_attempts} attempts: {last_error}")
+
+    @staticmethod
+    def _commit_properties(operation: str, job_id: str, finished: Sequence[TopicPartition]) -> CommitProperties:
+        now = time.time_ns() // 1_000_000
+        return CommitProperties(custom_metadata={"klake.operation": operation, "klake.job_id": job_id},
+                                app_transactions=[Transaction(ledger_app_id(job_id, tp), 1, now) for tp in finished])
+
+    def _commit(self, planned: PlannedChange, partitions: set[tuple[str, int]], properties: CommitProperties) -> dict:
+        """One Delta commit: a MERGE that deletes removed rows, updates states and inserts added rows; or,
+        for an empty change, the job ledger's entries alone."""
+        if planned.is_empty:
+            self._table.create_write_transaction([], mode="append", schema=CATALOG_SCHEMA,
+                                                 partition_by=PARTITION_COLUMNS, commit_properties=properties)
+            self._table.update_incremental()
+            return {}
+        source = _merge_source(planned)
+        topics = ", ".join(sorted(_sql_string(t) for t in {t for t, _ in partitions}))
+        predicate = (f"t.topic = s.topic AND t.{_quoted('partition')} = s.{_quoted('partition')} "
+                     f"AND t.segment_id = s.segment_id AND t.topic IN ({topics})")
+        merger = self._table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
+                                   commit_properties=properties)
+        if planned.remove:
+            merger = merger.when_matched_delete(predicate=f"s.{_ACTION} = 'remove'")
+        if planned.transitions:
+            merger = merger.when_matched_update(updates={"state": f"s.{_NEW_STATE}"},
+                                                predicate=f"s.{_ACTION} = 'transition'")
+        if planned.add:
+            merger = merger.when_not_matched_insert(
+                updates={_quoted(c): f"s.{_quoted(c)}" for c in COLUMNS}, predicate=f"s.{_ACTION} = 'add'")
+        return merger.execute()
+
+    # --- maintenance ---------------------------------------------------------------------------
+
+    def create_checkpoint(self) -> int:
+        """Write a checkpoint at the current version (delta-rs only does so every 10 commits here)."""
+        self._table.update_incremental()
+        self._table.create_checkpoint()
+        return self._table.version()
+
+    def optimize(self, z_order: bool = False) -> dict:
+        """Compact small files (merges leave many), optionally Z-ordered by the time columns.
+
+        Row groups are kept small (`OPTIMIZE_ROW_GROUP_ROWS`) so that min/max statistics still prune
+        inside the larger files; plain compaction keeps the time clustering that commits create
+        (benchmarks/RESULTS.md compares both).
+        """
+        self._table.update_incremental()
+        properties = WriterProperties(max_row_group_size=OPTIMIZE_ROW_GROUP_ROWS)
+        if z_order:
+            return self._table.optimize.z_order(["largest_timestamp", "base_timestamp"],
+                                                writer_properties=properties)
+        return self._table.optimize.compact(writer_properties=properties)
+
+    def vacuum(self, retention_hours: int = 168, dry_run: bool = False) -> list[str]:
+        """Delete data files no longer referenced by versions younger than `retention_hours`."""
+        self._table.update_incremental()
+        return self._table.vacuum(retention_hours=retention_hours, dry_run=dry_run,
+                                  enforce_retention_duration=False)
+
+
+def _merge_source(planned: PlannedChange) -> pa.Table:
+    """The MERGE source: full rows to add, and key-only rows to remove or move, tagged by action."""
+    added = rows_to_table(planned.add).cast(_NULLABLE_CATALOG_SCHEMA)
+    added = added.append_column(_ACTION, pa.array(["add"] * added.num_rows, pa.string()))
+    added = added.append_column(_NEW_STATE, pa.nulls(added.num_rows, pa.string()))
+    keyed = [(ref, "remove", None) for ref in planned.remove] + [
+        (ref, "transition", str(state)) for ref, state in planned.transitions]
+    given = {
+        "topic": [ref.topic for ref, _, _ in keyed],
+        "partition": [ref.partition for ref, _, _ in keyed],
+        "segment_id": [ref.segment_id for ref, _, _ in keyed],
+        _ACTION: [action for _, action, _ in keyed],
+        _NEW_STATE: [state for _, _, state in keyed],
+    }
+    keyed_rows = pa.table([pa.array(given[f.name], f.type) if f.name in given else pa.nulls(len(keyed), f.type)
+                           for f in _MERGE_SOURCE_SCHEMA], schema=_MERGE_SOURCE_SCHEMA)
+    return pa.concat_tables([added, keyed_rows])

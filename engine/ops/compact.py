@@ -1,0 +1,111 @@
+"""Compact one catalogued partition: Kafka's cleaner over the catalog, old and new segments swapped
+in ONE commit.
+
+The decision (dirty ratio, min/max compaction lag; spec 8.1) is made from the catalog rows alone, so
+a partition that needs nothing costs no object read. A round reads the partition's segments, runs
+`engine.cleaner.cleaning.clean_log`, writes every changed group as a new segment version (`cleaned = true`,
+its "mtime" that of the last source segment, as Kafka's cleaner sets it) and commits in one swap
+(`prepare_compaction` writes, `engine.ops.run` commits for every partition of a job at once):
+the new rows appear, the replaced rows become DELETE_STARTED (they leave the live log together),
+and unchanged segments below the checkpoint get a row version marked cleaned (same objects). Then
+the replaced objects are deleted and their rows removed (two-phase delete).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import (
+    SegmentRow,
+    SegmentState,
+    first_dirty_offset,
+    partition_log_start_offset,
+)
+from engine.cleaner.cleaning import SourceSegment, clean_log
+from engine.cleaner.selection import SegmentInfo, should_clean
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.deletion import Cleanup
+from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.versions import store_segment_version
+from layouts.object_layout import new_segment_id
+from layouts.storage import StorageOptions, normalize_uri, read_bytes
+
+
+@dataclass
+class CompactOutcome:
+    topic: str
+    partition: int
+    cleaned: bool
+    reasons: tuple[str, ...]
+    dirty_ratio: float
+    checkpoint: int | None = None
+    segments_before: int = 0
+    segments_after: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+    cleanup: Cleanup = field(default_factory=Cleanup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
+
+
+def _info(row: SegmentRow) -> SegmentInfo:
+    return SegmentInfo(row.base_offset, row.next_offset, row.size_bytes, row.largest_timestamp,
+                       row.first_batch_timestamp, row.state == SegmentState.ACTIVE, row.created_at_ms)
+
+
+def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
+                       job_id: str, force: bool = False, dry_run: bool = False) -> PartitionStep:
+    """One cleaning round on a partition if Kafka's trigger says so (or `force`): write the cleaned
+    segments and return the swap (new rows in, replaced rows DELETE_STARTED)."""
+    tp, rows, config = item.tp, list(item.rows), item.config
+    start, dirty = partition_log_start_offset(rows), first_dirty_offset(rows)
+    decision = should_clean([_info(r) for r in rows], config, now_ms, dirty, log_start_offset=start)
+    outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio,
+                             segments_before=len(rows), segments_after=len(rows))
+    if not (decision.clean or force) or decision.range.cleanable_bytes == 0 or dry_run:
+        return PartitionStep(outcome)
+    sources = [SourceSegment(r.base_offset, read_bytes(r.log_key, options), r.state == SegmentState.ACTIVE,
+                             r.created_at_ms, r.log_key) for r in rows]
+    result = clean_log(sources, config, now_ms, dirty, log_start_offset=start)
+    by_base = {r.base_offset: r for r in rows}
+    add: list[SegmentRow] = []
+    remove, doomed = [], []
+    for seg in result.segments:
+        old = [by_base[b] for b in seg.replaces]
+        carried = max((r.log_start_offset for r in old), default=-1)
+        if seg.unchanged:
+            add.append(replace(old[0], segment_id=new_segment_id(), cleaned=True, job_id=job_id))
+            remove.append(old[0].ref)
+            continue
+        add.append(store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex,
+                                         SegmentState.ROLLED, job_id, seg.last_modified_ms, options,
+                                         log_start_offset=carried, cleaned=True, summary=seg.summary))
+        doomed += old
+    change = CatalogChange(add=tuple(add), remove=tuple(remove),
+                           transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+    outcome.cleaned = True
+    outcome.checkpoint = result.checkpoint
+    outcome.segments_after = len(rows) - len(doomed) - len(remove) + len(add)
+    outcome.stats = asdict(result.stats)
+    return PartitionStep(outcome, change, tuple(doomed))
+
+
+def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,
+                      options: StorageOptions | None = None, force: bool = False,
+                      job_id: str | None = None, dry_run: bool = False) -> CompactOutcome:
+    """Run one cleaning round on `tp` if Kafka's trigger says so (or `force`), committed in one swap."""
+    job_id = job_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, force=force,
+                      dry_run=dry_run)
+    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="compact",
+                            job_id=job_id, options=options, mutate=not dry_run, strict=True)
+    outcome: CompactOutcome = run.outcome(tp)
+    outcome.cleanup = run.cleanup
+    return outcome

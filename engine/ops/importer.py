@@ -1,0 +1,316 @@
+"""Import a broker's log dir (Kafka layout, local or `s3://`) into the catalog.
+
+Every `<topic>-<partition>` directory under the source is registered, one row per segment, in ONE
+catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects where they are
+(layout `kafka`); with `copy` each segment is copied into the object layout under the root. Rules:
+
+- the source is never modified: sidecars that are missing or fail validation (`OffsetIndex.load`,
+  `TimeIndex.load`, `check_indexes`) are rebuilt with Kafka's recovery rule (`build_indexes`) and
+  written under the root in the object layout, and the rebuild is reported;
+- a corrupt segment is reported by name and byte position and the partition's import stops there;
+  the segments before it are kept, and with `copy` so is the valid prefix of the corrupt segment
+  (Kafka's recovery truncates a segment to its valid prefix, spec 7.2);
+- re-running is a no-op: a segment's id is derived from its source key and size, so a segment that
+  is already registered with the same key and size is recognised without reading it;
+- each partition is leased while it is imported, so two imports of one partition cannot interleave;
+- the source's last segment is registered ACTIVE (it was the broker's active segment), the others
+  ROLLED; a previously ACTIVE row followed by newly imported segments moves to ROLLED in the same commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from contextlib import ExitStack, suppress
+from dataclasses import asdict, dataclass, field
+
+from engine.catalog.changes import CatalogChange, CatalogStateError, plan_change
+from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
+from engine.errors import CorruptRecordError
+from engine.format.batch import scan_batches
+from engine.index.checks import check_sidecars
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.index.rebuild import build_indexes
+from engine.log.summary import SegmentSummary, summarize_segment
+from engine.ops.catalog_table import Catalog
+from engine.ops.lease import (
+    DEFAULT_LEASE_TTL_MS,
+    Lease,
+    LeaseHeldError,
+    LeaseLostError,
+    acquire_lease,
+    check_lease,
+    release_lease,
+)
+from engine.ops.versions import segment_row
+from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
+from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
+from layouts.storage import StorageOptions, ensure_object, normalize_uri, read_bytes
+
+
+@dataclass
+class SegmentOutcome:
+    """What happened to one source segment."""
+
+    source: str
+    base_offset: int
+    status: str  # registered | already-registered | corrupt
+    segment_id: str | None = None
+    sidecars: str = "valid"  # valid | rebuilt
+    sidecar_problems: list[str] = field(default_factory=list)
+    error: str | None = None
+    byte_position: int | None = None
+    valid_bytes: int | None = None
+    kept_bytes: int = 0
+
+
+@dataclass
+class PartitionOutcome:
+    """What happened to one partition directory."""
+
+    topic: str
+    partition: int
+    source: str
+    segments: list[SegmentOutcome] = field(default_factory=list)
+    error: str | None = None
+    orphan_indexes: list[str] = field(default_factory=list)
+    ignored_files: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+@dataclass
+class ImportReport:
+    """The run report of one import (`to_dict` is the JSON form)."""
+
+    source: str
+    root: str
+    catalog: str
+    copy: bool
+    job_id: str
+    partitions: list[PartitionOutcome] = field(default_factory=list)
+    skipped_dirs: dict[str, str] = field(default_factory=dict)
+    rows_added: int = 0
+    already_registered: int = 0
+    sidecars_rebuilt: int = 0
+    commit_version: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return any(p.failed for p in self.partitions)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"failed": self.failed}
+
+
+def default_import_job_id(source: str, root: str, copy: bool) -> str:
+    """The same import (source, root, copy or in place) has the same job id, so that re-running the
+    same command after a crash takes over its own leases at once."""
+    return "import-" + hashlib.sha256(f"{source}\x00{root}\x00{copy}".encode()).hexdigest()[:24]
+
+
+def imported_segment_id(source_log: str, size: int) -> str:
+    """Deterministic id of an imported segment: the same source key and size give the same id."""
+    return hashlib.sha256(f"{source_log}\x00{size}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Sidecars:
+    """Index bytes for a segment: the source's own files (with their keys) or rebuilt ones."""
+
+    index: bytes
+    timeindex: bytes
+    problems: list[str]
+    source_keys: tuple[str, str] | None = None
+
+    @property
+    def rebuilt(self) -> bool:
+        return self.source_keys is None
+
+
+class _PartitionImporter:
+    """Imports the segments of one partition directory, collecting rows for the single commit."""
+
+    def __init__(self, part: KafkaPartitionDir, root: str, copy: bool, job_id: str, interval: int,
+                 existing: dict[SegmentRef, SegmentRow], options: StorageOptions | None) -> None:
+        self.part = part
+        self.root = root
+        self.copy = copy
+        self.job_id = job_id
+        self.interval = interval
+        self.existing = existing
+        self.options = options
+        self.rows: list[SegmentRow] = []
+        self.outcome = PartitionOutcome(topic=part.tp.topic, partition=part.tp.partition, source=part.uri,
+                                        orphan_indexes=[i.uri for i in part.orphan_indexes],
+                                        ignored_files=sum(len(v) for v in part.other_files.values()))
+
+    def run(self) -> None:
+        last = len(self.part.segments) - 1
+        for i, seg in enumerate(self.part.segments):
+            state = SegmentState.ACTIVE if i == last else SegmentState.ROLLED
+            if not self._import_segment(seg, state):
+                self.outcome.error = self.outcome.segments[-1].error
+                return
+
+    def _import_segment(self, seg: KafkaSegmentFiles, state: SegmentState) -> bool:
+        """Register one segment; False if it is corrupt, which stops the partition."""
+        segment_id = imported_segment_id(seg.log.uri, seg.log.size)
+        known = self.existing.get(SegmentRef(self.part.tp.topic, self.part.tp.partition, segment_id))
+        if known is not None and known.size_bytes == seg.log.size:
+            self.outcome.segments.append(SegmentOutcome(seg.log.uri, seg.base_offset, "already-registered",
+                                                        segment_id=segment_id))
+            return True
+        data = read_bytes(seg.log.uri, self.options)
+        try:
+            summary = summarize_segment(data, seg.base_offset, seg.log.uri)
+        except CorruptRecordError as exc:
+            self._corrupt(seg, exc, valid_bytes=None)
+            return False
+        if summary.problems:
+            outcome = self._corrupt(seg, summary.problems[0], summary.valid_bytes)
+            if self.copy and summary.valid_bytes > 0:
+                self._keep_valid_prefix(seg, data[:summary.valid_bytes], outcome)
+            return False
+        self._register(seg, data, summary, segment_id, state, self._sidecars(seg, data, state))
+        return True
+
+    def _corrupt(self, seg: KafkaSegmentFiles, problem: CorruptRecordError, valid_bytes: int | None) -> SegmentOutcome:
+        outcome = SegmentOutcome(seg.log.uri, seg.base_offset, "corrupt", error=str(problem),
+                                 byte_position=problem.position, valid_bytes=valid_bytes)
+        self.outcome.segments.append(outcome)
+        return outcome
+
+    def _keep_valid_prefix(self, seg: KafkaSegmentFiles, prefix: bytes, outcome: SegmentOutcome) -> None:
+        """Copy and register the bytes before the corruption, as Kafka's recovery would keep them."""
+        prefix_id = imported_segment_id(seg.log.uri, len(prefix))
+        summary = summarize_segment(prefix, seg.base_offset, seg.log.uri)
+        sidecars = self._rebuilt(prefix, seg, ["corrupt segment: indexes rebuilt for its valid prefix"])
+        self._register(seg, prefix, summary, prefix_id, SegmentState.ROLLED, sidecars, record=False)
+        outcome.segment_id, outcome.kept_bytes = prefix_id, len(prefix)
+
+    def _sidecars(self, seg: KafkaSegmentFiles, data: bytes, state: SegmentState) -> _Sidecars:
+        """The segment's own sidecars if they are valid for its log, else rebuilt ones."""
+        index_bytes = read_bytes(seg.index.uri, self.options) if seg.index else None
+        timeindex_bytes = read_bytes(seg.timeindex.uri, self.options) if seg.timeindex else None
+        check = check_sidecars(scan_batches(data, seg.log.uri).headers, seg.base_offset, index_bytes,
+                               timeindex_bytes, seg.log.uri, active=state is SegmentState.ACTIVE)
+        if not check.valid:
+            return self._rebuilt(data, seg, check.problems)
+        return _Sidecars(index_bytes, timeindex_bytes, problems=[], source_keys=(seg.index.uri, seg.timeindex.uri))
+
+    def _rebuilt(self, data: bytes, seg: KafkaSegmentFiles, problems: list[str]) -> _Sidecars:
+        headers = scan_batches(data, seg.log.uri).headers
+        offsets, times = build_indexes(headers, seg.base_offset, self.interval)
+        return _Sidecars(offsets.to_bytes(), times.to_bytes(), problems=problems)
+
+    def _keys(self, seg: KafkaSegmentFiles, data: bytes, segment_id: str,
+              sidecars: _Sidecars) -> tuple[SegmentKeys, Layout]:
+        """Write what must be written (put-if-absent) and return the keys the row points at."""
+        tp = self.part.tp
+        owned = object_segment_keys(self.root, tp, seg.base_offset, segment_id)
+        if self.copy:
+            write_segment(owned, data, sidecars.index, sidecars.timeindex, self.options)
+            return owned, Layout.OBJECT
+        if sidecars.source_keys is not None:
+            return SegmentKeys(seg.log.uri, *sidecars.source_keys), Layout.KAFKA
+        ensure_object(owned.index, sidecars.index, self.options)
+        ensure_object(owned.timeindex, sidecars.timeindex, self.options)
+        return SegmentKeys(seg.log.uri, owned.index, owned.timeindex), Layout.KAFKA
+
+    def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
+                  state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
+        keys, layout = self._keys(seg, data, segment_id, sidecars)
+        self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id))
+        if record:
+            self.outcome.segments.append(SegmentOutcome(
+                seg.log.uri, seg.base_offset, "registered", segment_id=segment_id,
+                sidecars="rebuilt" if sidecars.rebuilt else "valid", sidecar_problems=sidecars.problems))
+
+
+def _demotions(rows: list[SegmentRow],
+               existing: dict[SegmentRef, SegmentRow]) -> list[tuple[SegmentRef, SegmentState]]:
+    """Existing ACTIVE rows that newly imported segments follow become ROLLED."""
+    if not rows:
+        return []
+    first_new = min(r.base_offset for r in rows)
+    return [(ref, SegmentState.ROLLED) for ref, row in existing.items()
+            if row.state == SegmentState.ACTIVE and row.base_offset < first_new]
+
+
+def _release(lease: Lease, options: StorageOptions | None) -> None:
+    """Release a lease at the end of the run; one lost meanwhile has already been reported."""
+    with suppress(LeaseLostError):
+        release_lease(lease, options)
+
+
+def _lease_partitions(parts: list[KafkaPartitionDir], root: str, owner: str, job_id: str, ttl_ms: int,
+                      options: StorageOptions | None, report: ImportReport,
+                      held: ExitStack) -> list[tuple[KafkaPartitionDir, Lease]]:
+    """Lease every partition that is free (or leased by a dead attempt of `job_id`); report the others
+    as failed (held by another job)."""
+    leased = []
+    for part in parts:
+        try:
+            lease = acquire_lease(root, part.tp, owner, job_id, ttl_ms, options)
+        except (LeaseHeldError, LeaseLostError) as exc:
+            report.partitions.append(PartitionOutcome(part.tp.topic, part.tp.partition, part.uri, error=str(exc)))
+            continue
+        held.callback(_release, lease, options)
+        leased.append((part, lease))
+    return leased
+
+
+def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
+                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                   options: StorageOptions | None = None, owner: str | None = None, job_id: str | None = None,
+                   lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> ImportReport:
+    """Register every partition directory under `source` in `catalog` with one commit.
+
+    A killed import is finished by a re-run with the same `job_id`, at once: it takes over the dead
+    attempt's leases and recognises the segments already registered.
+    """
+    source, root = normalize_uri(source), normalize_uri(root)
+    job_id = job_id or default_import_job_id(source, root, copy)
+    owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+    report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
+    log_dir = scan_log_dir(source, options)
+    report.skipped_dirs = log_dir.skipped_dirs
+    with ExitStack() as held:
+        leased = _lease_partitions(log_dir.partitions, root, owner, job_id, lease_ttl_ms, options, report, held)
+        existing = catalog.rows_of((part.tp.topic, part.tp.partition) for part, _ in leased)
+        prepared = []
+        for part, lease in leased:
+            mine = {ref: row for ref, row in existing.items()
+                    if (ref.topic, ref.partition) == (part.tp.topic, part.tp.partition)}
+            importer = _PartitionImporter(part, root, copy, job_id, index_interval_bytes, mine, options)
+            importer.run()
+            report.partitions.append(importer.outcome)
+            change = CatalogChange(add=tuple(importer.rows), transitions=tuple(_demotions(importer.rows, mine)))
+            try:
+                plan_change(change, mine)
+            except CatalogStateError as exc:
+                importer.outcome.error = str(exc)
+                continue
+            prepared.append((importer, lease, change))
+        add: list[SegmentRow] = []
+        transitions: list[tuple[SegmentRef, SegmentState]] = []
+        for importer, lease, change in prepared:
+            try:
+                check_lease(lease, options)
+            except LeaseLostError as exc:
+                importer.outcome.error = f"{exc}; nothing committed for this partition"
+                continue
+            add += change.add
+            transitions += change.transitions
+        result = catalog.apply(CatalogChange(add=tuple(add), transitions=tuple(transitions)),
+                               operation="import", job_id=job_id)
+    report.partitions.sort(key=lambda p: (p.topic, p.partition))
+    report.commit_version = result.version
+    report.rows_added = result.added
+    report.already_registered = sum(s.status == "already-registered" for p in report.partitions for s in p.segments)
+    report.sidecars_rebuilt = sum(s.sidecars == "rebuilt" for p in report.partitions for s in p.segments)
+    return report

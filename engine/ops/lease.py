@@ -1,0 +1,197 @@
+"""Per-partition leases that serialize mutating jobs: `{root}/_leases/{topic}-{partition}.lease`.
+
+A lease is a JSON object created with put-if-absent (ARCHITECTURE.md, commit protocol), holding the
+owner, the job id, a random token and the expiry time in ms. Rules:
+
+- acquiring fails with `LeaseHeldError`, naming the holder, while an unexpired lease of another job
+  id exists; a lease of the SAME job id is taken over at once: its holder is a dead attempt of this
+  job or this very job, and the job ledger (engine.ops.catalog_table) keeps a second attempt from committing
+  twice what the first committed;
+- an expired lease is taken over through a takeover marker `{lease}.takeover-{token}`, itself created
+  put-if-absent: of all takers that saw the same expired lease, only the one that created the marker
+  may delete it and create a new lease. Without the marker, taker A could delete the expired lease and
+  create its own, then taker B (which read the old one earlier) delete A's fresh lease, and both would
+  believe they hold it. A marker whose taker died is ignored after `TAKEOVER_TIMEOUT_MS`;
+- the new lease is verified by re-reading it (its token must be ours);
+- only the owner (token) may release, and only while the lease is unexpired by `RELEASE_MARGIN_MS`, so
+  that a release never deletes a lease someone took over meanwhile.
+
+The lease serializes well-behaved jobs; the catalog's commit conflicts remain the final guard.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+
+import humanize
+
+from engine.errors import KlakeError
+from engine.names import TopicPartition
+from layouts.storage import StorageOptions, delete_object, join, normalize_uri, put_if_absent, read_bytes
+
+LEASE_DIR = "_leases"
+DEFAULT_LEASE_TTL_MS = 3_600_000
+"""How long a lease lasts unless `jobs.lease_ttl_ms` says otherwise: longer than any one job's run."""
+TAKEOVER_TIMEOUT_MS = 60_000
+RELEASE_MARGIN_MS = 1_000
+
+
+class LeaseHeldError(KlakeError):
+    """Another owner holds an unexpired lease on the partition."""
+
+
+class LeaseLostError(KlakeError):
+    """The lease is no longer ours (expired and taken over, or released)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The content of a lease object, and where it lives."""
+
+    uri: str
+    topic: str
+    partition: int
+    owner: str
+    job_id: str
+    token: str
+    acquired_at_ms: int
+    expires_at_ms: int
+
+    def describe(self, now: int | None = None) -> str:
+        """Who holds the lease, until when, and how to take it over safely."""
+        now = now_ms() if now is None else now
+        until = datetime.fromtimestamp(self.expires_at_ms / 1000, UTC).isoformat(timespec="seconds")
+        left = humanize.naturaldelta(timedelta(milliseconds=max(self.expires_at_ms - now, 0)))
+        return (f"{self.topic}-{self.partition} is leased by job {self.job_id!r} (owner {self.owner}) until "
+                f"{until.replace('+00:00', 'Z')} (in {left}); if that job is no longer running, re-run with "
+                f"--job-id {self.job_id} to take the lease over at once and finish its work")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def lease_uri(root: str, tp: TopicPartition) -> str:
+    return join(root, LEASE_DIR, f"{tp.dir_name}.lease")
+
+
+def read_lease(root: str, tp: TopicPartition, options: StorageOptions | None = None) -> Lease | None:
+    """The lease currently stored for `tp`, or None."""
+    return _read(lease_uri(normalize_uri(root), tp), options)
+
+
+def _read(uri: str, options: StorageOptions | None) -> Lease | None:
+    try:
+        content = json.loads(read_bytes(uri, options))
+    except FileNotFoundError:
+        return None
+    return Lease(uri=uri, **content)
+
+
+def _encode(lease: Lease) -> bytes:
+    content = asdict(lease)
+    del content["uri"]
+    return json.dumps(content, sort_keys=True).encode()
+
+
+def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
+                  options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> Lease:
+    """Take the lease on `tp` for `ttl_ms`, taking over an expired one or one of the same `job_id`;
+    `LeaseHeldError` if another job holds it."""
+    if ttl_ms <= 0:
+        raise ValueError(f"lease ttl must be positive, got {ttl_ms} ms")
+    uri = lease_uri(normalize_uri(root), tp)
+    start = clock()
+    mine = Lease(uri=uri, topic=tp.topic, partition=tp.partition, owner=owner, job_id=job_id,
+                 token=uuid.uuid4().hex, acquired_at_ms=start, expires_at_ms=start + ttl_ms)
+    try:
+        put_if_absent(uri, _encode(mine), options)
+    except FileExistsError:
+        current = _read(uri, options)
+        if current is not None and current.expires_at_ms > clock() and current.job_id != job_id:
+            raise LeaseHeldError(current.describe(clock())) from None
+        if current is not None:
+            _take_over(current, options, clock)
+        try:
+            put_if_absent(uri, _encode(mine), options)
+        except FileExistsError:
+            holder = _read(uri, options)
+            raise LeaseHeldError(holder.describe(clock()) if holder else f"{tp} lease changed hands; retry") from None
+    stored = _read(uri, options)
+    if stored is None or stored.token != mine.token:
+        raise LeaseLostError(f"{tp}: lease written but not ours on re-read")
+    return mine
+
+
+def _take_over(expired: Lease, options: StorageOptions | None, clock: Callable[[], int]) -> None:
+    """Delete `expired` (or a same-job lease) if we win its takeover marker; raise `LeaseHeldError` if
+    another taker does."""
+    marker = f"{expired.uri}.takeover-{expired.token}"
+    busy = LeaseHeldError(f"{expired.topic}-{expired.partition}: the lease of job {expired.job_id!r} is being "
+                          "taken over by another job; retry in a minute")
+    if not _claim(marker, options, clock):
+        if not _is_stale(marker, options, clock):
+            raise busy
+        delete_object(marker, options)
+        if not _claim(marker, options, clock):
+            raise busy
+    try:
+        current = _read(expired.uri, options)
+        if current is not None and current.token == expired.token:
+            delete_object(expired.uri, options)
+    finally:
+        delete_object(marker, options)
+
+
+def _claim(marker: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
+    try:
+        put_if_absent(marker, json.dumps({"claimed_at_ms": clock()}).encode(), options)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _is_stale(marker: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
+    """A marker left by a taker that died: older than `TAKEOVER_TIMEOUT_MS` (or already gone)."""
+    try:
+        claimed_at = json.loads(read_bytes(marker, options))["claimed_at_ms"]
+    except FileNotFoundError:
+        return True
+    return clock() - claimed_at >= TAKEOVER_TIMEOUT_MS
+
+
+def check_lease(lease: Lease, options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> None:
+    """Raise `LeaseLostError` unless `lease` is still stored, ours, and unexpired."""
+    stored = _read(lease.uri, options)
+    if stored is None or stored.token != lease.token:
+        raise LeaseLostError(f"{lease.topic}-{lease.partition}: lease of job {lease.job_id!r} was taken over")
+    if stored.expires_at_ms <= clock():
+        raise LeaseLostError(f"{lease.topic}-{lease.partition}: lease of job {lease.job_id!r} expired")
+
+
+def release_lease(lease: Lease, options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> bool:
+    """Delete our lease; True if deleted. An expired lease is left for a taker (see module docs)."""
+    stored = _read(lease.uri, options)
+    if stored is None or stored.token != lease.token:
+        raise LeaseLostError(f"{lease.topic}-{lease.partition}: cannot release, the lease is not ours "
+                             f"({stored.describe() if stored else 'no lease stored'})")
+    if stored.expires_at_ms - RELEASE_MARGIN_MS <= clock():
+        return False
+    return delete_object(lease.uri, options)
+
+
+@contextmanager
+def held_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
+               options: StorageOptions | None = None) -> Iterator[Lease]:
+    """Hold the lease on `tp` for the duration of a `with` block."""
+    lease = acquire_lease(root, tp, owner, job_id, ttl_ms, options)
+    try:
+        yield lease
+    finally:
+        release_lease(lease, options)

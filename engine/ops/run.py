@@ -1,0 +1,272 @@
+"""One log operation over many partitions, committed to the catalog once (ARCHITECTURE, "Execution model").
+
+The driver side of every mutating job, with the per-partition work pluggable (`execute`): serially in
+this process for the engine's single-partition functions, one Spark task per partition in `jobs/`.
+
+1. take every partition's lease (put-if-absent object); a partition whose lease another job holds
+   fails alone, the others go on; a lease of the same job id (a dead attempt) is taken over at once;
+2. read every partition's catalog rows once; finish two-phase deletes an earlier crash left
+   (DELETE_STARTED rows), in one bulk delete and one commit;
+3. skip the partitions the job ledger says this job id already finished (an earlier attempt committed
+   them): a job id names a unit of work per partition, as a producer id and sequence do in Kafka's
+   idempotent producer, so a re-run finishes exactly the partitions that are missing;
+4. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
+   always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
+   scrub job removes them) and a re-run starts again from the catalog;
+5. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
+   entries of the partitions it finishes;
+6. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
+   removed (one more commit); then the leases are released.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
+from engine.errors import KlakeError
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.catalog_table import AlreadyCommittedError, Catalog, CommitResult
+from engine.ops.deletion import Cleanup, delete_and_forget
+from engine.ops.lease import (
+    DEFAULT_LEASE_TTL_MS,
+    Lease,
+    LeaseHeldError,
+    acquire_lease,
+    check_lease,
+    release_lease,
+)
+from layouts.storage import StorageOptions, counting_bytes, counting_requests, normalize_uri
+
+
+@dataclass(frozen=True)
+class PartitionInput:
+    """What a partition's task needs: its live rows (base-offset order) and its topic's settings."""
+
+    tp: TopicPartition
+    rows: tuple[SegmentRow, ...]
+    config: TopicConfig
+
+
+@dataclass
+class PartitionStep:
+    """What `prepare` did for one partition: its outcome (with `to_dict`), the catalog change to commit,
+    and the rows that change moves to DELETE_STARTED (their objects are deleted after the commit)."""
+
+    outcome: Any
+    change: CatalogChange = field(default_factory=CatalogChange)
+    retire: tuple[SegmentRow, ...] = ()
+
+
+Prepare = Callable[[PartitionInput], PartitionStep]
+
+
+@dataclass
+class PartitionResult:
+    """A partition's step, or why it failed; with the object-store traffic its task made."""
+
+    tp: TopicPartition
+    step: PartitionStep | None = None
+    error: str | None = None
+    requests: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def run_prepare(prepare: Prepare, item: PartitionInput, catch: bool = True) -> PartitionResult:
+    """Run `prepare` on one partition, measuring its requests and bytes; an error becomes the result
+    (with the exception's last frames) unless `catch` is False."""
+    started = time.monotonic()
+    with counting_requests() as requests, counting_bytes() as moved:
+        try:
+            step = prepare(item)
+            error = None
+        except Exception as exc:
+            if not catch:
+                raise
+            step, error = None, _describe(exc)
+    return PartitionResult(item.tp, step, error, dict(requests), dict(moved), time.monotonic() - started)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KlakeError | OSError | ValueError):
+        return f"{type(exc).__name__}: {exc}"
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} (at {os.path.basename(where.filename)}:{where.lineno})"
+
+
+Execute = Callable[[Sequence[PartitionInput]], list[PartitionResult]]
+
+
+def serial_execute(prepare: Prepare, catch: bool = True) -> Execute:
+    """Run the partitions one after another in this process."""
+    return lambda items: [run_prepare(prepare, item, catch) for item in items]
+
+
+@dataclass
+class JobRun:
+    """Everything a run did, for its report; `failures` maps "topic-partition" to the reason;
+    `committed_earlier` holds the partitions an earlier attempt of the job id had finished."""
+
+    job_id: str
+    operation: str
+    results: list[PartitionResult] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    cleanup: Cleanup = field(default_factory=Cleanup)
+    finished_from_earlier_run: dict[str, int] = field(default_factory=dict)
+    commit: CommitResult | None = None
+    committed_earlier: list[TopicPartition] = field(default_factory=list)
+    requests: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+
+    def outcome(self, tp: TopicPartition) -> Any:
+        """The outcome of `tp`'s step; raises its failure."""
+        if str(tp) in self.failures:
+            raise KlakeError(f"{tp}: {self.failures[str(tp)]}")
+        return next(r.step.outcome for r in self.results if r.tp == tp and r.step is not None)
+
+
+def lease_owner() -> str:
+    return f"klake@{socket.gethostname()}:{os.getpid()}"
+
+
+class _Leases:
+    """The leases a run holds, released on exit; a partition whose lease is held elsewhere is a failure."""
+
+    def __init__(self, root: str, options: StorageOptions | None, job_id: str, ttl_ms: int, strict: bool) -> None:
+        self.root, self.options, self.job_id, self.ttl_ms, self.strict = root, options, job_id, ttl_ms, strict
+        self.held: dict[TopicPartition, Lease] = {}
+
+    def take(self, tps: Sequence[TopicPartition], run: JobRun, stack: ExitStack) -> list[TopicPartition]:
+        owner = lease_owner()
+        for tp in tps:
+            try:
+                lease = acquire_lease(self.root, tp, owner, self.job_id, self.ttl_ms, self.options)
+            except LeaseHeldError as exc:
+                if self.strict:
+                    raise
+                run.failures[str(tp)] = str(exc)
+                continue
+            self.held[tp] = lease
+            stack.callback(release_lease, lease, self.options)
+        return list(self.held)
+
+    def still_ours(self, tp: TopicPartition) -> str | None:
+        try:
+            check_lease(self.held[tp], self.options)
+        except KlakeError as exc:
+            return str(exc)
+        return None
+
+
+def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
+                      execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
+                      mutate: bool = True, strict: bool = False, ledger_idle: bool = False,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
+    """Run one operation over the partitions in `configs` (see the module docstring).
+
+    `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing. `strict` raises the
+    first partition failure instead of recording it (the engine's single-partition functions).
+    `ledger_idle` (appends): a partition whose step changed nothing (every record rejected) is finished
+    all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
+    their steps are idempotent and the ledger must not grow with every idle run.
+    """
+    root = normalize_uri(root)
+    run = JobRun(job_id, operation)
+    with ExitStack() as stack:
+        leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
+        with _driver_io(run):
+            tps = leases.take(list(configs), run, stack) if mutate else list(configs)
+            rows = _rows_by_partition(catalog, tps)
+            if mutate:
+                _finish_earlier_deletes(catalog, root, rows, options, run)
+                if done := catalog.committed_partitions(job_id, tps):
+                    run.committed_earlier = sorted(done)
+                    tps = [tp for tp in tps if tp not in done]
+        items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp])
+                 for tp in tps]
+        run.results = execute(items)
+        for result in run.results:
+            if result.error is not None:
+                if strict:
+                    raise KlakeError(f"{result.tp}: {result.error}")
+                run.failures[str(result.tp)] = result.error
+            run.requests.update(result.requests)
+            run.bytes.update(result.bytes)
+        if mutate:
+            with _driver_io(run):
+                _commit(catalog, root, run, leases, options, ledger_idle)
+    return run
+
+
+@contextmanager
+def _driver_io(run: JobRun) -> Iterator[None]:
+    """Count the driver's own object-store traffic into `run` (the tasks report theirs in their results,
+    so the execution itself is left out: serial tasks run in this process)."""
+    with counting_requests() as requests, counting_bytes() as moved:
+        yield
+    run.requests.update(requests)
+    run.bytes.update(moved)
+
+
+def _rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:
+    by_tp: dict[TopicPartition, list[SegmentRow]] = {}
+    if tps:
+        for row in catalog.rows_of([(tp.topic, tp.partition) for tp in tps]).values():
+            by_tp.setdefault(TopicPartition(row.topic, row.partition), []).append(row)
+    for segments in by_tp.values():
+        segments.sort(key=lambda r: r.base_offset)
+    return by_tp
+
+
+def _finish_earlier_deletes(catalog: Catalog, root: str, rows: Mapping[TopicPartition, list[SegmentRow]],
+                            options: StorageOptions | None, run: JobRun) -> None:
+    earlier = [r for segments in rows.values() for r in segments if r.state == SegmentState.DELETE_STARTED]
+    if earlier:
+        delete_and_forget(catalog, root, earlier, options, run.job_id, run.cleanup)
+        run.finished_from_earlier_run = dict(Counter(f"{r.topic}-{r.partition}" for r in earlier))
+
+
+def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
+            ledger_idle: bool) -> None:
+    """One commit for every partition that prepared a change and still holds its lease, entering the
+    partitions it finishes in the job ledger; then the deletes."""
+    adds, removes, transitions, retire, finished = [], [], [], [], []
+    for result in run.results:
+        if result.step is None:
+            continue
+        change = result.step.change
+        changed = bool(change.add or change.remove or change.transitions)
+        if not (changed or ledger_idle):
+            continue
+        if (lost := leases.still_ours(result.tp)) is not None:
+            run.failures[str(result.tp)] = f"not committed: {lost}"
+            continue
+        finished.append(result.tp)
+        adds += change.add
+        removes += change.remove
+        transitions += change.transitions
+        retire += result.step.retire
+    if not finished:
+        return
+    try:
+        run.commit = catalog.apply(CatalogChange(add=tuple(adds), remove=tuple(removes),
+                                                 transitions=tuple(transitions)),
+                                   operation=run.operation, job_id=run.job_id, finished=finished)
+    except AlreadyCommittedError as exc:
+        run.failures.update({str(tp): f"not committed: {exc}" for tp in finished})
+        return
+    run.cleanup.committed(run.commit.version)
+    if retire:
+        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in retire], options,
+                          run.job_id, run.cleanup)

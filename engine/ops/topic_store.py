@@ -1,0 +1,54 @@
+"""Topic settings stored beside the data: `{root}/_topics/{topic}/config-{version:08d}.json`.
+
+Each save writes a new version with put-if-absent, never overwriting one (like every klake object),
+so concurrent saves cannot silently lose each other: the loser retries on top of the winner's
+version. The newest version is the topic's configuration; a topic never configured has Kafka's
+defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from engine.errors import KlakeError
+from engine.log.topic_config import TopicConfig
+from engine.names import validate_topic
+from layouts.storage import StorageOptions, join, list_objects, put_if_absent, read_bytes
+
+_VERSION = re.compile(r"config-(\d{8})\.json")
+MAX_SAVE_ATTEMPTS = 5
+
+
+def _versions(root: str, topic: str, options: StorageOptions | None) -> list[tuple[int, str]]:
+    prefix = join(root, "_topics", validate_topic(topic))
+    found = [(int(m.group(1)), info.uri) for info in list_objects(prefix, options)
+             if (m := _VERSION.fullmatch(info.name))]
+    return sorted(found)
+
+
+def load_topic_config(root: str, topic: str, options: StorageOptions | None = None) -> TopicConfig:
+    """The newest stored configuration of `topic`, or Kafka's defaults if none was saved."""
+    versions = _versions(root, topic, options)
+    if not versions:
+        return TopicConfig()
+    uri = versions[-1][1]
+    try:
+        settings = json.loads(read_bytes(uri, options))
+    except ValueError as exc:
+        raise KlakeError(f"{uri}: not valid JSON: {exc}") from None
+    return TopicConfig.from_mapping(settings, topic=topic)
+
+
+def save_topic_config(root: str, topic: str, config: TopicConfig, options: StorageOptions | None = None) -> int:
+    """Store `config` as the next version of `topic`'s settings; returns the version written."""
+    body = json.dumps(config.to_mapping(), indent=2, sort_keys=True).encode()
+    for _ in range(MAX_SAVE_ATTEMPTS):
+        versions = _versions(root, topic, options)
+        version = versions[-1][0] + 1 if versions else 1
+        try:
+            put_if_absent(join(root, "_topics", topic, f"config-{version:08d}.json"), body, options)
+            return version
+        except FileExistsError:
+            continue
+    raise KlakeError(f"topic {topic}: could not save its configuration after {MAX_SAVE_ATTEMPTS} racing attempts")

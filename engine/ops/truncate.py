@@ -1,0 +1,158 @@
+"""Truncate a catalogued partition to an offset, and raise its log start offset (DeleteRecords).
+
+`truncate_partition(target)` (spec 6, `UnifiedLog.truncateTo`): every record at or above `target`
+leaves the log. Whole segments at or above it go through the two-phase delete; the segment holding
+`target` gets a new version cut there (klake keeps the records of a straddling v2 batch that lie
+below `target`, where Kafka drops the whole batch, see `engine.log.truncate`); a target below the first
+segment empties the log and starts it at `target` (`truncateFullyAndStartAt`). The log start offset
+becomes `min(log start, target)`.
+
+`delete_records(offset)` (KIP-107): raises the log start offset (never above the log end offset, the
+high watermark of a single-writer log); the segment holding it gets a new row version recording it,
+and whole segments below it are retired at once, as retention's log-start-offset pass would.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
+from engine.errors import KlakeError
+from engine.format.batch import scan_batches
+from engine.index.common import KIP228_MIN_TIMESTAMP
+from engine.index.offset_index import OffsetIndex
+from engine.index.rebuild import build_indexes
+from engine.index.time_index import TimeIndex
+from engine.log.topic_config import TopicConfig
+from engine.log.truncate import plan_truncation, truncate_segment
+from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.deletion import Cleanup
+from engine.ops.run import PartitionInput, PartitionStep, Prepare, run_partition_job, serial_execute
+from engine.ops.versions import store_segment_version
+from layouts.object_layout import new_segment_id
+from layouts.storage import StorageOptions, normalize_uri, read_bytes
+
+
+@dataclass
+class TruncateOutcome:
+    topic: str
+    partition: int
+    target: int
+    noop: bool
+    log_end_offset: int
+    log_start_offset: int
+    records_removed: int = 0
+    cut_mode: str | None = None
+    cleanup: Cleanup = field(default_factory=Cleanup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
+
+
+def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
+                       options: StorageOptions | None, job_id: str) -> PartitionStep:
+    """Cut one partition at `targets[tp]`: the straddling segment's new version, whole segments retired."""
+    tp, rows, config, target = item.tp, list(item.rows), item.config, targets[item.tp]
+    start = partition_log_start_offset(rows)
+    plan = plan_truncation([r.base_offset for r in rows], [r.next_offset for r in rows], target, start)
+    outcome = TruncateOutcome(tp.topic, tp.partition, target, plan.noop, plan.log_end_offset, plan.log_start_offset)
+    if plan.noop:
+        return PartitionStep(outcome)
+    doomed = tuple(r for r in rows if r.base_offset in plan.deleted)
+    add: list[SegmentRow] = []
+    remove = []
+    if plan.truncated is not None:
+        row = next(r for r in rows if r.base_offset == plan.truncated)
+        min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+        cut = truncate_segment(
+            read_bytes(row.log_key, options), row.base_offset, target,
+            offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
+            time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
+                                      min_timestamp=min_ts).index,
+            min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
+        start_kept = min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1
+        headers = scan_batches(cut.log, row.log_key, verify_crc=False).headers
+        ends_at = int(headers.last_offset[-1]) + 1 if len(headers) else row.base_offset
+        outcome.records_removed += cut.removed.num_rows
+        outcome.cut_mode = cut.mode
+        if ends_at == target:
+            add.append(store_segment_version(root, tp, row.base_offset, cut.log, cut.index, cut.timeindex,
+                                             SegmentState.ACTIVE, job_id, now_ms, options, log_start_offset=start_kept))
+            remove.append(row.ref)
+        else:
+            # the kept records end below the target (offsets compacted away): the log end offset must
+            # still be the target (Kafka's truncateTo), so the cut segment is closed and an empty active
+            # segment starts at the target; an emptied segment simply goes
+            if len(headers):
+                offsets, times = build_indexes(headers, row.base_offset, config.index_interval_bytes, min_ts)
+                add.append(store_segment_version(root, tp, row.base_offset, cut.log, offsets.to_bytes(),
+                                                 times.to_bytes(), SegmentState.ROLLED, job_id, row.created_at_ms,
+                                                 options, log_start_offset=start_kept))
+                remove.append(row.ref)
+            else:
+                doomed += (row,)
+            add.append(store_segment_version(root, tp, target, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
+                                             options))
+    if plan.new_segment_base is not None:
+        add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
+                                         job_id, now_ms, options))
+    outcome.records_removed += sum(r.record_count for r in doomed)
+    change = CatalogChange(add=tuple(add), remove=tuple(remove),
+                           transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+    return PartitionStep(outcome, change, doomed)
+
+
+def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartition, int],
+                           job_id: str) -> PartitionStep:
+    """Raise one partition's log start offset to `offsets[tp]` (KIP-107), retiring whole segments below it."""
+    tp, rows, offset = item.tp, list(item.rows), offsets[item.tp]
+    if not rows:
+        raise KlakeError(f"{tp}: no segments")
+    start, end = partition_log_start_offset(rows), rows[-1].next_offset
+    if offset > end:
+        raise KlakeError(f"{tp}: cannot delete records up to {offset}: the log ends at {end} (high watermark)")
+    outcome = TruncateOutcome(tp.topic, tp.partition, offset, offset <= start, end, max(start, offset))
+    if outcome.noop:
+        return PartitionStep(outcome)
+    holder = next((r for r in reversed(rows) if r.base_offset <= offset), rows[0])
+    doomed = tuple(rows[:rows.index(holder)])
+    add = [] if holder.base_offset == offset else [replace(holder, segment_id=new_segment_id(),
+                                                           log_start_offset=offset, job_id=job_id)]
+    outcome.records_removed = sum(r.record_count for r in doomed)
+    change = CatalogChange(add=tuple(add), remove=(holder.ref,) if add else (),
+                           transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
+    return PartitionStep(outcome, change, doomed)
+
+
+def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
+                operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
+    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
+                            job_id=job_id, options=options, strict=True)
+    outcome: TruncateOutcome = run.outcome(tp)
+    outcome.cleanup = run.cleanup
+    return outcome
+
+
+def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: int, config: TopicConfig,
+                       now_ms: int, options: StorageOptions | None = None,
+                       job_id: str | None = None) -> TruncateOutcome:
+    """Remove every record at or above `target` (see the module docstring)."""
+    job_id = job_id or uuid.uuid4().hex
+    root = normalize_uri(root)
+    prepare = partial(prepare_truncation, root=root, targets={tp: target}, now_ms=now_ms, options=options,
+                      job_id=job_id)
+    return _run_single(catalog, root, tp, config, prepare, "truncate", job_id, options)
+
+
+def delete_records(catalog: Catalog, root: str, tp: TopicPartition, offset: int, now_ms: int,
+                   options: StorageOptions | None = None, job_id: str | None = None) -> TruncateOutcome:
+    """Raise the log start offset to `offset` (KIP-107) and retire the whole segments below it."""
+    job_id = job_id or uuid.uuid4().hex
+    prepare = partial(prepare_delete_records, offsets={tp: offset}, job_id=job_id)
+    return _run_single(catalog, normalize_uri(root), tp, TopicConfig(), prepare, "delete-records", job_id, options)

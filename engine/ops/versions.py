@@ -1,0 +1,62 @@
+"""Write a new segment version: its objects under a fresh segment id (put-if-absent, never
+overwriting), and the catalog row describing it, ready for the operation's single commit."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from engine.catalog.schema import FORMAT_VERSION, Layout, SegmentRow, SegmentState
+from engine.log.summary import SegmentSummary, summarize_segment
+from engine.names import TopicPartition
+from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
+from layouts.storage import StorageOptions
+
+
+def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes, index: bytes,
+                          timeindex: bytes, state: SegmentState, job_id: str, created_at_ms: int | None,
+                          options: StorageOptions | None, *, log_start_offset: int = -1, cleaned: bool = False,
+                          summary: SegmentSummary | None = None, extends: SegmentRow | None = None) -> SegmentRow:
+    """Write the segment's objects and return its row (not committed).
+
+    `extends` is an earlier version of the same segment whose `.log` is a byte prefix of `log` (an
+    append to the ACTIVE segment): the new `.log` is then built from that object in place, so only the
+    appended bytes are sent (`put_extending`).
+    """
+    if extends is not None:
+        _check_extends(extends, tp, base_offset, log)
+    segment_id = new_segment_id()
+    keys = object_segment_keys(root, tp, base_offset, segment_id)
+    write_segment(keys, log, index, timeindex, options,
+                  log_prefix_uri=extends.log_key if extends is not None else None,
+                  log_prefix_size=extends.size_bytes if extends is not None else 0)
+    summary = summary or summarize_segment(log, base_offset, keys.log)
+    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms)
+    return replace(row, log_start_offset=log_start_offset, cleaned=cleaned)
+
+
+def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, log: bytes) -> None:
+    """Cheap checks that `extends` is an earlier version of this segment; its bytes are the caller's word
+    (comparing them would mean reading the whole object, which is what extending avoids)."""
+    if (extends.topic, extends.partition, extends.base_offset) != (tp.topic, tp.partition, base_offset):
+        raise ValueError(f"segment {extends.log_key} is not a version of {tp} segment {base_offset}")
+    if extends.size_bytes > len(log):
+        raise ValueError(f"segment {extends.log_key} has {extends.size_bytes} bytes, more than the "
+                         f"{len(log)} bytes of the version extending it")
+
+
+def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,
+                state: SegmentState, job_id: str, created_at_ms: int | None = None) -> SegmentRow:
+    """The catalog row of a segment version described by `summary`; `created_at_ms` is klake's
+    object-storage "mtime" (retention's fallback for segments without timestamps), default now."""
+    return SegmentRow(
+        topic=tp.topic, partition=tp.partition, segment_id=segment_id,
+        log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
+        base_offset=summary.base_offset, last_offset=summary.last_offset, next_offset=summary.next_offset,
+        record_count=summary.record_count, batch_count=summary.batch_count, size_bytes=summary.size_bytes,
+        first_batch_timestamp=summary.first_batch_timestamp, base_timestamp=summary.base_timestamp,
+        largest_timestamp=summary.largest_timestamp,
+        offset_of_largest_timestamp=summary.offset_of_largest_timestamp,
+        timestamp_type=str(summary.timestamp_type), state=str(state),
+        created_at_ms=time.time_ns() // 1_000_000 if created_at_ms is None else created_at_ms,
+        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic)
