@@ -17,6 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python tests/oracles/fetch_kafka_clients.py
 	$(VENV)/bin/python -m pytest -q
 	$(MAKE) test-airflow

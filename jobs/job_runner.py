@@ -21,7 +21,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -63,7 +63,7 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 
 def parse_now(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names a zone)."""
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names a zone; before 1970 it is negative)."""
     try:
         return int(text)
     except ValueError:
@@ -73,7 +73,7 @@ def parse_now(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--now {text!r}: expected epoch milliseconds or ISO-8601") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo).astimezone()
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 

@@ -23,8 +23,9 @@ from typing import Any
 from engine.catalog.schema import partition_log_start_offset
 from engine.errors import KlakeError
 from engine.log.lookup import list_offsets
+from engine.log.topic_config import min_timestamp
 from engine.ops.run import PartitionInput, PartitionStep
-from engine.ops.stored_segment import StoredSegment
+from engine.ops.stored_segment import stored_segment
 from jobs.job_runner import JobContext, JobSpec, main, parse_now
 from layouts.storage import StorageOptions, write_bytes
 
@@ -51,11 +52,11 @@ class LookupOutcome:
 def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: StorageOptions | None) -> PartitionStep:
     """Answer every target over one partition's live segments (read-only)."""
     rows = list(item.rows)
-    segments = [StoredSegment(row, options, item.config.index_interval_bytes) for row in rows]
+    segments = [stored_segment(row, options, item.config) for row in rows]
     start = partition_log_start_offset(rows)
     answers = []
     for target in targets:
-        answer = list_offsets(segments, target, start)
+        answer = list_offsets(segments, target, start, min_timestamp(item.config))
         answers.append({"topic": item.tp.topic, "partition": item.tp.partition, "target": target,
                         "offset": answer.offset, "timestamp": answer.timestamp, "found": answer.found})
     return PartitionStep(LookupOutcome(answers=answers))

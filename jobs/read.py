@@ -50,8 +50,10 @@ from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
 from engine.format.records import HEADERS_TYPE, decode_records
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.stored_segment import StoredSegment
+from engine.ops.topic_store import load_topic_config
 from jobs.config import KlakeConfig
 from jobs.job_runner import JobContext, JobSpec, at_least, main, parse_now
 from jobs.spark_session import run_with_progress
@@ -74,28 +76,35 @@ _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no 
 
 @dataclass(frozen=True)
 class ReadRange:
-    """`from_ms <= timestamp < to_ms` and `from_offset <= offset < to_offset`; None leaves a side open."""
+    """`from_ms <= timestamp < to_ms` and `from_offset <= offset < to_offset`; None leaves a side open.
+    `floor` is the topic's smallest timestamp (`engine.log.topic_config.min_timestamp`: 0, or KIP-228's)."""
 
     from_ms: int | None = None
     to_ms: int | None = None
     from_offset: int | None = None
     to_offset: int | None = None
+    floor: int = 0
 
     def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if value is not None and value < 0:
+        for name in ("from_offset", "to_offset"):
+            if (value := getattr(self, name)) is not None and value < 0:
                 raise KlakeError(f"read range: {name} must be >= 0, got {value}")
+        for name in ("from_ms", "to_ms"):
+            if (value := getattr(self, name)) is not None and value < self.floor:
+                raise KlakeError(f"read range: {name} {value} is below the topic's smallest timestamp {self.floor}"
+                                 + ("; negative timestamps need klake.timestamps.allow.negative (KIP-228)"
+                                    if self.floor == 0 else ""))
 
     @property
     def min_timestamp(self) -> int | None:
-        """The lower time bound records must meet: any time bound excludes timestamps below 0."""
+        """The lower time bound records must meet: any time bound excludes timestamps below the floor."""
         if self.from_ms is None and self.to_ms is None:
             return None
-        return self.from_ms or 0
+        return self.floor if self.from_ms is None else self.from_ms
 
     @property
     def empty(self) -> bool:
-        return ((self.to_ms is not None and self.to_ms <= (self.from_ms or 0))
+        return ((self.to_ms is not None and self.to_ms <= (self.floor if self.from_ms is None else self.from_ms))
                 or (self.to_offset is not None and self.to_offset <= (self.from_offset or 0)))
 
     def mask(self, offsets: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
@@ -183,7 +192,7 @@ def _catalog_candidates(catalog: Catalog, topic: str, rng: ReadRange, wanted: Ca
     """Live segments that can hold a record in range; the catalog's bounds are inclusive, ours exclusive."""
     table = catalog.segments(topic=topic, from_ms=rng.min_timestamp,
                              to_ms=None if rng.to_ms is None else rng.to_ms - 1, from_offset=rng.from_offset,
-                             to_offset=None if rng.to_offset is None else rng.to_offset - 1)
+                             to_offset=None if rng.to_offset is None else rng.to_offset - 1, min_timestamp=rng.floor)
     return [r for r in table_to_rows(table) if wanted(r.partition)]
 
 
@@ -192,7 +201,7 @@ def split_segment(row: SegmentRow, bounds: ReadRange, options: StorageOptions | 
     """One item for a small segment (its task seeks); a big one is seeked and cut here at `.index` positions."""
     if row.size_bytes <= split_bytes:
         return [WorkItem(row, None, row.size_bytes, bounds)]
-    segment = StoredSegment(row, options, index_interval_bytes)
+    segment = StoredSegment(row, options, index_interval_bytes, min_timestamp=bounds.floor)
     start = seek_position(segment, bounds)
     offset_index, _ = segment.indexes()
     end = _end_position(offset_index.offsets, offset_index.positions, bounds.to_offset, row.size_bytes)
@@ -249,10 +258,11 @@ def split_points(positions: np.ndarray, start: int, end: int, split_bytes: int) 
 def read_item(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
               ) -> Iterator[pa.RecordBatch]:
     """The records of one work item in range, as Arrow batches with `KAFKA_ARROW_SCHEMA`."""
-    segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW)
+    segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW, item.bounds.floor)
     start, end = (item.start, item.end) if item.start is not None else _task_range(segment, item.bounds)
     # chunks_from reads up to row.size_bytes: a row ending at the range's end reads exactly the range
-    ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW)
+    ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW,
+                           item.bounds.floor)
     to_offset = item.bounds.to_offset
     for data, headers in ranged.chunks_from(start):
         selected = _records_in_range(data, headers, item)
@@ -355,8 +365,9 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
         raise KlakeError(f"no catalog at {config.catalog_uri}") from None
     chosen = None if partitions is None else set(partitions).__contains__
     interval = int(config.jobs["index_interval_bytes"])
-    plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset), config.storage, chosen,
-                     split_bytes, interval)
+    floor = min_timestamp(load_topic_config(config.root, topic, config.storage))
+    plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset, floor), config.storage,
+                     chosen, split_bytes, interval)
     return records_frame(spark, plan.items, config.storage, interval)
 
 
@@ -381,11 +392,13 @@ def run(ctx: JobContext) -> None:
     args = ctx.args
     if not args.topics:
         raise KlakeError("read needs --topic")
-    rng = ReadRange(args.from_ms, args.to_ms, args.from_offset, args.to_offset)
     chosen = {(tp.topic, tp.partition) for tp in ctx.selected_partitions()}
     interval = int(ctx.config.jobs["index_interval_bytes"])
-    plans = [plan_read(ctx.catalog, topic, rng, ctx.options, lambda p, t=topic: (t, p) in chosen,
-                       args.split_bytes, interval) for topic in dict.fromkeys(args.topics)]
+    ranges = {topic: ReadRange(args.from_ms, args.to_ms, args.from_offset, args.to_offset,
+                               min_timestamp(ctx.topic_config(topic))) for topic in dict.fromkeys(args.topics)}
+    rng = next(iter(ranges.values()))
+    plans = [plan_read(ctx.catalog, topic, topic_range, ctx.options, lambda p, t=topic: (t, p) in chosen,
+                       args.split_bytes, interval) for topic, topic_range in ranges.items()]
     items = [item for plan in plans for item in plan.items]
     counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
     frame = records_frame(ctx.spark, items, ctx.options, interval, counters)

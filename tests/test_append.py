@@ -23,13 +23,12 @@ from engine.index.time_index import TimeIndex
 from engine.log.append import (
     INVALID_RECORD,
     INVALID_TIMESTAMP,
-    KIP228_MIN_TIMESTAMP,
     NEGATIVE_TIMESTAMP,
     RECORD_TOO_LARGE,
     append_records,
 )
 from engine.log.segment_writer import ActiveSegment, RollPolicy
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import KIP228_MIN_TIMESTAMP, TopicConfig
 from tests.oracles.kafka_python import read_with_kafka_python
 
 NOW = 1_700_000_000_000

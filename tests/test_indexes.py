@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from engine.errors import InvalidIndexError
 from engine.format.batch import BatchHeaders, scan_batches
-from engine.index.append_rule import SegmentIndexer
+from engine.index.append_rule import SegmentIndexer, TimeIndexAppendRule
 from engine.index.checks import check_indexes
 from engine.index.common import OffsetOverflowError
 from engine.index.offset_index import OffsetIndex
@@ -607,3 +607,18 @@ def test_truncated_indexes_stay_consistent(segment: tuple[BatchHeaders, int, int
         assert len(cut_times) == int(np.sum(times.offsets < target))
         assert check_indexes(kept, cut_offsets, cut_times, "t.log", active=True) == []
         assert_lookups_are_brute_force(kept, cut_offsets, cut_times, base)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**63) + 1, 2**63 - 1) | st.integers(-5, 5), max_size=40),
+       st.sampled_from([0, -(2**63) + 1]))
+def test_the_time_index_append_rule_admits_exactly_what_maybe_append_would(candidates, min_timestamp) -> None:
+    """`TimeIndexAppendRule`, the one home of "an entry only above the last one's" (spec 2.6), shared by
+    live appends, recovery's rebuild and the cleaner's sizing: its vectorized form against a loop."""
+    rule = TimeIndexAppendRule(min_timestamp)
+    last, expected = rule.none, []
+    for ts in candidates:
+        expected.append(ts > last)
+        last = ts if ts > last else last
+    assert rule.admitted(np.asarray(candidates, np.int64)).tolist() == expected
+    assert [rule.admits(ts, rule.none) for ts in candidates] == [ts >= min_timestamp for ts in candidates]

@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,17 @@ from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import lease_uri
-from jobs import append, catalog_maintenance, compact, offsets_for_times, recover, retention, roll, scrub
+from jobs import (
+    append,
+    catalog_maintenance,
+    compact,
+    offsets_for_times,
+    read,
+    recover,
+    retention,
+    roll,
+    scrub,
+)
 from jobs import truncate as truncate_job
 from jobs.job_runner import JobSpec, main
 from layouts.storage import StorageOptions, list_objects, object_info, read_bytes
@@ -661,3 +672,61 @@ def test_recover_rebuild_index_and_scrub(spark, tmp_path: Path) -> None:
     assert not jobs.objects() & orphans and live <= jobs.objects()
     assert any("/_quarantine/" in o for o in jobs.objects())  # never a scrub candidate
     assert {p: jobs.records("t", p) for p in range(2)} == {0: before[0], 1: after}
+
+
+# --- 8. KIP-228: negative timestamps, one rule (engine.log.topic_config.min_timestamp) everywhere ---------
+
+
+def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_targets(spark, tmp_path: Path) -> None:
+    """A topic with `klake.timestamps.allow.negative`: its own fresh sidecars verify clean (recover is a
+    no-op), its catalog rows carry the records' true (negative) base/largest timestamps, and
+    offsets-for-times, read and retention treat pre-1970 times as Kafka treats later ones."""
+    day = 86_400_000
+    topics = {"old": {"partitions": 1, "segment.bytes": 900, "index.interval.bytes": 100,
+                      "klake.timestamps.allow.negative": True}}
+    jobs = Jobs(tmp_path, local_backend(tmp_path), topics)
+    n = 200
+    ts = [-12 * day + i * (14 * day // n) + (7_000 if i % 5 == 0 else 0) for i in range(n)]  # 1969-12-20..1970-01-03
+    ts[150], ts[151] = -1, 0  # a real -1 next to the epoch
+    now = 4 * day
+    table = input_table(n, seed=21).set_column(2, "timestamp", pa.array(ts, pa.int64()))
+    code, report = jobs.run(append.SPEC, "--input", str(write_parquet(tmp_path / "old.parquet", table)),
+                            "--topic", "old", now=now)
+    assert code == 0 and report["results"]["records_appended"] == n, report.get("failures")
+    records = jobs.records("old", 0)
+    assert [r[1] for r in records] == ts
+    rows = jobs.rows("old", 0)
+    assert len(rows) > 3
+    for row in rows:
+        stamps = [r[1] for r in records if row.base_offset <= r[0] < row.next_offset]
+        assert (row.base_timestamp, row.largest_timestamp) == (min(stamps), max(stamps))
+
+    code, report = jobs.run(recover.SPEC, "--dry-run", now=now)
+    assert code == 0 and report["failures"] == [], report["summary"]
+    assert report["summary"].splitlines()[0] == f"recover: checked {len(rows)} segment(s); would repair 0"
+
+    christmas = int(datetime(1969, 12, 25, tzinfo=UTC).timestamp() * 1000)
+    targets = ["1969-12-25T00:00:00Z", str(-5 * day + 1), str(ts[149] + 1), "0", "-3", "-2", "-1"]
+    code, report = jobs.run(offsets_for_times.SPEC, *[a for t in targets for a in ("--timestamp", t)],
+                            "--topic", "old", now=now)
+    assert code == 0, report["failures"]
+    numbers = [christmas, -5 * day + 1, ts[149] + 1, 0, -3, -2, -1]
+    assert [a["target"] for a in report["results"]["answers"]] == numbers
+    for answer in report["results"]["answers"]:
+        assert (answer["offset"], answer["timestamp"]) == brute_force_list_offsets(records, 0, n, answer["target"])
+
+    out = tmp_path / "read"
+    code, report = jobs.run(read.SPEC, "--topic", "old", "--from", "1969-12-25T00:00:00Z",
+                            "--to", "1970-01-01T00:00:00.001Z", "--output", str(out), now=now)
+    assert code == 0, report["failures"]
+    got = pq.read_table(out)
+    expected = [r[0] for r in records if christmas <= r[1] < 1]
+    assert sorted(got["offset"].to_pylist()) == expected and report["results"]["read"]["records"] == len(expected)
+    assert report["results"]["read"]["segments"]["pruned"] > 0  # segments wholly before Christmas 1969
+
+    retention_ms = 6 * day
+    doomed = kafka_time_retention(rows, now, retention_ms)
+    assert 0 < len(doomed) < len(rows)
+    code, report = jobs.run(retention.SPEC, "--set", f"topics.old.retention.ms={retention_ms}", now=now)
+    assert code == 0, report["failures"]
+    assert [r.base_offset for r in jobs.rows("old", 0)] == [r.base_offset for r in rows[len(doomed):]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import ConfigError
-from engine.log.topic_config import DEFAULTS, LONG_MAX, TopicConfig
+from engine.log.topic_config import DEFAULTS, KIP228_MIN_TIMESTAMP, LONG_MAX, TopicConfig, min_timestamp
 
 
 def test_defaults_are_kafkas() -> None:
@@ -51,3 +51,11 @@ def test_compacted_topics_cap_segment_ms_by_max_compaction_lag() -> None:
     assert compacted.roll_policy().segment_ms == 1000
     deleting = TopicConfig.from_mapping({"max.compaction.lag.ms": 1000})
     assert deleting.roll_policy().segment_ms == 604_800_000
+
+
+def test_min_timestamp_is_kafkas_zero_unless_the_topic_opts_into_kip228() -> None:
+    """The one home of KIP-228's rule: every path (append, truncation, cleaner, checks, stored segments,
+    recovery, catalog rows, retention, reads) asks `min_timestamp(config)`."""
+    assert min_timestamp(TopicConfig()) == 0
+    kip228 = TopicConfig.from_mapping({"klake.timestamps.allow.negative": True})
+    assert min_timestamp(kip228) == -(2**63) + 1 == KIP228_MIN_TIMESTAMP

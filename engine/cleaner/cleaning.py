@@ -59,9 +59,8 @@ from engine.cleaner.selection import CleanableRange, SegmentInfo, cleanable_rang
 from engine.cleaner.txn import TxnState, control_types, transaction_state
 from engine.format.batch import NO_TIMESTAMP, BatchHeaders, scan_batches
 from engine.format.records import RecordTable, decode_records
-from engine.index.common import KIP228_MIN_TIMESTAMP
 from engine.log.summary import SegmentSummary, largest_timestamp, summarize_segment
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 
 _MAX_TIMESTAMP_AT = {2: (35, ">q"), 1: (18, ">q")}
 
@@ -284,7 +283,7 @@ def _finish(rng: CleanableRange, end_offset: int, omap: OffsetMap, sources: Sequ
     bases = [s.base_offset for s in sources]
     estimated_last = [(infos[i + 1].base_offset if i + 1 < len(infos)
                        else max(infos[i].next_offset, rng.round_end)) - 1 for i in range(n)]
-    min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+    min_ts = min_timestamp(config)
     groups = group_segments(bases, estimated_last, outputs, config.segment_bytes, config.segment_index_bytes,
                             config.index_interval_bytes, min_ts)
     cleaned = []
@@ -293,7 +292,8 @@ def _finish(rng: CleanableRange, end_offset: int, omap: OffsetMap, sources: Sequ
         last = sources[group[-1]]
         cleaned.append(CleanedSegment(
             base_offset=written.base_offset, log=written.log, index=written.index, timeindex=written.timeindex,
-            summary=summarize_segment(written.log, written.base_offset, f"{written.base_offset:020d}.log.cleaned"),
+            summary=summarize_segment(written.log, written.base_offset, f"{written.base_offset:020d}.log.cleaned",
+                                      min_ts),
             replaces=tuple(bases[k] for k in group),
             last_modified_ms=last.last_modified_ms,
             unchanged=len(group) == 1 and written.log == sources[group[0]].log))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.format.batch import NO_TIMESTAMP
-from engine.index.append_rule import SegmentIndexer
+from engine.index.append_rule import SegmentIndexer, TimeIndexAppendRule
 from engine.index.common import INT32_MAX
 from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
@@ -60,7 +60,7 @@ class _IndexSizer:
 
     @classmethod
     def empty(cls, interval: int, min_timestamp: int) -> _IndexSizer:
-        none = min_timestamp + NO_TIMESTAMP
+        none = TimeIndexAppendRule(min_timestamp).none
         return cls(interval, none, max_timestamp=none, last_time_entry=none)
 
     def extended(self, batches: OutputBatches) -> _IndexSizer:
@@ -70,7 +70,7 @@ class _IndexSizer:
             seg_max = max(seg_max, ts)
             if since > self.interval:
                 offsets += 1
-                if seg_max > last_time:
+                if TimeIndexAppendRule.admits(seg_max, last_time):
                     times, last_time = times + 1, seg_max
                 since = 0
             since += len(data)
@@ -79,7 +79,7 @@ class _IndexSizer:
 
     def fits(self, index_bytes: int) -> bool:
         max_time_entries = index_bytes // TIME_ENTRY_SIZE
-        final = self.time_entries + (1 if self.max_timestamp > self.last_time_entry else 0)
+        final = self.time_entries + (1 if TimeIndexAppendRule.admits(self.max_timestamp, self.last_time_entry) else 0)
         return (self.offset_entries <= index_bytes // OFFSET_ENTRY_SIZE
                 and self.time_entries <= max_time_entries - 1 and final <= max_time_entries)
 

@@ -72,7 +72,8 @@ class SegmentIndexer:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.min_timestamp = min_timestamp
-        self._no_timestamp = min_timestamp - 1
+        self._time_rule = TimeIndexAppendRule(min_timestamp)
+        self._no_timestamp = self._time_rule.none
         self._max_timestamp = self._no_timestamp
         self._offset_of_max_timestamp = -1
         self._bytes_since_last_entry = 0
@@ -194,7 +195,7 @@ class SegmentIndexer:
     def _maybe_append_time(self) -> None:
         """`TimeIndex.maybeAppend`: only a timestamp above the last entry's (or the empty sentinel) is added."""
         last = self._time_ts[-1] if self._time_ts else self._no_timestamp
-        if self._max_timestamp > last:
+        if self._time_rule.admits(self._max_timestamp, last):
             rel = self._offset_of_max_timestamp - self.base_offset
             if self._time_rel and rel < self._time_rel[-1]:
                 raise InvalidIndexError(f"time index offset {self._offset_of_max_timestamp} is below the last entry's "

@@ -17,9 +17,6 @@ from engine.errors import KlakeError
 INT32_MAX = 2**31 - 1
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-NO_TIMESTAMP = -1
-KIP228_MIN_TIMESTAMP = INT64_MIN + 1
-"""Lowest time-index timestamp with klake.timestamps.allow.negative (KIP-228); -2**63 is its "none"."""
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024  # segment.index.bytes
 

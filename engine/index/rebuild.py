@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.format.batch import BatchHeaders
+from engine.index.append_rule import TimeIndexAppendRule
 from engine.index.common import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     INT32_MAX,
@@ -46,14 +47,15 @@ def build_indexes(headers: BatchHeaders, base_offset: int,
     rows = _entry_rows(pos, index_interval_bytes)
     offsets = OffsetIndex(base_offset, rel_last[rows].astype(np.int32), pos[rows].astype(np.int32))
 
-    no_ts = min_timestamp - 1
+    rule = TimeIndexAppendRule(min_timestamp)
+    no_ts = rule.none
     ts = headers.max_timestamp.astype(np.int64, copy=False)
     running = np.maximum.accumulate(np.maximum(ts, no_ts))
     before = np.concatenate(([no_ts], running[:-1]))
     holder = np.maximum.accumulate(np.where(ts > before, np.arange(n), -1))
     cand_rows = np.concatenate((rows, [n - 1]))
     cand_ts = running[cand_rows]
-    keep = cand_ts > np.concatenate(([no_ts], cand_ts[:-1]))
+    keep = rule.admitted(cand_ts)
     times = TimeIndex(base_offset, cand_ts[keep], rel_last[holder[cand_rows[keep]]].astype(np.int32),
                       min_timestamp)
     return offsets, times

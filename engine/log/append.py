@@ -51,11 +51,11 @@ from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, V2_H
 from engine.format.builder import as_binary, as_headers, encode_batches
 from engine.format.records import HEADERS_TYPE
 from engine.format.varint import encoded_size
-from engine.index.common import INT64_MAX, INT64_MIN, KIP228_MIN_TIMESTAMP
+from engine.index.common import INT64_MAX, INT64_MIN
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 
 INVALID_RECORD = "INVALID_RECORD"
 NEGATIVE_TIMESTAMP = "NEGATIVE_TIMESTAMP"
@@ -154,12 +154,12 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     larger than it still gets a batch of its own.
     """
     kip228 = config.allow_negative_timestamps
-    min_timestamp = KIP228_MIN_TIMESTAMP if kip228 else 0
+    min_ts = min_timestamp(config)
     if resume is not None and resume.next_offset != log_end_offset:
         raise ValueError(f"resumed segment ends at {resume.next_offset}, not at log end offset {log_end_offset}")
-    if resume is not None and resume.time_index.min_timestamp != min_timestamp:
+    if resume is not None and resume.time_index.min_timestamp != min_ts:
         raise ValueError(f"resumed segment's time index has min_timestamp {resume.time_index.min_timestamp}, "
-                         f"but klake.timestamps.allow.negative={kip228} needs {min_timestamp}")
+                         f"but klake.timestamps.allow.negative={kip228} needs {min_ts}")
     keys, values, headers, ts = _columns(table, now_ms)
     rejects = _Rejects()
     ok = _validate(keys, headers, ts, config, now_ms, rejects)
@@ -191,7 +191,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     if resume is not None:
         writer = SegmentWriter.resume(policy, resume, segment_key, resume_log)
     else:
-        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_timestamp)
+        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_ts)
     offset = log_end_offset
     for data, n, m in zip(batches, lengths.tolist(), max_ts.tolist(), strict=True):
         writer.append(Append(data, offset, offset + n - 1, m, offset + n - 1), now_ms)

@@ -61,9 +61,14 @@ class OffsetAnswer:
 NO_ANSWER = OffsetAnswer(-1, NO_TIMESTAMP)
 
 
-def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_offset: int | None = None
-                 ) -> OffsetAnswer:
-    """Answer one ListOffsets query over a partition's segments (in offset order)."""
+def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_offset: int | None = None,
+                 min_timestamp: int = 0) -> OffsetAnswer:
+    """Answer one ListOffsets query over a partition's segments (in offset order).
+
+    -1, -2 and -3 are always ListOffsets' special targets (latest, earliest, max timestamp); any other
+    target is a timestamp, which must be >= the topic's `min_timestamp` (`engine.log.topic_config`):
+    0 for Kafka topics, any int64 above -2**63 with KIP-228's opt-in.
+    """
     start = _log_start(segments, log_start_offset)
     if target == LATEST:
         return OffsetAnswer(segments[-1].next_offset if segments else start, NO_TIMESTAMP)
@@ -71,8 +76,10 @@ def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_o
         return OffsetAnswer(start, NO_TIMESTAMP)
     if target == MAX_TIMESTAMP:
         return max_timestamp_offset(segments, start)
-    if target < 0:
-        raise ValueError(f"timestamp {target} is negative and not one of -1 (latest), -2 (earliest), -3 (max)")
+    if target < min_timestamp:
+        raise ValueError(f"timestamp {target} is below the topic's minimum {min_timestamp} and not one of "
+                         "-1 (latest), -2 (earliest), -3 (max); negative timestamps need "
+                         "klake.timestamps.allow.negative (KIP-228)")
     return offset_for_timestamp(segments, target, start)
 
 

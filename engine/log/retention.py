@@ -44,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 
 
 class RetentionAction(StrEnum):
@@ -195,13 +195,14 @@ class RetentionPlan:
         return "\n".join(lines)
 
 
-def largest_timestamp_for_retention(row: SegmentRow) -> tuple[int, bool]:
+def largest_timestamp_for_retention(row: SegmentRow, config: TopicConfig) -> tuple[int, bool]:
     """The timestamp the time pass ages a segment by, and whether it is the mtime fallback.
 
-    Kafka's `LogSegment.largestTimestamp`: the max timestamp if >= 0, else the file's mtime; klake's
-    mtime is the row version's `created_at_ms` (object stores have no settable mtime).
+    Kafka's `LogSegment.largestTimestamp`: the max timestamp if >= 0 (the topic's `min_timestamp`, which
+    KIP-228's opt-in lowers), else the file's mtime; klake's mtime is the row version's `created_at_ms`
+    (object stores have no settable mtime).
     """
-    if row.largest_timestamp >= 0:
+    if row.largest_timestamp >= min_timestamp(config):
         return row.largest_timestamp, False
     return row.created_at_ms, True
 
@@ -248,7 +249,7 @@ def plan_retention(segments: Sequence[SegmentRow], config: TopicConfig, now_ms: 
             passes.append(PassOutcome(RetentionPass.TIME, False, (), None,
                                       f"skipped: retention.ms {config.retention_ms} (unlimited)"))
         else:
-            passes.append(walk.run(RetentionPass.TIME, _time_predicate(rows, now_ms, config.retention_ms, holds)))
+            passes.append(walk.run(RetentionPass.TIME, _time_predicate(rows, now_ms, config, holds)))
 
     to_delete = tuple(rows[i] for i in sorted(walk.deleted))
     roll_at = leo if walk.rolled else None
@@ -347,15 +348,16 @@ def _size_predicate(size: int, retention_bytes: int) -> _Predicate:
     return deletable
 
 
-def _time_predicate(rows: tuple[SegmentRow, ...], now_ms: int, retention_ms: int,
+def _time_predicate(rows: tuple[SegmentRow, ...], now_ms: int, config: TopicConfig,
                     holds: list[FutureTimestampHold]) -> _Predicate:
+    retention_ms = config.retention_ms
     retention = _duration(retention_ms)
 
     def past(row: SegmentRow) -> bool:
-        return now_ms - largest_timestamp_for_retention(row)[0] > retention_ms
+        return now_ms - largest_timestamp_for_retention(row, config)[0] > retention_ms
 
     def deletable(row: SegmentRow, nxt: SegmentRow | None, i: int) -> tuple[bool, str]:
-        largest, from_mtime = largest_timestamp_for_retention(row)
+        largest, from_mtime = largest_timestamp_for_retention(row, config)
         what = (f"created_at_ms (mtime; largest_timestamp {row.largest_timestamp}) {_timestamp(largest)}"
                 if from_mtime else f"largest timestamp {_timestamp(largest)}")
         age = now_ms - largest

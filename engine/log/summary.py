@@ -46,14 +46,15 @@ class SegmentSummary:
     problems: list[CorruptRecordError] = field(default_factory=list)
 
 
-def largest_timestamp(headers: BatchHeaders, base_offset: int) -> tuple[int, int]:
-    """(max batch maxTimestamp, last offset of the first batch carrying it); (-1, base) without any."""
+def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: int = 0) -> tuple[int, int]:
+    """(max batch maxTimestamp, last offset of the first batch carrying it); (none, base) without any
+    timestamp >= `min_timestamp` (`engine.log.topic_config.min_timestamp`), none being one below it."""
     if len(headers) == 0:
-        return NO_TIMESTAMP, base_offset
+        return min_timestamp - 1, base_offset
     row = int(np.argmax(headers.max_timestamp))  # argmax returns the first of equal maxima
     ts = int(headers.max_timestamp[row])
-    if ts <= NO_TIMESTAMP:
-        return NO_TIMESTAMP, base_offset
+    if ts < min_timestamp:
+        return min_timestamp - 1, base_offset
     return ts, int(headers.last_offset[row])
 
 
@@ -64,8 +65,10 @@ def timestamp_type_label(headers: BatchHeaders) -> str:
     return TIMESTAMP_TYPE_LABELS[kinds.pop()] if len(kinds) == 1 else "Mixed"
 
 
-def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>") -> SegmentSummary:
+def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", min_timestamp: int = 0
+                      ) -> SegmentSummary:
     """Summarize the valid prefix of a segment; defects (corrupt or partial batches) go to `problems`.
+    Timestamps below `min_timestamp` (`engine.log.topic_config.min_timestamp`) count as none.
 
     Record counts and the smallest timestamp need the records (legacy compressed wrappers hide their
     count), so the valid prefix is decoded once.
@@ -76,8 +79,8 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>") 
         headers = headers.take(headers.next_position <= scan.valid_bytes)
     records = decode_records(data, headers, source)
     ts = records.timestamp
-    has_ts = ts[ts > NO_TIMESTAMP]
-    largest, largest_offset = largest_timestamp(headers, base_offset)
+    has_ts = ts[ts >= min_timestamp]
+    largest, largest_offset = largest_timestamp(headers, base_offset, min_timestamp)
     last_offset = int(headers.last_offset[-1]) if len(headers) else base_offset - 1
     return SegmentSummary(
         base_offset=base_offset,
@@ -87,7 +90,7 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>") 
         batch_count=len(headers),
         size_bytes=len(data),
         first_batch_timestamp=int(headers.max_timestamp[0]) if len(headers) else NO_TIMESTAMP,
-        base_timestamp=int(has_ts.min()) if has_ts.size else NO_TIMESTAMP,
+        base_timestamp=int(has_ts.min()) if has_ts.size else min_timestamp - 1,
         largest_timestamp=largest,
         offset_of_largest_timestamp=largest_offset,
         timestamp_type=timestamp_type_label(headers),

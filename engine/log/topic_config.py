@@ -20,6 +20,8 @@ from engine.errors import ConfigError
 from engine.log.segment_writer import RollPolicy
 
 LONG_MAX = 2**63 - 1
+KIP228_MIN_TIMESTAMP = -(2**63) + 1
+"""The lowest timestamp with klake.timestamps.allow.negative (KIP-228); -2**63 is then its "none"."""
 CLEANUP_POLICIES = frozenset({"delete", "compact"})
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -154,3 +156,13 @@ class TopicConfig:
         segment_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
         return RollPolicy(self.segment_bytes, segment_ms, self.segment_jitter_ms, self.segment_index_bytes,
                           self.index_interval_bytes)
+
+
+def min_timestamp(config: TopicConfig) -> int:
+    """The smallest timestamp a record, a time-index entry or a catalog row of the topic may carry:
+    Kafka's 0, or with KIP-228's opt-in `klake.timestamps.allow.negative` every int64 above -2**63.
+
+    The one place the rule is decided: append, truncation, the cleaner, the sidecar checks, stored
+    segments, recovery and the catalog rows all ask here, so a KIP-228 topic's own indexes check out.
+    """
+    return KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0

@@ -23,12 +23,11 @@ import pyarrow as pa
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRow, SegmentState
-from engine.index.common import KIP228_MIN_TIMESTAMP
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.append import AppendCounters, append_records
 from engine.log.segment_writer import ActiveSegmentState
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
@@ -62,7 +61,7 @@ class PartitionAppendOutcome:
 def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
                   ) -> tuple[ActiveSegmentState, bytes]:
     """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
-    min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+    min_ts = min_timestamp(config)
     log = read_bytes(row.log_key, options)
     offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
     times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key, min_ts)
@@ -123,7 +122,8 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
     def store(base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> SegmentRow:
         old = previous.get(base)
         return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
-                                     log_start_offset=old.log_start_offset if old else -1, extends=old)
+                                     log_start_offset=old.log_start_offset if old else -1, extends=old,
+                                     min_timestamp=min_timestamp(config))
 
     new_rows = [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED) for seg in result.closed]
     act = result.active

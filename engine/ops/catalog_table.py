@@ -171,13 +171,13 @@ class Catalog:
 
     def segments(self, topic: str | None = None, partition: int | None = None, from_ms: int | None = None,
                  to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
-                 states: Iterable[SegmentState] = LIVE_STATES) -> pa.Table:
+                 states: Iterable[SegmentState] = LIVE_STATES, min_timestamp: int = 0) -> pa.Table:
         """Rows in `states` (live by default), pruned by time and offset ranges, in (topic, partition, offset) order.
 
         A segment can hold a record in [from_ms, to_ms] only if `largest_timestamp >= from_ms` and
         `base_timestamp <= to_ms` (base_timestamp is the smallest timestamp >= 0, so this holds with
-        out-of-order timestamps; a segment without timestamps, base_timestamp -1, never matches a time
-        bound); it overlaps offsets [from_offset, to_offset] if `next_offset > from_offset` and
+        out-of-order timestamps; a segment without timestamps, base_timestamp one below the topic's
+        `min_timestamp`, never matches a time bound); it overlaps offsets [from_offset, to_offset] if `next_offset > from_offset` and
         `base_offset <= to_offset`.
         """
         where = [f"state IN ({', '.join(_sql_string(str(s)) for s in states)})"]
@@ -188,7 +188,7 @@ class Catalog:
         if from_ms is not None:
             where.append(f"largest_timestamp >= {int(from_ms)}")
         if to_ms is not None:
-            where.append(f"base_timestamp <= {int(to_ms)} AND base_timestamp >= 0")
+            where.append(f"base_timestamp <= {int(to_ms)} AND base_timestamp >= {int(min_timestamp)}")
         if from_offset is not None:
             where.append(f"next_offset > {int(from_offset)}")
         if to_offset is not None:

@@ -53,7 +53,7 @@ from typing import Any
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.index.rebuild import build_indexes
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
@@ -155,9 +155,10 @@ def quarantine_key(root: str, tp: TopicPartition, row: SegmentRow, valid_bytes: 
 class _Planner:
     """Plans (and unless dry-running, writes the objects of) every segment's repair."""
 
-    def __init__(self, root: str, tp: TopicPartition, options: StorageOptions | None, interval: int,
+    def __init__(self, root: str, tp: TopicPartition, options: StorageOptions | None, config: TopicConfig,
                  job_id: str, now_ms: int, write: bool, rebuild_all: bool = False) -> None:
-        self.root, self.tp, self.options, self.interval = root, tp, options, interval
+        self.root, self.tp, self.options = root, tp, options
+        self.interval, self.min_timestamp = config.index_interval_bytes, min_timestamp(config)
         self.job_id, self.now_ms, self.write, self.rebuild_all = job_id, now_ms, write, rebuild_all
 
     def repair(self, check: SegmentCheck) -> SegmentRepair | None:
@@ -182,7 +183,7 @@ class _Planner:
             repair.objects_written.append(uri)
 
     def _sidecar_bytes(self, check: SegmentCheck) -> tuple[bytes, bytes]:
-        offsets, times = build_indexes(check.prefix_headers, check.row.base_offset, self.interval)
+        offsets, times = build_indexes(check.prefix_headers, check.row.base_offset, self.interval, self.min_timestamp)
         return offsets.to_bytes(), times.to_bytes()
 
     def _rebuild_sidecars(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
@@ -240,7 +241,8 @@ def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
     remove: list[SegmentRef] = []
     add: list[SegmentRow] = []
     for row in rows:
-        repair = planner.repair(check_segment(row, planner.options, keep_data=True))
+        repair = planner.repair(check_segment(row, planner.options, keep_data=True,
+                                              min_timestamp=planner.min_timestamp))
         if repair is None or repair.action == LEFT_FOR_OPERATOR:
             after.append(row)
         else:
@@ -259,7 +261,7 @@ def prepare_recovery(item: PartitionInput, *, root: str, options: StorageOptions
     """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in.
     `rebuild_all` also rebuilds valid sidecars (e.g. after changing `index.interval.bytes`)."""
     report = RecoveryReport(item.tp.topic, item.tp.partition, root, job_id, dry_run)
-    planner = _Planner(root, item.tp, options, item.config.index_interval_bytes, job_id, now_ms, write=not dry_run,
+    planner = _Planner(root, item.tp, options, item.config, job_id, now_ms, write=not dry_run,
                        rebuild_all=rebuild_all)
     remove, add = _plan(item.rows, report, planner)
     report.rows_removed, report.rows_added = len(remove), len(add)

@@ -18,6 +18,7 @@ from engine.index.checks import settle_indexes
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.log.topic_config import TopicConfig, min_timestamp
 from layouts.storage import StorageOptions, read_bytes
 
 DEFAULT_READ_WINDOW = 256 * 1024
@@ -26,8 +27,10 @@ DEFAULT_READ_WINDOW = 256 * 1024
 class StoredSegment:
     def __init__(self, row: SegmentRow, options: StorageOptions | None = None,
                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 read_window: int = DEFAULT_READ_WINDOW) -> None:
+                 read_window: int = DEFAULT_READ_WINDOW, min_timestamp: int = 0) -> None:
+        """`min_timestamp`: the topic's (`engine.log.topic_config.min_timestamp`), for its time index."""
         self.row = row
+        self.min_timestamp = min_timestamp
         self.options = options
         self.index_interval_bytes = index_interval_bytes
         self.read_window = read_window
@@ -53,14 +56,16 @@ class StoredSegment:
         if self._indexes is None:
             index = read_bytes(self.row.index_key, self.options)
             timeindex = read_bytes(self.row.timeindex_key, self.options)
-            loaded = (OffsetIndex.load(index, self.base_offset), TimeIndex.load(timeindex, self.base_offset))
+            loaded = (OffsetIndex.load(index, self.base_offset),
+                      TimeIndex.load(timeindex, self.base_offset, min_timestamp=self.min_timestamp))
             if loaded[0].ok and loaded[1].ok:
                 self._indexes = (loaded[0].index, loaded[1].index)
             else:
                 data = read_bytes(self.row.log_key, self.options)
                 offsets, times, check = settle_indexes(scan_batches(data, self.source).headers, self.base_offset,
                                                        index, timeindex, self.source, self.index_interval_bytes,
-                                                       active=self.row.state == "ACTIVE")
+                                                       active=self.row.state == "ACTIVE",
+                                                       min_timestamp=self.min_timestamp)
                 self.index_problems = check.problems
                 self._indexes = (offsets, times)
         return self._indexes
@@ -93,6 +98,13 @@ class StoredSegment:
 
 
 def partition_segments(catalog, topic: str, partition: int, options: StorageOptions | None = None,
-                       index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> list[StoredSegment]:
+                       config: TopicConfig | None = None) -> list[StoredSegment]:
     """The live segments of one partition, in offset order, as lazily read `StoredSegment`s."""
-    return [StoredSegment(row, options, index_interval_bytes) for row in catalog.live_segments(topic, partition)]
+    return [stored_segment(row, options, config) for row in catalog.live_segments(topic, partition)]
+
+
+def stored_segment(row: SegmentRow, options: StorageOptions | None, config: TopicConfig | None = None,
+                   read_window: int = DEFAULT_READ_WINDOW) -> StoredSegment:
+    """A `StoredSegment` read with its topic's index settings (interval, KIP-228 minimum timestamp)."""
+    config = config or TopicConfig()
+    return StoredSegment(row, options, config.index_interval_bytes, read_window, min_timestamp(config))

@@ -24,11 +24,10 @@ from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
 from engine.format.batch import scan_batches
-from engine.index.common import KIP228_MIN_TIMESTAMP
 from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
 from engine.index.time_index import TimeIndex
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.log.truncate import plan_truncation, truncate_segment
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
@@ -69,7 +68,7 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
     remove = []
     if plan.truncated is not None:
         row = next(r for r in rows if r.base_offset == plan.truncated)
-        min_ts = KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+        min_ts = min_timestamp(config)
         cut = truncate_segment(
             read_bytes(row.log_key, options), row.base_offset, target,
             offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
@@ -83,7 +82,8 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
         outcome.cut_mode = cut.mode
         if ends_at == target:
             add.append(store_segment_version(root, tp, row.base_offset, cut.log, cut.index, cut.timeindex,
-                                             SegmentState.ACTIVE, job_id, now_ms, options, log_start_offset=start_kept))
+                                             SegmentState.ACTIVE, job_id, now_ms, options, log_start_offset=start_kept,
+                                             min_timestamp=min_ts))
             remove.append(row.ref)
         else:
             # the kept records end below the target (offsets compacted away): the log end offset must
@@ -93,7 +93,7 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
                 offsets, times = build_indexes(headers, row.base_offset, config.index_interval_bytes, min_ts)
                 add.append(store_segment_version(root, tp, row.base_offset, cut.log, offsets.to_bytes(),
                                                  times.to_bytes(), SegmentState.ROLLED, job_id, row.created_at_ms,
-                                                 options, log_start_offset=start_kept))
+                                                 options, log_start_offset=start_kept, min_timestamp=min_ts))
                 remove.append(row.ref)
             else:
                 doomed += (row,)

@@ -28,6 +28,7 @@ from engine.format.records import decode_records
 from engine.index.checks import check_sidecars, sidecar_names
 from engine.index.common import INT32_MAX
 from engine.log.summary import SegmentSummary, summarize_segment
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from layouts.storage import StorageOptions, object_info, read_bytes
@@ -238,8 +239,10 @@ def _sidecar_problems(row: SegmentRow, lines: list[str]) -> list[Problem]:
     return problems
 
 
-def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False) -> SegmentCheck:
-    """Verify one catalogued segment: its `.log`, its row's facts and its sidecars."""
+def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False,
+                  min_timestamp: int = 0) -> SegmentCheck:
+    """Verify one catalogued segment: its `.log`, its row's facts and its sidecars; `min_timestamp` is
+    the topic's (`engine.log.topic_config.min_timestamp`)."""
     data = _read(row.log_key, options)
     if data is None:
         return SegmentCheck(row, None, 0, [Problem(row.log_key, None, "missing",
@@ -254,13 +257,14 @@ def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_d
     check.problems += prefix.problems
     whole = prefix.valid_bytes == len(data)
     check.problems.sort(key=lambda p: -1 if p.position is None else p.position)
-    check.summary = summarize_segment(data if whole else data[:prefix.valid_bytes], row.base_offset, row.log_key)
+    check.summary = summarize_segment(data if whole else data[:prefix.valid_bytes], row.base_offset, row.log_key,
+                                      min_timestamp)
     if whole:
         facts = _fact_problems(row, check.summary, prefix.headers)
         check.facts_valid = not facts
         index, timeindex = _read(row.index_key, options), _read(row.timeindex_key, options)
         sidecars = check_sidecars(prefix.headers, row.base_offset, index, timeindex, row.log_key,
-                                  active=row.state == SegmentState.ACTIVE)
+                                  active=row.state == SegmentState.ACTIVE, min_timestamp=min_timestamp)
         check.sidecars_valid = sidecars.valid
         check.problems += facts + _sidecar_problems(row, sidecars.problems)
     else:  # the segment is rewritten from its prefix anyway; only say which sidecars are gone
@@ -283,8 +287,11 @@ def offset_continuity(rows: list[SegmentRow]) -> tuple[list[OffsetGap], list[Pro
     return gaps, problems
 
 
-def verify_partition(catalog: Catalog, tp: TopicPartition, options: StorageOptions | None = None) -> PartitionCheck:
-    """Verify every live segment of `tp` and the offset order across them."""
+def verify_partition(catalog: Catalog, tp: TopicPartition, options: StorageOptions | None = None,
+                     config: TopicConfig | None = None) -> PartitionCheck:
+    """Verify every live segment of `tp` (with its topic's `config`) and the offset order across them."""
     rows = catalog.live_segments(tp.topic, tp.partition)
     gaps, problems = offset_continuity(rows)
-    return PartitionCheck(tp.topic, tp.partition, [check_segment(row, options) for row in rows], gaps, problems)
+    floor = min_timestamp(config or TopicConfig())
+    return PartitionCheck(tp.topic, tp.partition, [check_segment(row, options, min_timestamp=floor) for row in rows],
+                          gaps, problems)

@@ -16,7 +16,8 @@ from layouts.storage import StorageOptions
 def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes, index: bytes,
                           timeindex: bytes, state: SegmentState, job_id: str, created_at_ms: int | None,
                           options: StorageOptions | None, *, log_start_offset: int = -1, cleaned: bool = False,
-                          summary: SegmentSummary | None = None, extends: SegmentRow | None = None) -> SegmentRow:
+                          summary: SegmentSummary | None = None, extends: SegmentRow | None = None,
+                          min_timestamp: int = 0) -> SegmentRow:
     """Write the segment's objects and return its row (not committed).
 
     `extends` is an earlier version of the same segment whose `.log` is a byte prefix of `log` (an
@@ -30,7 +31,7 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
     write_segment(keys, log, index, timeindex, options,
                   log_prefix_uri=extends.log_key if extends is not None else None,
                   log_prefix_size=extends.size_bytes if extends is not None else 0)
-    summary = summary or summarize_segment(log, base_offset, keys.log)
+    summary = summary or summarize_segment(log, base_offset, keys.log, min_timestamp)
     row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms)
     return replace(row, log_start_offset=log_start_offset, cleaned=cleaned)
 
