@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jobs import append  # noqa: E402
-from jobs.config import load_config  # noqa: E402
-from jobs.job_runner import main  # noqa: E402
-from jobs.spark_session import spark_session  # noqa: E402
+from jobs.runtime.config import load_config  # noqa: E402
+from jobs.runtime.job_runner import main  # noqa: E402
+from jobs.runtime.spark_session import spark_session  # noqa: E402
 
 VALUE_BYTES = 100
 DAY_MS = 86_400_000

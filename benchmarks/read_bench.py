@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, bench_config, generate_input, run_cli  # noqa: E402
 
 from jobs import read  # noqa: E402
-from jobs.config import load_config  # noqa: E402
-from jobs.job_runner import main  # noqa: E402
-from jobs.spark_session import spark_session  # noqa: E402
+from jobs.runtime.config import load_config  # noqa: E402
+from jobs.runtime.job_runner import main  # noqa: E402
+from jobs.runtime.spark_session import spark_session  # noqa: E402
 
 HOUR_MS = 3_600_000
 

@@ -50,8 +50,9 @@ from engine.format.partitioner import murmur2, partition_for_keys
 from engine.names import TopicPartition
 from engine.ops.append import prepare_append
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
-from jobs.job_runner import JobContext, JobSpec, main
-from jobs.spark_session import run_with_progress
+from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.spark_session import run_with_progress
+from layouts.object_layout import REJECTS_DIR
 from layouts.storage import (
     StorageOptions,
     delete_object,
@@ -67,7 +68,6 @@ ORDER_COLUMNS = ("_file", "_block", "_seq")
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"
-REJECTS_DIR = "_rejects"
 RESULT_SCHEMA = "topic string, partition int, kind string, result binary"
 
 

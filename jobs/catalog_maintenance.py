@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from engine.errors import KlakeError
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 MIN_SAFE_VACUUM_HOURS = 24
 

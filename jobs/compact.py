@@ -12,7 +12,7 @@ import sys
 from functools import partial
 
 from engine.ops.compact import prepare_compaction
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from engine.ops.importer import ImportReport, default_import_job_id, import_log_dir
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 from layouts.storage import normalize_uri
 
 

@@ -53,8 +53,8 @@ from pyspark.sql.types import StructType
 
 from engine.errors import ConfigError
 from engine.ops.catalog_table import Catalog
-from jobs.job_runner import parse_now
 from jobs.read import DEFAULT_SPLIT_BYTES, KAFKA_SCHEMA, ReadRange, WorkItem, plan_read, read_item
+from jobs.runtime.job_runner import parse_now
 from layouts.storage import StorageOptions, join, normalize_uri
 
 NAME = "klake"

@@ -26,7 +26,7 @@ from engine.log.lookup import list_offsets
 from engine.log.topic_config import min_timestamp
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.stored_segment import stored_segment
-from jobs.job_runner import JobContext, JobSpec, main, parse_now
+from jobs.runtime.job_runner import JobContext, JobSpec, main, parse_now
 from layouts.storage import StorageOptions, write_bytes
 
 SPECIAL = {"latest": -1, "earliest": -2, "max": -3, "max-timestamp": -3}
@@ -86,7 +86,7 @@ def run(ctx: JobContext) -> None:
 
 def offsets_for_times(spark, config, topics: Sequence[str], timestamps: Sequence[int]):  # noqa: ANN001, ANN201
     """The answers as a DataFrame (topic, partition, target, offset, timestamp, found) for Python callers."""
-    from jobs.job_runner import build_parser
+    from jobs.runtime.job_runner import build_parser
 
     args = build_parser(SPEC).parse_args([*(a for t in topics for a in ("--topic", t)),
                                           *(a for ts in timestamps for a in ("--timestamp", str(ts)))])

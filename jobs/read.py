@@ -54,9 +54,9 @@ from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.stored_segment import StoredSegment
 from engine.ops.topic_store import load_topic_config
-from jobs.config import KlakeConfig
-from jobs.job_runner import JobContext, JobSpec, at_least, main, parse_now
-from jobs.spark_session import run_with_progress
+from jobs.runtime.config import KlakeConfig
+from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, parse_now
+from jobs.runtime.spark_session import run_with_progress
 from layouts.storage import StorageOptions, counting_bytes, counting_requests
 
 if TYPE_CHECKING:

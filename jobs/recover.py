@@ -17,7 +17,7 @@ import sys
 from functools import partial
 
 from engine.ops.recover import prepare_recovery
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def _run(ctx: JobContext, rebuild_all: bool) -> None:

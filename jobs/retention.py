@@ -10,7 +10,7 @@ import sys
 from functools import partial
 
 from engine.ops.retention import prepare_retention
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def run(ctx: JobContext) -> None:

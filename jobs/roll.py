@@ -11,7 +11,7 @@ import sys
 from functools import partial
 
 from engine.ops.roll import prepare_roll
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def run(ctx: JobContext) -> None:

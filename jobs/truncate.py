@@ -17,7 +17,7 @@ from functools import partial
 
 from engine.errors import KlakeError
 from engine.ops.truncate import prepare_delete_records, prepare_truncation
-from jobs.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

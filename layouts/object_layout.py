@@ -15,6 +15,8 @@ from engine.names import TopicPartition, validate_segment_id
 from layouts.storage import StorageOptions, ensure_object, join, put_extending
 
 SEGMENT_SUFFIXES = ("log", "index", "timeindex")
+REJECTS_DIR = "_rejects"
+"""`{root}/_rejects/{job id}/` holds an append job's rejected records, one Parquet file per partition."""
 _OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,64})\.(?P<suffix>log|index|timeindex)")
 
 

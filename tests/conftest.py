@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.embedded_s3 import create_bucket, embedded_s3_environment
+from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
 from layouts.storage import StorageOptions, filesystem, join
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -86,8 +86,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] Spark session for the whole test session (jobs run in-process reuse it)."""
-    from jobs.config import load_config
-    from jobs.spark_session import spark_session
+    from jobs.runtime.config import load_config
+    from jobs.runtime.spark_session import spark_session
 
     config = load_config(None, ["storage.root=/tmp/klake-unused", "spark.master=local[2]",
                                 "spark.conf.spark.ui.enabled=false", "spark.conf.spark.sql.shuffle.partitions=4"])

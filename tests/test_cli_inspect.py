@@ -15,7 +15,7 @@ from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
-from jobs.cli import main
+from jobs.cli.main import main
 from tests.conftest import KAFKA_FIXTURES, PROJECT_ROOT, Backend
 from tests.index_lookups import first_batch_at_or_after_timestamp, position_for_offset
 
@@ -29,7 +29,7 @@ def _lines(capsys: pytest.CaptureFixture) -> list[str]:
 def test_console_script_dumps_golden(tmp_path: Path) -> None:
     path = KAFKA_FIXTURES / "kafka-clients" / "m2-zstd.records"
     klake = PROJECT_ROOT / ".venv" / "bin" / "klake"
-    cmd = [str(klake)] if klake.exists() else [sys.executable, "-m", "jobs.cli"]
+    cmd = [str(klake)] if klake.exists() else [sys.executable, "-m", "jobs.cli.main"]
     out = subprocess.run([*cmd, "dump", "--json", str(path)], capture_output=True, text=True, check=True,
                          cwd=PROJECT_ROOT).stdout
     assert out == Path(f"{path}.golden.jsonl").read_text()

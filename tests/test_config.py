@@ -6,7 +6,7 @@ import pytest
 
 from engine.errors import ConfigError
 from engine.log.topic_config import TopicConfig
-from jobs.config import JOB_DEFAULTS, apply_override, load_config
+from jobs.runtime.config import JOB_DEFAULTS, apply_override, load_config
 from tests.conftest import PROJECT_ROOT
 
 CONF = PROJECT_ROOT / "conf"

@@ -30,14 +30,14 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
-from jobs.cli import main as klake_in_process
+from jobs.cli.main import main as klake_in_process
 from layouts.storage import StorageOptions, filesystem, list_objects, read_bytes
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-KLAKE = Path(sys.executable).parent / "klake"
+KLAKE = [sys.executable, "-m", "jobs.cli.main"]  # the `klake` console script's entry, of this checkout
 HOOK = PROJECT_ROOT / "tests" / "crash" / "hook"
 FULL_SWEEP = os.environ.get("KLAKE_CRASH_SWEEP") == "full"
 NOW = 1_790_000_000_000
@@ -89,14 +89,14 @@ class Store:
 
     def klake(self, args: list[str], crash_at: int | None = None, count_in: Path | None = None
               ) -> subprocess.CompletedProcess:
-        """Run the `klake` console script (a new process group), with the crash hook if asked."""
+        """Run `klake` (a new process group, from this checkout), with the crash hook if asked."""
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), str(PROJECT_ROOT)]))
         if count_in is not None:
             shutil.rmtree(count_in, ignore_errors=True)
             count_in.mkdir(parents=True)
             env |= {"KLAKE_CRASH_DIR": str(count_in), "KLAKE_CRASH_AT": str(crash_at or 0),
                     "KLAKE_CRASH_ROOT": self.root if self.backend.name == "local" else "/nonexistent"}
-        return subprocess.run([str(KLAKE), *args, "--conf", str(self.conf), "--no-progress"], env=env,
+        return subprocess.run([*KLAKE, *args, "--conf", str(self.conf), "--no-progress"], env=env,
                               capture_output=True, text=True, timeout=600, start_new_session=True)
 
 

@@ -24,8 +24,8 @@ import pytest
 
 from engine.format.partitioner import partition_for_keys
 from engine.ops.catalog_table import Catalog
-from jobs.cli import main
-from jobs.config import KlakeConfig, load_config
+from jobs.cli.main import main
+from jobs.runtime.config import KlakeConfig, load_config
 
 pytestmark = pytest.mark.spark
 SMALL = ["--days", "3", "--records-per-day", "400", "--batches-per-day", "1"]

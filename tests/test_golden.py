@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from jobs.cli.main import main
 from tests.conftest import KAFKA_FIXTURES
 
 LOGS = sorted(p for p in KAFKA_FIXTURES.glob("*/*.records") if Path(f"{p}.golden.jsonl").exists()) + \

@@ -25,8 +25,8 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import _PartitionImporter, import_log_dir
 from engine.ops.lease import acquire_lease, lease_uri, read_lease
-from jobs.cli import main as klake
-from jobs.embedded_s3 import FAKE_AWS_ENV
+from jobs.cli.main import main as klake
+from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
 from layouts.storage import delete_object, filesystem, list_objects, object_info, read_bytes
 
 BROKER_PARTITIONS = ("_confluent-command-0", "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0",

@@ -1,5 +1,5 @@
 """The jobs end to end on local Spark (`local[2]`), in-process through their spark-submit entry point
-(`jobs.job_runner.main`), on a local directory and on a moto_server S3 bucket.
+(`jobs.runtime.job_runner.main`), on a local directory and on a moto_server S3 bucket.
 
 Truth is computed without klake's code paths: kafka-python's murmur2 partitioner for keyed records,
 kafka-python's decoder for every live segment's records (offsets, timestamps, keys, values, headers),
@@ -41,7 +41,7 @@ from jobs import (
     scrub,
 )
 from jobs import truncate as truncate_job
-from jobs.job_runner import JobSpec, main
+from jobs.runtime.job_runner import JobSpec, main
 from layouts.storage import StorageOptions, list_objects, object_info, read_bytes
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python

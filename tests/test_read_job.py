@@ -41,10 +41,10 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.truncate import delete_records
 from jobs import read
-from jobs.config import load_config
-from jobs.embedded_s3 import create_bucket
-from jobs.job_runner import main
 from jobs.klake_source import KlakeReader, register
+from jobs.runtime.config import load_config
+from jobs.runtime.embedded_s3 import create_bucket
+from jobs.runtime.job_runner import main
 from layouts.storage import StorageOptions, counting_bytes, read_bytes
 from tests.conftest import Backend
 

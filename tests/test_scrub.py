@@ -13,8 +13,8 @@ from engine.catalog.schema import SegmentState
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from jobs.cli import main as klake
-from jobs.scrub import scrub
+from engine.ops.scrub import scrub
+from jobs.cli.main import main as klake
 from layouts.object_layout import object_segment_keys, write_segment
 from layouts.storage import delete_object, filesystem, list_objects, object_info
 

@@ -30,7 +30,7 @@ from engine.log.segment_writer import ActiveSegmentState
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
 
@@ -84,8 +84,8 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
     root = normalize_uri(root)
     prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
                       append_id=append_id)
-    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="append",
-                            job_id=append_id, options=options, strict=True, ledger_idle=True)
+    run = run_single_partition(catalog, root, tp, config, prepare, operation="append", job_id=append_id,
+                               options=options, ledger_idle=True)
     if tp in run.committed_earlier:
         return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
     outcome: PartitionAppendOutcome = run.outcome(tp)

@@ -31,7 +31,7 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
@@ -104,8 +104,8 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     root = normalize_uri(root)
     prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, force=force,
                       dry_run=dry_run)
-    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="compact",
-                            job_id=job_id, options=options, mutate=not dry_run, strict=True)
+    run = run_single_partition(catalog, root, tp, config, prepare, operation="compact", job_id=job_id,
+                               options=options, mutate=not dry_run)
     outcome: CompactOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

@@ -56,7 +56,7 @@ from engine.index.rebuild import build_indexes
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.verify import (
     OffsetGap,
     PartitionCheck,
@@ -282,8 +282,8 @@ def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: 
     job_id = job_id or uuid.uuid4().hex
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     prepare = partial(prepare_recovery, root=root, options=options, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
-    run = run_partition_job(catalog, root, {tp: config or TopicConfig()}, serial_execute(prepare, catch=False),
-                            operation="recover", job_id=job_id, options=options, mutate=not dry_run, strict=True)
+    run = run_single_partition(catalog, root, tp, config or TopicConfig(), prepare, operation="recover",
+                               job_id=job_id, options=options, mutate=not dry_run)
     report: RecoveryReport = run.outcome(tp)
     if run.commit is not None:
         report.commit_version = run.commit.version

@@ -26,7 +26,7 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.storage import StorageOptions, normalize_uri
 
@@ -70,8 +70,8 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
     prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation="retention",
-                            job_id=job_id, options=options, mutate=not dry_run, strict=True)
+    run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
+                               options=options, mutate=not dry_run)
     outcome: RetentionOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)

@@ -209,6 +209,15 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
     return run
 
 
+def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
+                         *, operation: str, job_id: str, options: StorageOptions | None = None, mutate: bool = True,
+                         ledger_idle: bool = False) -> JobRun:
+    """The engine's one single-partition entry (library use and tests): the same protocol as a job over
+    many partitions, run in this process, raising the partition's failure instead of reporting it."""
+    return run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
+                             job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle)
+
+
 @contextmanager
 def _driver_io(run: JobRun) -> Iterator[None]:
     """Count the driver's own object-store traffic into `run` (the tasks report theirs in their results,

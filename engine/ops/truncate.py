@@ -32,7 +32,7 @@ from engine.log.truncate import plan_truncation, truncate_segment
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, Prepare, run_partition_job, serial_execute
+from engine.ops.run import PartitionInput, PartitionStep, Prepare, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
 from layouts.storage import StorageOptions, normalize_uri, read_bytes
@@ -132,8 +132,8 @@ def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartit
 
 def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
                 operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
-    run = run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
-                            job_id=job_id, options=options, strict=True)
+    run = run_single_partition(catalog, root, tp, config, prepare, operation=operation, job_id=job_id,
+                               options=options)
     outcome: TruncateOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

@@ -31,9 +31,9 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
 from engine.ops.topic_store import load_topic_config, save_topic_config
-from jobs.config import KlakeConfig, load_config
-from jobs.report import RunReport
-from jobs.spark_session import spark_execute, spark_session
+from jobs.runtime.config import KlakeConfig, load_config
+from jobs.runtime.report import RunReport
+from jobs.runtime.spark_session import spark_execute, spark_session
 from layouts.storage import StorageOptions, normalize_uri
 
 if TYPE_CHECKING:

@@ -9,12 +9,8 @@ from engine.errors import KlakeError
 from jobs import (
     append,
     catalog_maintenance,
-    cli_catalog,
-    cli_inspect,
     compact,
-    demo,
     import_log,
-    job_runner,
     offsets_for_times,
     read,
     recover,
@@ -23,6 +19,10 @@ from jobs import (
     scrub,
     truncate,
 )
+from jobs.cli import catalog as cli_catalog
+from jobs.cli import inspect as cli_inspect
+from jobs.demo import pipeline as demo
+from jobs.runtime import job_runner
 
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
 JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,

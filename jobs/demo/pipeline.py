@@ -48,17 +48,17 @@ from jobs import (
     append,
     catalog_maintenance,
     compact,
-    job_runner,
     offsets_for_times,
     read,
     retention,
     roll,
     scrub,
 )
-from jobs.config import KlakeConfig, load_config
-from jobs.demo_timeline import COMPACTED, KEPT, OUTPUT, RETENTION, SegmentBar, draw_timeline
-from jobs.embedded_s3 import create_bucket, embedded_s3_environment
-from jobs.job_runner import JobSpec, at_least
+from jobs.demo.timeline import COMPACTED, KEPT, OUTPUT, RETENTION, SegmentBar, draw_timeline
+from jobs.runtime import job_runner
+from jobs.runtime.config import KlakeConfig, load_config
+from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
+from jobs.runtime.job_runner import JobSpec, at_least
 from layouts.storage import StorageOptions, filesystem, join, list_objects, write_bytes
 
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
@@ -360,7 +360,7 @@ def spark_for(config: KlakeConfig) -> Iterator[None]:
     """One Spark session for every job (their getOrCreate reuses it); stopped only if made here."""
     from pyspark import SparkContext
 
-    from jobs.spark_session import spark_session
+    from jobs.runtime.spark_session import spark_session
 
     os.environ.setdefault("KLAKE_SPARK_LOG_LEVEL", "ERROR")
     ours = SparkContext._active_spark_context is None
@@ -827,8 +827,3 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     demo.set_defaults(handler=run_demo)
 
-
-if __name__ == "__main__":
-    from jobs.cli import main
-
-    sys.exit(main(["demo", *sys.argv[1:]]))

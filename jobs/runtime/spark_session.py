@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.ops.run import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
-from jobs.config import KlakeConfig
+from jobs.runtime.config import KlakeConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
