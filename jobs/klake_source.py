@@ -53,7 +53,8 @@ from pyspark.sql.types import StructType
 
 from engine.errors import ConfigError
 from engine.ops.catalog_table import Catalog
-from jobs.read import DEFAULT_SPLIT_BYTES, KAFKA_SCHEMA, ReadRange, WorkItem, plan_read, read_item
+from engine.ops.read import DEFAULT_SPLIT_BYTES, ReadRange, WorkItem, plan_read, read_item
+from jobs.read import KAFKA_SCHEMA
 from jobs.runtime.job_runner import parse_now
 from layouts.storage import StorageOptions, join, normalize_uri
 

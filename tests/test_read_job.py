@@ -36,6 +36,7 @@ from engine.format.records import decode_records
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
+from engine.ops import read as range_read
 from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
@@ -143,11 +144,11 @@ def as_records(table: pa.Table) -> list[Record]:
 def read_locally(catalog: Catalog, backend: Backend, topic: str, split_bytes: int, **bounds) -> list[Record]:
     """`read`'s planner and task code without Spark (the same functions the Spark tasks run)."""
     partitions = bounds.pop("partitions", None)
-    rng = read.ReadRange(**bounds)
-    plan = read.plan_read(catalog, topic, rng, backend.options,
+    rng = range_read.ReadRange(**bounds)
+    plan = range_read.plan_read(catalog, topic, rng, backend.options,
                           None if partitions is None else set(partitions).__contains__, split_bytes)
-    batches = [b for item in plan.items for b in read.read_item(item, backend.options)]
-    return as_records(pa.Table.from_batches(batches, read.KAFKA_ARROW_SCHEMA))
+    batches = [b for item in plan.items for b in range_read.read_item(item, backend.options)]
+    return as_records(pa.Table.from_batches(batches, range_read.KAFKA_ARROW_SCHEMA))
 
 
 def random_bounds(rnd: random.Random, records: list[Record]) -> dict:
@@ -180,7 +181,7 @@ def test_reads_match_a_brute_force_decode(store, spark) -> None:
     for n in range(30 if backend.name == "local" else 12):  # the S3 runs test ranged GETs, not more logic
         topic = rnd.choice([EVENTS, EVENTS, STAMPED, ARCHIVE])
         bounds = random_bounds(rnd, [r for r in everything if r[0] == topic])
-        split = rnd.choice([300, 1000, read.DEFAULT_SPLIT_BYTES])
+        split = rnd.choice([300, 1000, range_read.DEFAULT_SPLIT_BYTES])
         want = expected(everything, topic, **bounds)
         assert read_locally(catalog, backend, topic, split, **bounds) == want, (n, topic, bounds, split)
     config = load_config(None, [], root=root)
@@ -247,8 +248,8 @@ def test_data_source_pushes_filters_down_exactly(store, klake_source) -> None:
     narrow = source(EVENTS).where(f"timestamp > {_sql_time(lo - 1, 500)} AND timestamp < {_sql_time(hi)} "
                                   f"AND partition IN (0, 1) AND offset >= 10 AND topic = '{EVENTS}'")
     assert as_records(narrow.toArrow()) == expected(everything, EVENTS, lo, hi, from_offset=10, partitions={0, 1})
-    pruned = read.plan_read(catalog, EVENTS, read.ReadRange(lo, hi, 10), backend.options, {0, 1}.__contains__, 1000)
-    unpruned = read.plan_read(catalog, EVENTS, read.ReadRange(), backend.options, None, 1000)
+    pruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(lo, hi, 10), backend.options, {0, 1}.__contains__, 1000)
+    unpruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(), backend.options, None, 1000)
     assert narrow.rdd.getNumPartitions() == len(pruned.items) < len(unpruned.items)
 
     cut = NOW  # after every archived timestamp: `timestamp < cut` alone also holds for -1 (no timestamp)
@@ -272,7 +273,7 @@ def test_pushed_filters_become_exact_bounds(store) -> None:
 
     def rows(r: KlakeReader) -> list[Record]:
         return as_records(pa.Table.from_batches([b for p in r.partitions() for b in r.read(p)],
-                                                read.KAFKA_ARROW_SCHEMA))
+                                                range_read.KAFKA_ARROW_SCHEMA))
 
     kept = [GreaterThan(("timestamp",), _micros(lo - 1, 999)), LessThanOrEqual(("timestamp",), _micros(hi - 1, 1)),
             In(("partition",), (0, 2)), GreaterThanOrEqual(("offset",), 3), LessThan(("offset",), 150),
@@ -312,11 +313,11 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
         lo = stamp + rnd.choice([-1, 0, 1])
         hi = lo + rnd.choice([1, 2, 5_000])
         bounds = {"from_ms": lo, "to_ms": hi} if n % 2 else {"from_ms": lo, "to_offset": rnd.choice(offsets)}
-        split = rnd.choice([300_000, read.DEFAULT_SPLIT_BYTES])  # seek on the driver, or in the task
+        split = rnd.choice([300_000, range_read.DEFAULT_SPLIT_BYTES])  # seek on the driver, or in the task
         assert read_locally(catalog, backend, topic, split, **bounds) == expected(everything, topic, **bounds), bounds
     for offset in offsets:
         bounds = {"from_offset": offset + rnd.choice([-1, 0, 1]), "to_offset": offset + 50}
-        split = rnd.choice([300_000, read.DEFAULT_SPLIT_BYTES])
+        split = rnd.choice([300_000, range_read.DEFAULT_SPLIT_BYTES])
         with counting_bytes() as moved:
             assert read_locally(catalog, backend, topic, split, **bounds) == expected(everything, topic, **bounds)
         assert moved["read"] < 64 * 1024, (bounds, moved)  # the indexes and a few batches, not a 1 MiB segment

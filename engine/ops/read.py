@@ -1,0 +1,291 @@
+"""Range reads of a topic's records (the `read` job and the `klake` data source run these in tasks).
+
+Range (all bounds optional, combined with AND):
+- time: `from <= timestamp < to`, each record by its own timestamp; a time range only selects records
+  with a timestamp >= the topic's smallest (`engine.log.topic_config.min_timestamp`): "no timestamp"
+  has no place on the time axis, as in the catalog's `base_timestamp` bound;
+- offsets: `from <= offset < to`.
+Records below the log start offset (DeleteRecords) are never returned, nor are control records
+(transaction markers). Records of aborted transactions are returned: Spark's Kafka source reads with
+`read_uncommitted` by default, and the archive keeps no transaction index to do otherwise.
+
+How the work is cut (ARCHITECTURE "Reading records"):
+1. prune: the catalog returns only live segments whose time and offset ranges can hold a match;
+   segments wholly below the log start offset are dropped too;
+2. seek: a segment read starts at the `.index` position of the greatest of the `.timeindex` floor
+   offset of `from - 1`, the offset bound and the log start offset (records before it are all out of
+   range);
+3. split: a segment larger than the split size is cut at `.index` positions into byte ranges of
+   about that size, each its own work item; its end is cut at the first `.index` position past the
+   offset bound;
+4. read: each work item is read with ranged GETs, decoding only the batches that can match, keeping
+   the exact matches, and stopping once past the offset bound.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+
+from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
+from engine.errors import KlakeError
+from engine.format.batch import BatchHeaders
+from engine.format.records import HEADERS_TYPE, decode_records
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.ops.catalog_table import Catalog
+from engine.ops.stored_segment import StoredSegment
+from layouts.storage import StorageOptions, counting_bytes, counting_requests
+
+KAFKA_ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", HEADERS_TYPE)])
+"""Spark's Kafka source columns as Arrow (timestamps in microseconds, as Spark's)."""
+DEFAULT_SPLIT_BYTES = 64 * 1024**2
+READ_WINDOW = 4 * 1024**2
+_MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """`from_ms <= timestamp < to_ms` and `from_offset <= offset < to_offset`; None leaves a side open.
+    `floor` is the topic's smallest timestamp (`engine.log.topic_config.min_timestamp`: 0, or KIP-228's)."""
+
+    from_ms: int | None = None
+    to_ms: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    floor: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("from_offset", "to_offset"):
+            if (value := getattr(self, name)) is not None and value < 0:
+                raise KlakeError(f"read range: {name} must be >= 0, got {value}")
+        for name in ("from_ms", "to_ms"):
+            if (value := getattr(self, name)) is not None and value < self.floor:
+                raise KlakeError(f"read range: {name} {value} is below the topic's smallest timestamp {self.floor}"
+                                 + ("; negative timestamps need klake.timestamps.allow.negative (KIP-228)"
+                                    if self.floor == 0 else ""))
+
+    @property
+    def min_timestamp(self) -> int | None:
+        """The lower time bound records must meet: any time bound excludes timestamps below the floor."""
+        if self.from_ms is None and self.to_ms is None:
+            return None
+        return self.floor if self.from_ms is None else self.from_ms
+
+    @property
+    def empty(self) -> bool:
+        return ((self.to_ms is not None and self.to_ms <= (self.floor if self.from_ms is None else self.from_ms))
+                or (self.to_offset is not None and self.to_offset <= (self.from_offset or 0)))
+
+    def mask(self, offsets: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
+        """Which records are in the range: the exact test every returned record passes."""
+        keep = np.ones(offsets.shape[0], bool)
+        if self.from_offset is not None:
+            keep &= offsets >= self.from_offset
+        if self.to_offset is not None:
+            keep &= offsets < self.to_offset
+        if self.min_timestamp is not None:
+            keep &= timestamps >= self.min_timestamp
+        if self.to_ms is not None:
+            keep &= timestamps < self.to_ms
+        return keep
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One Spark task: bytes [start, end) of one segment's `.log`; `start` None means "seek in the task".
+
+    `bounds.from_offset` already includes the partition's log start offset.
+    """
+
+    row: SegmentRow
+    start: int | None
+    end: int
+    bounds: ReadRange
+
+
+@dataclass
+class ReadPlan:
+    """What the driver decided: the work items and the pruning counts for the report."""
+
+    items: list[WorkItem] = field(default_factory=list)
+    live_segments: int = 0
+    pruned_segments: int = 0
+    split_segments: int = 0
+    partitions: list[str] = field(default_factory=list)
+    requests: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def segments_to_read(self) -> int:
+        return len({(i.row.partition, i.row.segment_id) for i in self.items})
+
+
+# --- planning (driver) ---------------------------------------------------------------------------
+
+
+def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOptions | None,
+              partitions: Callable[[int], bool] | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
+              index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> ReadPlan:
+    """Prune by the catalog, then make work items; only segments above `split_bytes` cost index GETs here."""
+    wanted = partitions or (lambda _: True)
+    live = [r for r in table_to_rows(catalog.segments(topic=topic)) if wanted(r.partition)]
+    plan = ReadPlan(live_segments=len(live), partitions=sorted({f"{topic}-{r.partition}" for r in live}))
+    if rng.empty:
+        plan.pruned_segments = len(live)
+        return plan
+    start_offsets = _log_start_offsets(live)
+    with counting_requests() as requests, counting_bytes() as moved:
+        for row in _catalog_candidates(catalog, topic, rng, wanted):
+            bounds = replace(rng, from_offset=max(rng.from_offset or 0, start_offsets[row.partition]))
+            if row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0:
+                continue
+            items = split_segment(row, bounds, options, split_bytes, index_interval_bytes)
+            plan.items += items
+            plan.split_segments += len(items) > 1
+    plan.requests.update(requests)
+    plan.bytes.update(moved)
+    plan.pruned_segments = plan.live_segments - plan.segments_to_read
+    return plan
+
+
+def _log_start_offsets(live: list[SegmentRow]) -> dict[int, int]:
+    """Each partition's log start offset, from ALL its live rows (a pruned list could miss the raised one)."""
+    by_partition: dict[int, list[SegmentRow]] = {}
+    for row in live:
+        by_partition.setdefault(row.partition, []).append(row)
+    return {p: partition_log_start_offset(rows) or 0 for p, rows in by_partition.items()}
+
+
+def _catalog_candidates(catalog: Catalog, topic: str, rng: ReadRange, wanted: Callable[[int], bool]
+                        ) -> list[SegmentRow]:
+    """Live segments that can hold a record in range; the catalog's bounds are inclusive, ours exclusive."""
+    table = catalog.segments(topic=topic, from_ms=rng.min_timestamp,
+                             to_ms=None if rng.to_ms is None else rng.to_ms - 1, from_offset=rng.from_offset,
+                             to_offset=None if rng.to_offset is None else rng.to_offset - 1, min_timestamp=rng.floor)
+    return [r for r in table_to_rows(table) if wanted(r.partition)]
+
+
+def split_segment(row: SegmentRow, bounds: ReadRange, options: StorageOptions | None, split_bytes: int,
+                  index_interval_bytes: int) -> list[WorkItem]:
+    """One item for a small segment (its task seeks); a big one is seeked and cut here at `.index` positions."""
+    if row.size_bytes <= split_bytes:
+        return [WorkItem(row, None, row.size_bytes, bounds)]
+    segment = StoredSegment(row, options, index_interval_bytes, min_timestamp=bounds.floor)
+    start = seek_position(segment, bounds)
+    offset_index, _ = segment.indexes()
+    end = _end_position(offset_index.offsets, offset_index.positions, bounds.to_offset, row.size_bytes)
+    cuts = split_points(offset_index.positions, start, end, split_bytes)
+    edges = [start, *cuts, end]
+    return [WorkItem(row, a, b, bounds) for a, b in zip(edges, edges[1:], strict=False) if a < b]
+
+
+def seek_position(segment: StoredSegment, bounds: ReadRange) -> int:
+    """Where the first record in range can be: the `.index` floor of the greatest lower bound's offset.
+
+    The `.timeindex` floor entry of `from - 1`, (T < from, O), was written when every record appended
+    so far, so every record before O's batch, had a timestamp <= T: none of them is in range. (`from`
+    itself would do for klake's own indexes, whose O is the first batch reaching T, but a broker's O
+    may lie after that batch.) Reads no index when the segment starts inside the range anyway.
+    """
+    row = segment.row
+    target = bounds.from_offset or 0
+    by_time = bounds.min_timestamp is not None and row.base_timestamp < bounds.min_timestamp
+    if target <= row.base_offset and not by_time:
+        return 0
+    offset_index, time_index = segment.indexes()
+    if by_time:
+        target = max(target, time_index.lookup(bounds.min_timestamp - 1)[1])
+    return offset_index.lookup(target)[1]
+
+
+def _end_position(offsets: np.ndarray, positions: np.ndarray, to_offset: int | None, size: int) -> int:
+    """A byte position from which every batch is at or past `to_offset` (the segment size if none).
+
+    Entry j is (an offset of the batch at positions[j], positions[j]); once offsets[j] >= to - 1,
+    every batch from the next entry's position on holds only offsets >= to.
+    """
+    if to_offset is None:
+        return size
+    j = int(np.searchsorted(offsets, to_offset - 1, side="left"))
+    return int(positions[j + 1]) if j + 1 < len(positions) else size
+
+
+def split_points(positions: np.ndarray, start: int, end: int, split_bytes: int) -> list[int]:
+    """Batch-aligned cut positions in (start, end): the first `.index` position at or after each
+    multiple of `split_bytes` past `start`."""
+    inside = positions[(positions > start) & (positions < end)].astype(np.int64)
+    targets = np.arange(start + split_bytes, end, split_bytes, dtype=np.int64)
+    if not inside.size or not targets.size:
+        return []
+    slots = np.searchsorted(inside, targets)
+    return sorted({int(inside[s]) for s in slots.tolist() if s < inside.size})
+
+
+# --- reading (tasks) -----------------------------------------------------------------------------
+
+
+def read_item(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+              ) -> Iterator[pa.RecordBatch]:
+    """The records of one work item in range, as Arrow batches with `KAFKA_ARROW_SCHEMA`."""
+    segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW, item.bounds.floor)
+    start, end = (item.start, item.end) if item.start is not None else _task_range(segment, item.bounds)
+    # chunks_from reads up to row.size_bytes: a row ending at the range's end reads exactly the range
+    ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW,
+                           item.bounds.floor)
+    to_offset = item.bounds.to_offset
+    for data, headers in ranged.chunks_from(start):
+        selected = _records_in_range(data, headers, item)
+        if selected.num_rows:
+            yield from selected.to_batches()
+        if to_offset is not None and int(headers.last_offset[-1]) >= to_offset - 1:
+            return
+
+
+def _task_range(segment: StoredSegment, bounds: ReadRange) -> tuple[int, int]:
+    """Seek, and end early when the offset range ends inside this segment (its indexes are small)."""
+    start, end = seek_position(segment, bounds), segment.row.size_bytes
+    if bounds.to_offset is not None and bounds.to_offset < segment.next_offset:
+        offset_index, _ = segment.indexes()
+        end = _end_position(offset_index.offsets, offset_index.positions, bounds.to_offset, end)
+    return start, end
+
+
+def _candidate_batches(headers: BatchHeaders, bounds: ReadRange) -> np.ndarray:
+    """Batches that can hold a record in range: never control batches; v2 headers' max timestamp is
+    trusted to skip decoding (as Kafka's own lookups do), legacy batches are always decoded."""
+    last = headers.last_offset
+    keep = ~headers.is_control & (last >= (bounds.from_offset or 0))
+    if bounds.to_offset is not None:
+        previous_last = np.concatenate(([np.iinfo(np.int64).min], last[:-1]))
+        keep &= previous_last < bounds.to_offset - 1
+    if bounds.min_timestamp is not None:
+        keep &= (headers.magic != 2) | (headers.max_timestamp >= bounds.min_timestamp)
+    return np.flatnonzero(keep)
+
+
+def _records_in_range(data: bytes, headers: BatchHeaders, item: WorkItem) -> pa.Table:
+    taken = headers.take(_candidate_batches(headers, item.bounds))
+    table = decode_records(data, taken, item.row.log_key).to_arrow(taken)
+    keep = item.bounds.mask(table["offset"].to_numpy(), table["timestamp"].to_numpy())
+    return kafka_rows(table.filter(pa.array(keep)), item.row.topic, item.row.partition)
+
+
+def kafka_rows(records: pa.Table, topic: str, partition: int) -> pa.Table:
+    """Decoded records (`RecordTable.to_arrow`) as Spark Kafka source rows: timestamps in microseconds."""
+    n = records.num_rows
+    millis = np.clip(records["timestamp"].to_numpy(), -_MS_LIMIT, _MS_LIMIT)
+    return pa.table([
+        records["key"], records["value"], pa.array(np.full(n, topic, dtype=object), pa.string()),
+        pa.array(np.full(n, partition, np.int32)), records["offset"],
+        pa.array(millis * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        records["timestamp_type"].cast(pa.int32()), records["headers"]], schema=KAFKA_ARROW_SCHEMA)
+
+
+# --- Spark ---------------------------------------------------------------------------------------
