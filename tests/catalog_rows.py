@@ -1,8 +1,41 @@
-"""Synthetic catalog rows for tests."""
+"""Synthetic catalog rows for tests, and the one-line catalog changes tests make with them (the product
+changes the catalog through `Catalog.apply` alone)."""
 
 from __future__ import annotations
 
-from engine.catalog.schema import SegmentRow, SegmentState
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import SegmentRef, SegmentRow, SegmentState
+from engine.log.segment_writer import ClosedSegment, SegmentWriter
+from engine.ops.catalog_table import Catalog, CommitResult
+
+
+@dataclass(frozen=True)
+class OffsetBounds:
+    """Log start offset (first live base offset) and log end offset (last live next offset)."""
+
+    log_start_offset: int
+    log_end_offset: int
+
+
+def add_segments(catalog: Catalog, rows: Sequence[SegmentRow], job_id: str = "") -> CommitResult:
+    return catalog.apply(CatalogChange(add=tuple(rows)), operation="add", job_id=job_id)
+
+
+def swap(catalog: Catalog, remove: Sequence[SegmentRef], add: Sequence[SegmentRow], job_id: str = "") -> CommitResult:
+    return catalog.apply(CatalogChange(add=tuple(add), remove=tuple(remove)), operation="swap", job_id=job_id)
+
+
+def transition(catalog: Catalog, refs: Sequence[SegmentRef], state: SegmentState, job_id: str = "") -> CommitResult:
+    change = CatalogChange(transitions=tuple((ref, SegmentState(state)) for ref in refs))
+    return catalog.apply(change, operation=f"transition-{state}", job_id=job_id)
+
+
+def offset_bounds(catalog: Catalog, topic: str, partition: int) -> OffsetBounds | None:
+    live = catalog.live_segments(topic, partition)
+    return OffsetBounds(live[0].base_offset, live[-1].next_offset) if live else None
 
 
 def make_row(topic: str, partition: int, base: int, next_offset: int, base_ts: int = 1_000, largest_ts: int = 2_000,
@@ -16,3 +49,11 @@ def make_row(topic: str, partition: int, base: int, next_offset: int, base_ts: i
         batch_count=1, size_bytes=size, first_batch_timestamp=base_ts, base_timestamp=base_ts,
         largest_timestamp=largest_ts, offset_of_largest_timestamp=next_offset - 1, timestamp_type="CreateTime",
         state=str(state), created_at_ms=1, job_id="test", format_version=1, layout="object", magic=2)
+
+
+def all_segments(writer: SegmentWriter) -> list[ClosedSegment]:
+    """All of a writer's segments, the active one last (closed with its final entry, as at broker shutdown)."""
+    segments = list(writer.closed)
+    if writer.active.size:
+        segments.append(writer.active.close(None))
+    return segments

@@ -7,7 +7,7 @@ import threading
 from dataclasses import fields, replace
 
 import pytest
-from catalog_rows import make_row
+from catalog_rows import OffsetBounds, add_segments, make_row, offset_bounds, swap, transition
 
 from engine.catalog.changes import CatalogChange, CatalogStateError
 from engine.catalog.schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
@@ -17,7 +17,6 @@ from engine.ops.catalog_table import (
     Catalog,
     CatalogConflictError,
     CatalogNotFoundError,
-    OffsetBounds,
 )
 from layouts.storage import list_objects
 
@@ -35,7 +34,7 @@ def test_open_requires_an_existing_catalog_and_create_is_idempotent(backend) -> 
     with pytest.raises(CatalogNotFoundError):
         Catalog.open(backend.uri("nope"), backend.options)
     first = Catalog.create(backend.uri("cat"), backend.options)
-    first.add_segments([make_row("t", 0, 0, 10)])
+    add_segments(first, [make_row("t", 0, 0, 10)])
     again = Catalog.create(backend.uri("cat"), backend.options)
     assert again.version() == 1
     assert [r.segment_id for r in Catalog.open(backend.uri("cat"), backend.options).live_segments("t", 0)] == ["s0p0"]
@@ -65,47 +64,47 @@ def test_racing_creators_share_one_catalog(backend) -> None:
 
 def test_add_segments_is_one_commit_and_idempotent(catalog: Catalog) -> None:
     rows = [make_row("t", 0, 20, 30), make_row("t", 0, 0, 10), make_row("t", 0, 10, 20), make_row("u", 3, 5, 6)]
-    result = catalog.add_segments(rows, job_id="job-1")
+    result = add_segments(catalog, rows, job_id="job-1")
     assert (result.version, result.added) == (1, 4)
     assert catalog.live_segments("t", 0) == sorted(rows[:3], key=lambda r: r.base_offset)
     assert catalog.live_segments("u", 3) == [rows[3]]
-    again = catalog.add_segments(rows)
+    again = add_segments(catalog, rows)
     assert (again.version, again.added, again.already_done) == (None, 0, 4)
     assert catalog.version() == 1
     with pytest.raises(CatalogStateError, match="already registered"):
-        catalog.add_segments([replace(rows[0], size_bytes=999)])
+        add_segments(catalog, [replace(rows[0], size_bytes=999)])
     assert catalog.partitions() == [TopicPartition("t", 0), TopicPartition("u", 3)]
-    assert catalog.offset_bounds("t", 0) == OffsetBounds(0, 30)
-    assert catalog.offset_bounds("t", 1) is None
+    assert offset_bounds(catalog, "t", 0) == OffsetBounds(0, 30)
+    assert offset_bounds(catalog, "t", 1) is None
 
 
 def test_overlapping_segments_are_refused(catalog: Catalog) -> None:
-    catalog.add_segments([make_row("t", 0, 0, 10), make_row("t", 0, 10, 20)])
+    add_segments(catalog, [make_row("t", 0, 0, 10), make_row("t", 0, 10, 20)])
     with pytest.raises(CatalogStateError, match="overlap"):
-        catalog.add_segments([make_row("t", 0, 15, 25, segment_id="other")])
+        add_segments(catalog, [make_row("t", 0, 15, 25, segment_id="other")])
     with pytest.raises(CatalogStateError, match="overlap"):
-        catalog.add_segments([make_row("t", 1, 0, 10, segment_id="a"), make_row("t", 1, 5, 12, segment_id="b")])
+        add_segments(catalog, [make_row("t", 1, 0, 10, segment_id="a"), make_row("t", 1, 5, 12, segment_id="b")])
     assert catalog.version() == 1
-    assert catalog.add_segments([make_row("t", 1, 0, 10, segment_id="a")]).added == 1
+    assert add_segments(catalog, [make_row("t", 1, 0, 10, segment_id="a")]).added == 1
 
 
 def test_states_only_move_forward_and_rows_leave_after_delete_started(catalog: Catalog) -> None:
     active = make_row("t", 0, 10, 20, state=SegmentState.ACTIVE)
     rolled = make_row("t", 0, 0, 10)
-    catalog.add_segments([rolled, active])
+    add_segments(catalog, [rolled, active])
     with pytest.raises(CatalogStateError, match="cannot move"):
-        catalog.transition([rolled.ref], SegmentState.ACTIVE)
+        transition(catalog, [rolled.ref], SegmentState.ACTIVE)
     with pytest.raises(CatalogStateError, match="only DELETE_STARTED"):
         catalog.remove_deleted([rolled.ref])
-    assert catalog.transition([active.ref], SegmentState.ROLLED).transitioned == 1
-    assert catalog.transition([active.ref], SegmentState.ROLLED).version is None
-    catalog.transition([rolled.ref], SegmentState.DELETE_STARTED)
+    assert transition(catalog, [active.ref], SegmentState.ROLLED).transitioned == 1
+    assert transition(catalog, [active.ref], SegmentState.ROLLED).version is None
+    transition(catalog, [rolled.ref], SegmentState.DELETE_STARTED)
     with pytest.raises(CatalogStateError, match="cannot move"):
-        catalog.transition([rolled.ref], SegmentState.ROLLED)
+        transition(catalog, [rolled.ref], SegmentState.ROLLED)
     assert [r.segment_id for r in catalog.live_segments("t", 0)] == [active.segment_id]
     deleting = table_to_rows(catalog.segments(states=[SegmentState.DELETE_STARTED]))
     assert [r.segment_id for r in deleting] == [rolled.segment_id]
-    assert catalog.offset_bounds("t", 0) == OffsetBounds(10, 20)
+    assert offset_bounds(catalog, "t", 0) == OffsetBounds(10, 20)
     assert catalog.remove_deleted([rolled.ref]).removed == 1
     assert catalog.remove_deleted([rolled.ref]).version is None
     assert catalog.all_rows().num_rows == 1
@@ -114,18 +113,18 @@ def test_states_only_move_forward_and_rows_leave_after_delete_started(catalog: C
 def test_swap_removes_and_adds_in_one_commit(catalog: Catalog, backend) -> None:
     small = [make_row("t", 0, 0, 5), make_row("t", 0, 5, 10)]
     other_topic = make_row("u", 0, 0, 5)
-    catalog.add_segments(small + [other_topic])
+    add_segments(catalog, small + [other_topic])
     merged = make_row("t", 0, 0, 10, segment_id="merged")
     before = catalog.version()
-    result = catalog.swap([r.ref for r in small], [merged], job_id="compaction-1")
+    result = swap(catalog, [r.ref for r in small], [merged], job_id="compaction-1")
     assert result.version == before + 1 and (result.removed, result.added) == (2, 1)
     assert catalog.live_segments("t", 0) == [merged]
     assert catalog.live_segments("u", 0) == [other_topic]
     last = catalog.history(1)[0]
     assert (last["operation"], last["klake.operation"], last["klake.job_id"]) == ("MERGE", "swap", "compaction-1")
-    assert catalog.swap([r.ref for r in small], [merged]).version is None
+    assert swap(catalog, [r.ref for r in small], [merged]).version is None
     with pytest.raises(CatalogStateError, match="no longer in the catalog"):
-        catalog.swap([small[0].ref], [make_row("t", 0, 0, 5, segment_id="again")])
+        swap(catalog, [small[0].ref], [make_row("t", 0, 0, 5, segment_id="again")])
 
 
 def test_time_range_pruning_never_misses_a_segment_with_records_in_range(catalog: Catalog) -> None:
@@ -142,7 +141,7 @@ def test_time_range_pruning_never_misses_a_segment_with_records_in_range(catalog
             rows.append(row)
             record_times[row.ref] = valid
             base += 100
-    catalog.add_segments(rows)
+    add_segments(catalog, rows)
     for _ in range(25):
         lo = rng.randint(-1_000, 45_000)
         hi = lo + rng.randint(0, 8_000)
@@ -157,7 +156,7 @@ def test_time_range_pruning_never_misses_a_segment_with_records_in_range(catalog
 
 
 def test_offset_range_pruning(catalog: Catalog) -> None:
-    catalog.add_segments([make_row("t", 0, b, b + 10) for b in range(0, 100, 10)])
+    add_segments(catalog, [make_row("t", 0, b, b + 10) for b in range(0, 100, 10)])
     got = [r.base_offset for r in table_to_rows(catalog.segments(topic="t", from_offset=25, to_offset=40))]
     assert got == [20, 30, 40]
     assert [r.base_offset for r in table_to_rows(catalog.segments(from_offset=99))] == [90]
@@ -166,7 +165,7 @@ def test_offset_range_pruning(catalog: Catalog) -> None:
 
 def test_checkpoint_optimize_and_vacuum_keep_the_rows(catalog: Catalog, backend) -> None:
     for b in range(0, 60, 10):
-        catalog.add_segments([make_row("t", 0, b, b + 10), make_row("u", 1, b, b + 10)])
+        add_segments(catalog, [make_row("t", 0, b, b + 10), make_row("u", 1, b, b + 10)])
     expected = table_to_rows(catalog.all_rows())
     version = catalog.create_checkpoint()
     log = [o.name for o in list_objects(backend.uri("catalog", "_delta_log"), backend.options)]
@@ -204,7 +203,7 @@ def _race(workers: list, catalog_uri: str, options) -> list[object]:
 
 def test_two_writers_of_the_same_rows_leave_them_once(catalog: Catalog, backend) -> None:
     rows = [make_row("t", 0, b, b + 10) for b in range(0, 50, 10)]
-    outcomes = _race([lambda c: c.add_segments(rows)] * 2, catalog.uri, backend.options)
+    outcomes = _race([lambda c: add_segments(c, rows)] * 2, catalog.uri, backend.options)
     assert not any(isinstance(o, Exception) for o in outcomes), outcomes
     assert sorted(o.added for o in outcomes) == [0, 5]
     assert catalog.live_segments("t", 0) == rows
@@ -213,7 +212,7 @@ def test_two_writers_of_the_same_rows_leave_them_once(catalog: Catalog, backend)
 def test_two_writers_of_conflicting_segments_have_exactly_one_winner(catalog: Catalog, backend) -> None:
     mine = [make_row("t", 0, 0, 10, segment_id="aaa"), make_row("t", 0, 10, 20, segment_id="aab")]
     theirs = [make_row("t", 0, 0, 20, segment_id="bbb")]
-    outcomes = _race([lambda c: c.add_segments(mine), lambda c: c.add_segments(theirs)], catalog.uri,
+    outcomes = _race([lambda c: add_segments(c, mine), lambda c: add_segments(c, theirs)], catalog.uri,
                      backend.options)
     failures = [o for o in outcomes if isinstance(o, Exception)]
     assert len(failures) == 1 and isinstance(failures[0], CatalogStateError), outcomes
@@ -224,7 +223,7 @@ def test_two_writers_of_conflicting_segments_have_exactly_one_winner(catalog: Ca
 
 def test_concurrent_writers_on_one_topic_lose_no_rows(catalog: Catalog, backend) -> None:
     batches = [[make_row("t", p, b, b + 10) for b in range(0, 30, 10)] for p in range(4)]
-    outcomes = _race([lambda c, rows=rows: c.add_segments(rows) for rows in batches], catalog.uri, backend.options)
+    outcomes = _race([lambda c, rows=rows: add_segments(c, rows) for rows in batches], catalog.uri, backend.options)
     assert not any(isinstance(o, Exception) for o in outcomes), outcomes
     assert sum(o.added for o in outcomes) == 12
     assert sorted(table_to_rows(catalog.all_rows()), key=lambda r: (r.partition, r.base_offset)) == [
@@ -248,27 +247,27 @@ def _interfere_after_first_read(catalog: Catalog, interfere) -> None:
 def test_a_commit_conflict_is_retried_on_a_fresh_read(catalog: Catalog, backend) -> None:
     other = Catalog.open(catalog.uri, backend.options)
     theirs = make_row("t", 0, 100, 110, segment_id="zzz")
-    _interfere_after_first_read(catalog, lambda: other.add_segments([theirs]))
+    _interfere_after_first_read(catalog, lambda: add_segments(other, [theirs]))
     mine = make_row("t", 0, 0, 10)
-    result = catalog.add_segments([mine])
+    result = add_segments(catalog, [mine])
     assert (result.attempts, result.added, result.version) == (2, 1, 2)
     assert catalog.live_segments("t", 0) == [mine, theirs]
 
 
 def test_a_conflict_that_invalidates_the_change_fails_clearly(catalog: Catalog, backend) -> None:
     other = Catalog.open(catalog.uri, backend.options)
-    _interfere_after_first_read(catalog, lambda: other.add_segments([make_row("t", 0, 0, 20, segment_id="zzz")]))
+    _interfere_after_first_read(catalog, lambda: add_segments(other, [make_row("t", 0, 0, 20, segment_id="zzz")]))
     with pytest.raises(CatalogStateError, match="overlap live segment t-0/zzz"):
-        catalog.add_segments([make_row("t", 0, 10, 30)])
+        add_segments(catalog, [make_row("t", 0, 10, 30)])
     assert [r.segment_id for r in catalog.live_segments("t", 0)] == ["zzz"]
 
 
 def test_conflicts_beyond_the_retry_budget_raise(catalog: Catalog, backend) -> None:
     other = Catalog.open(catalog.uri, backend.options)
     catalog.max_commit_attempts = 1
-    _interfere_after_first_read(catalog, lambda: other.add_segments([make_row("t", 0, 100, 110, segment_id="zzz")]))
+    _interfere_after_first_read(catalog, lambda: add_segments(other, [make_row("t", 0, 100, 110, segment_id="zzz")]))
     with pytest.raises(CatalogConflictError, match="still conflicted after 1 attempts"):
-        catalog.add_segments([make_row("t", 0, 0, 10)])
+        add_segments(catalog, [make_row("t", 0, 0, 10)])
 
 
 def test_the_job_ledger_commits_with_the_rows_and_refuses_a_second_attempt(catalog: Catalog, backend) -> None:

@@ -28,6 +28,7 @@ from engine.ops.lease import acquire_lease, lease_uri, read_lease
 from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
 from layouts.storage import delete_object, filesystem, list_objects, object_info, read_bytes
+from tests.catalog_rows import offset_bounds
 
 BROKER_PARTITIONS = ("_confluent-command-0", "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0",
                      "docker-connect-status-0", "timeindex_test-0")
@@ -291,7 +292,7 @@ def test_reimport_after_the_broker_rolled_adds_the_new_segment(backend, kafka_fi
     assert (report.rows_added, report.already_registered) == (1, 2)
     rows = catalog.live_segments("timeindex_test", 0)
     assert [(r.base_offset, r.state) for r in rows] == [(0, "ROLLED"), (7729, "ROLLED"), (15363, "ACTIVE")]
-    assert catalog.offset_bounds("timeindex_test", 0).log_end_offset == 22964
+    assert offset_bounds(catalog, "timeindex_test", 0).log_end_offset == 22964
 
 
 def test_two_concurrent_imports_register_each_segment_once(backend, broker_src, kafka_fixtures) -> None:
@@ -366,7 +367,7 @@ def test_an_empty_active_segment_with_preallocated_indexes_is_registered(backend
     assert (rows[1].size_bytes, rows[1].largest_timestamp, rows[1].base_timestamp) == (0, -1, -1)
     assert read_bytes(rows[1].index_key, backend.options) == b""
     assert read_bytes(rows[1].timeindex_key, backend.options) == b""
-    assert catalog.offset_bounds("status", 0).log_end_offset == 135
+    assert offset_bounds(catalog, "status", 0).log_end_offset == 135
 
 
 def test_a_partition_whose_lease_was_taken_over_is_not_committed(backend, kafka_fixtures, monkeypatch) -> None:

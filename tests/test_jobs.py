@@ -43,6 +43,7 @@ from jobs import (
 from jobs import truncate as truncate_job
 from jobs.runtime.job_runner import JobSpec, main
 from layouts.storage import StorageOptions, list_objects, object_info, read_bytes
+from tests.catalog_rows import offset_bounds
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 
@@ -569,7 +570,7 @@ def test_truncate_delete_records_offsets_for_times_and_catalog_maintenance(spark
     assert code == 0, report["failures"]
     assert jobs.records("t", 1) == before[1][50:]
     assert all(not jobs.exists(r.log_key) for r in retired)
-    assert jobs.catalog.offset_bounds("t", 1).log_end_offset == 150
+    assert offset_bounds(jobs.catalog, "t", 1).log_end_offset == 150
 
     targets = sorted({int(t) for t in rng.choice(ts, 25)} | {int(ts.min()) - 1, int(ts.max()), int(ts.max()) + 1,
                                                              NOW - 2 * HOUR + 500_000})

@@ -15,6 +15,7 @@ from engine.ops.retention import apply_retention
 from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
 from layouts.storage import object_info
+from tests.catalog_rows import add_segments, all_segments, transition
 from tests.conftest import Backend
 
 DAY = 86_400_000
@@ -29,7 +30,7 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
         ts = T0 + hour * 3_600_000
         data = encode_batch([b"k%d" % hour], [b"v"], [ts], base_offset=hour)
         writer.append(Append(data, hour, hour, ts, hour), now_ms=T0)
-    segments = writer.finish()
+    segments = all_segments(writer)
     rows = []
     for i, seg in enumerate(segments):
         segment_id = new_segment_id()
@@ -38,7 +39,7 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT,
                                 summarize_segment(seg.log, seg.base_offset), state, "build", created_at_ms=T0))
-    catalog.add_segments(rows)
+    add_segments(catalog, rows)
     return rows
 
 
@@ -72,7 +73,7 @@ def test_time_retention_deletes_old_segments_and_their_objects(setup) -> None:
 
 def test_a_crash_after_delete_started_is_finished_by_the_next_run(setup) -> None:
     backend, catalog, rows = setup
-    catalog.transition([rows[0].ref], SegmentState.DELETE_STARTED)  # phase 1 committed, then the job died
+    transition(catalog, [rows[0].ref], SegmentState.DELETE_STARTED)  # phase 1 committed, then the job died
     config = TopicConfig.from_mapping({"retention.ms": -1})
     outcome = apply_retention(catalog, backend.uri("root"), TP, config, T0 + 10 * DAY, backend.options)
     assert outcome.finished_from_earlier_run == 1 and _exists(backend, rows[0]) == [False] * 3

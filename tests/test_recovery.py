@@ -23,6 +23,7 @@ from engine.ops.verify import valid_prefix
 from engine.ops.versions import segment_row
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
 from layouts.storage import delete_object, list_objects, read_bytes
+from tests.catalog_rows import add_segments, all_segments
 from tests.conftest import Backend
 
 T0 = 1_790_000_000_000
@@ -41,7 +42,7 @@ def _segments(n_segments: int = 6):
                             ts, base_offset=offset)
         writer.append(Append(data, offset, offset + 3, ts[-1], offset + 3), now_ms=T0)
         offset += 4
-    return writer.finish()
+    return all_segments(writer)
 
 
 def _build(backend: Backend, catalog: Catalog, n_segments: int = 6) -> list[SegmentRow]:
@@ -54,7 +55,7 @@ def _build(backend: Backend, catalog: Catalog, n_segments: int = 6) -> list[Segm
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset),
                                 state, "build", created_at_ms=T0))
-    catalog.add_segments(rows)
+    add_segments(catalog, rows)
     return rows
 
 
@@ -244,7 +245,7 @@ def test_a_kafka_layout_row_keeps_its_log_and_missing_objects_are_left_for_the_o
         state = SegmentState.ACTIVE if i else SegmentState.ROLLED
         rows.append(segment_row(TP, f"imported{i}", keys, Layout.KAFKA, summarize_segment(seg.log, seg.base_offset),
                                 state, "import", created_at_ms=T0))
-    catalog.add_segments(rows)
+    add_segments(catalog, rows)
     delete_object(rows[1].log_key, backend.options)
 
     check = verify_partition(catalog, TP, backend.options)

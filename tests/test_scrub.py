@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import replace
 
-from catalog_rows import make_row
+from catalog_rows import add_segments, make_row, transition
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentState
@@ -44,8 +44,8 @@ def _plant(backend, catalog: Catalog) -> dict[str, set[str]]:
     deleting_row = replace(make_row("docker-connect-status", 0, 500, 510, segment_id="feedface00000000"),
                            log_key=deleting_keys.log, index_key=deleting_keys.index,
                            timeindex_key=deleting_keys.timeindex)
-    catalog.add_segments([deleting_row])
-    catalog.transition([deleting_row.ref], SegmentState.DELETE_STARTED)
+    add_segments(catalog, [deleting_row])
+    transition(catalog, [deleting_row.ref], SegmentState.DELETE_STARTED)
     temporary = backend.uri("root", "docker-connect-status-0",
                             f".00000000000000000135-deadbeef00000001.log.tmp-{'0' * 32}")
     backend.put(temporary, b"partial")

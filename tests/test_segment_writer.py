@@ -22,6 +22,7 @@ from engine.log.segment_writer import (
     RollPolicy,
     SegmentWriter,
 )
+from tests.catalog_rows import all_segments
 
 
 def _append(offset: int, timestamps: list[int], value_size: int = 10) -> Append:
@@ -41,7 +42,7 @@ def test_size_roll_matches_kafkas_rule(value_sizes: list[int], segment_bytes: in
     writer = SegmentWriter(RollPolicy(segment_bytes=segment_bytes))
     for a in appends:
         writer.append(a, now_ms=0)
-    segments = writer.finish()
+    segments = all_segments(writer)
     expected, size = [0], 0
     for a in appends:  # brute force: roll if size > segment.bytes - incoming
         if size > segment_bytes - len(a.data):
@@ -57,7 +58,7 @@ def test_time_roll_uses_first_batch_timestamp_and_incoming_max() -> None:
     writer = SegmentWriter(RollPolicy(segment_ms=1000))
     for offset, ts in enumerate([5_000, 5_400, 6_000, 6_001, 5_500, 7_002]):
         writer.append(_append(offset, [ts]), now_ms=0)
-    segments = writer.finish()
+    segments = all_segments(writer)
     # 6000 - 5000 = 1000 is not > 1000; 6001 - 5000 > 1000 rolls; 7002 - 6001 > 1000 rolls
     assert _bases(segments) == [0, 3, 5]
     assert [s.rolled_because for s in segments] == [ROLL_TIME, ROLL_TIME, None]
@@ -70,7 +71,7 @@ def test_far_future_timestamp_rolls_and_then_pins_the_segment() -> None:
     stamps = [1_000, 1_500, 10**12, 2_000, 50_000, 900_000]
     for offset, ts in enumerate(stamps):
         writer.append(_append(offset, [ts]), now_ms=0)
-    assert _bases(writer.finish()) == [0, 2]
+    assert _bases(all_segments(writer)) == [0, 2]
 
 
 def test_jitter_is_deterministic_and_bounded() -> None:
@@ -86,7 +87,7 @@ def test_offset_overflow_rolls_at_the_incoming_first_offset() -> None:
     writer.append(_append(0, [1]), now_ms=0)
     far = 2**31 + 10
     writer.append(_append(far, [2, 3]), now_ms=0)
-    segments = writer.finish()
+    segments = all_segments(writer)
     assert _bases(segments) == [0, far] and segments[0].rolled_because == ROLL_OFFSET_OVERFLOW
 
 
@@ -95,7 +96,7 @@ def test_index_full_rolls() -> None:
     writer = SegmentWriter(policy)
     for offset in range(8):
         writer.append(_append(offset, [100 + offset]), now_ms=0)
-    segments = writer.finish()
+    segments = all_segments(writer)
     assert segments[0].rolled_because == ROLL_INDEX_FULL
     for seg in segments:
         assert len(seg.timeindex) // 12 <= 2
@@ -105,7 +106,7 @@ def test_empty_segment_never_time_rolls_and_size_roll_reason() -> None:
     writer = SegmentWriter(RollPolicy(segment_bytes=200, segment_ms=1))
     writer.append(_append(0, [0], 100), now_ms=0)
     writer.append(_append(1, [10**9], 100), now_ms=0)
-    segments = writer.finish()
+    segments = all_segments(writer)
     assert [s.rolled_because for s in segments] == [ROLL_SIZE, None]
 
 
@@ -128,7 +129,7 @@ def test_segments_indexes_are_consistent_and_equal_the_recovery_rebuild(appends)
         stamps = list(ts + np.arange(count) * 7 % 50)
         writer.append(_append(offset, stamps, size), now_ms=0)
         offset += count
-    for seg in writer.finish():
+    for seg in all_segments(writer):
         headers = scan_batches(seg.log, "seg").headers
         offsets = OffsetIndex.load(seg.index, seg.base_offset).index
         times = TimeIndex.load(seg.timeindex, seg.base_offset).index

@@ -211,10 +211,3 @@ class SegmentWriter:
         if self.active.size:
             self.closed.append(self.active.close(reason))
         self.active = ActiveSegment(new_base_offset, self.policy, now_ms, self.segment_key, self.min_timestamp)
-
-    def finish(self) -> list[ClosedSegment]:
-        """All segments, the active one last (closed with its final entry, as at broker shutdown)."""
-        segments = list(self.closed)
-        if self.active.size:
-            segments.append(self.active.close(None))
-        return segments

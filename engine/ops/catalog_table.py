@@ -80,14 +80,6 @@ class CommitResult:
     metrics: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class OffsetBounds:
-    """Log start offset (first live base offset) and log end offset (last live next offset)."""
-
-    log_start_offset: int
-    log_end_offset: int
-
-
 def _quoted(column: str) -> str:
     return f'"{column}"'
 
@@ -220,28 +212,7 @@ class Catalog:
         pairs = set(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True))
         return sorted(TopicPartition(t, p) for t, p in pairs)
 
-    def offset_bounds(self, topic: str, partition: int) -> OffsetBounds | None:
-        """Log start and end offsets of a partition from its live segments; None if it has none."""
-        live = self.segments(topic=topic, partition=partition)
-        if live.num_rows == 0:
-            return None
-        return OffsetBounds(log_start_offset=pc.min(live["base_offset"]).as_py(),
-                            log_end_offset=pc.max(live["next_offset"]).as_py())
-
     # --- writing -------------------------------------------------------------------------------
-
-    def add_segments(self, rows: Sequence[SegmentRow], job_id: str = "") -> CommitResult:
-        """Register new segment rows in one commit; rows already registered identically are skipped."""
-        return self.apply(CatalogChange(add=tuple(rows)), operation="add", job_id=job_id)
-
-    def swap(self, remove: Sequence[SegmentRef], add: Sequence[SegmentRow], job_id: str = "") -> CommitResult:
-        """Remove live rows and add rows atomically (one commit): compaction, appends, rolls."""
-        return self.apply(CatalogChange(add=tuple(add), remove=tuple(remove)), operation="swap", job_id=job_id)
-
-    def transition(self, refs: Sequence[SegmentRef], state: SegmentState, job_id: str = "") -> CommitResult:
-        """Move rows forward to `state` (ACTIVE -> ROLLED -> DELETE_STARTED) in one commit."""
-        change = CatalogChange(transitions=tuple((ref, SegmentState(state)) for ref in refs))
-        return self.apply(change, operation=f"transition-{state}", job_id=job_id)
 
     def remove_deleted(self, refs: Sequence[SegmentRef], job_id: str = "") -> CommitResult:
         """Last step of a two-phase delete: drop DELETE_STARTED rows whose objects are gone."""

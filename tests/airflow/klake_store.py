@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
+from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import Layout, SegmentState
 from engine.format.builder import encode_batch
 from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
@@ -45,7 +46,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
             ts = t0 + hour * HOUR
             data = encode_batch([b"k%d" % hour], [b"v%d" % hour], [ts], base_offset=hour)
             writer.append(Append(data, hour, hour, ts, hour), now_ms=t0)
-        segments = writer.finish()
+        segments = [*writer.closed, writer.active.close(None)]
         for i, seg in enumerate(segments):
             segment_id = new_segment_id()
             keys = object_segment_keys(root, tp, seg.base_offset, segment_id)
@@ -53,7 +54,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
             state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
             rows.append(segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset),
                                     state, "airflow-test-seed", created_at_ms=t0))
-    catalog.add_segments(rows)
+    catalog.apply(CatalogChange(add=tuple(rows)), operation="seed")
     return {"segments": len(rows)}
 
 
@@ -63,11 +64,11 @@ def state(catalog_uri: str, topic: str) -> dict:
     for tp in catalog.partitions():
         if tp.topic != topic:
             continue
-        bounds = catalog.offset_bounds(tp.topic, tp.partition)
+        live = catalog.live_segments(tp.topic, tp.partition)
         out[str(tp.partition)] = {
-            "base_offsets": [r.base_offset for r in catalog.live_segments(tp.topic, tp.partition)],
-            "log_start_offset": bounds.log_start_offset if bounds else None,
-            "log_end_offset": bounds.log_end_offset if bounds else None,
+            "base_offsets": [r.base_offset for r in live],
+            "log_start_offset": live[0].base_offset if live else None,
+            "log_end_offset": live[-1].next_offset if live else None,
         }
     return out
 
