@@ -49,7 +49,8 @@ class LookupOutcome:
         return {"answers": self.answers}
 
 
-def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: StorageOptions | None) -> PartitionStep:
+def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: StorageOptions | None
+                    ) -> PartitionStep[LookupOutcome]:
     """Answer every target over one partition's live segments (read-only)."""
     rows = list(item.rows)
     segments = [stored_segment(row, options, item.config) for row in rows]

@@ -94,7 +94,7 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
 
 
 def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms: int,
-                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None) -> PartitionStep:
+                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     Writing and committing are separate so that a job over many partitions commits once (ARCHITECTURE,

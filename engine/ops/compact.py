@@ -60,7 +60,7 @@ def _info(row: SegmentRow) -> SegmentInfo:
 
 
 def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
-                       job_id: str, force: bool = False, dry_run: bool = False) -> PartitionStep:
+                       job_id: str, force: bool = False, dry_run: bool = False) -> PartitionStep[CompactOutcome]:
     """One cleaning round on a partition if Kafka's trigger says so (or `force`): write the cleaned
     segments and return the swap (new rows in, replaced rows DELETE_STARTED)."""
     tp, rows, config = item.tp, list(item.rows), item.config

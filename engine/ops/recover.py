@@ -257,7 +257,7 @@ def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
 
 
 def prepare_recovery(item: PartitionInput, *, root: str, options: StorageOptions | None, job_id: str, now_ms: int,
-                     dry_run: bool = False, rebuild_all: bool = False) -> PartitionStep:
+                     dry_run: bool = False, rebuild_all: bool = False) -> PartitionStep[RecoveryReport]:
     """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in.
     `rebuild_all` also rebuilds valid sidecars (e.g. after changing `index.interval.bytes`)."""
     report = RecoveryReport(item.tp.topic, item.tp.partition, root, job_id, dry_run)

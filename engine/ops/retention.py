@@ -47,7 +47,7 @@ class RetentionOutcome:
 
 
 def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
-                      job_id: str, dry_run: bool = False) -> PartitionStep:
+                      job_id: str, dry_run: bool = False) -> PartitionStep[RetentionOutcome]:
     """Plan one partition's retention and, unless `dry_run`, write the empty segment a full delete needs."""
     rows = list(item.rows)
     plan = plan_retention(rows, item.config, now_ms, partition_log_start_offset(rows))

@@ -44,7 +44,7 @@ class RollOutcome:
 
 
 def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None, job_id: str,
-                 dry_run: bool = False) -> PartitionStep:
+                 dry_run: bool = False) -> PartitionStep[RollOutcome]:
     """Roll `item`'s active segment if an append at `now_ms` would (see the module docstring)."""
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None

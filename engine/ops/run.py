@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
@@ -58,17 +58,27 @@ class PartitionInput:
     config: TopicConfig
 
 
+class StepOutcome(Protocol):
+    """What every job's per-partition outcome offers (`AppendOutcome`, `RetentionOutcome`, ...): its
+    JSON form for the run report."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+OutcomeT = TypeVar("OutcomeT", bound=StepOutcome)
+
+
 @dataclass
-class PartitionStep:
-    """What `prepare` did for one partition: its outcome (with `to_dict`), the catalog change to commit,
+class PartitionStep(Generic[OutcomeT]):
+    """What `prepare` did for one partition: its job's typed outcome, the catalog change to commit,
     and the rows that change moves to DELETE_STARTED (their objects are deleted after the commit)."""
 
-    outcome: Any
+    outcome: OutcomeT
     change: CatalogChange = field(default_factory=CatalogChange)
     retire: tuple[SegmentRow, ...] = ()
 
 
-Prepare = Callable[[PartitionInput], PartitionStep]
+Prepare = Callable[[PartitionInput], PartitionStep[Any]]
 
 
 @dataclass

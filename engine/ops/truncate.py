@@ -55,7 +55,7 @@ class TruncateOutcome:
 
 
 def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
-                       options: StorageOptions | None, job_id: str) -> PartitionStep:
+                       options: StorageOptions | None, job_id: str) -> PartitionStep[TruncateOutcome]:
     """Cut one partition at `targets[tp]`: the straddling segment's new version, whole segments retired."""
     tp, rows, config, target = item.tp, list(item.rows), item.config, targets[item.tp]
     start = partition_log_start_offset(rows)
@@ -109,7 +109,7 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
 
 
 def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartition, int],
-                           job_id: str) -> PartitionStep:
+                           job_id: str) -> PartitionStep[TruncateOutcome]:
     """Raise one partition's log start offset to `offsets[tp]` (KIP-107), retiring whole segments below it."""
     tp, rows, offset = item.tp, list(item.rows), offsets[item.tp]
     if not rows:
