@@ -43,7 +43,7 @@ test-airflow: $(STAMP) $(AIRFLOW_STAMP)
 # Every job killed at every storage mutation, local and on S3, each re-run checked against a clean run
 # (CI runs a sample of the points as part of `make test`). About an hour on 2 cores.
 crash-sweep: $(STAMP)
-	KLAKE_CRASH_SWEEP=full $(VENV)/bin/python -m pytest -q tests/test_crash_injection.py
+	KLAKE_CRASH_SWEEP=full $(VENV)/bin/python -m pytest -q tests/crash/test_crash_injection.py
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/codec_bench.py

@@ -154,7 +154,7 @@ class KlakeReader(DataSourceReader):
         wanted = Pushdown()
         timed: list[Filter] = []
         rest = [item for item in filters if not _take(item, wanted, timed)]
-        time_ok = self.range.min_timestamp is not None or (wanted.from_ms is not None and wanted.from_ms >= 0)
+        time_ok = self.range.lowest_timestamp is not None or (wanted.from_ms is not None and wanted.from_ms >= 0)
         if timed and not time_ok:
             rest += timed
             wanted.from_ms = wanted.to_ms = None

@@ -72,7 +72,7 @@ class ReadRange:
                                     if self.floor == 0 else ""))
 
     @property
-    def min_timestamp(self) -> int | None:
+    def lowest_timestamp(self) -> int | None:
         """The lower time bound records must meet: any time bound excludes timestamps below the floor."""
         if self.from_ms is None and self.to_ms is None:
             return None
@@ -90,8 +90,8 @@ class ReadRange:
             keep &= offsets >= self.from_offset
         if self.to_offset is not None:
             keep &= offsets < self.to_offset
-        if self.min_timestamp is not None:
-            keep &= timestamps >= self.min_timestamp
+        if self.lowest_timestamp is not None:
+            keep &= timestamps >= self.lowest_timestamp
         if self.to_ms is not None:
             keep &= timestamps < self.to_ms
         return keep
@@ -166,7 +166,7 @@ def _log_start_offsets(live: list[SegmentRow]) -> dict[int, int]:
 def _catalog_candidates(catalog: Catalog, topic: str, rng: ReadRange, wanted: Callable[[int], bool]
                         ) -> list[SegmentRow]:
     """Live segments that can hold a record in range; the catalog's bounds are inclusive, ours exclusive."""
-    table = catalog.segments(topic=topic, from_ms=rng.min_timestamp,
+    table = catalog.segments(topic=topic, from_ms=rng.lowest_timestamp,
                              to_ms=None if rng.to_ms is None else rng.to_ms - 1, from_offset=rng.from_offset,
                              to_offset=None if rng.to_offset is None else rng.to_offset - 1, min_timestamp=rng.floor)
     return [r for r in table_to_rows(table) if wanted(r.partition)]
@@ -196,12 +196,12 @@ def seek_position(segment: StoredSegment, bounds: ReadRange) -> int:
     """
     row = segment.row
     target = bounds.from_offset or 0
-    by_time = bounds.min_timestamp is not None and row.base_timestamp < bounds.min_timestamp
+    by_time = bounds.lowest_timestamp is not None and row.base_timestamp < bounds.lowest_timestamp
     if target <= row.base_offset and not by_time:
         return 0
     offset_index, time_index = segment.indexes()
     if by_time:
-        target = max(target, time_index.lookup(bounds.min_timestamp - 1)[1])
+        target = max(target, time_index.lookup(bounds.lowest_timestamp - 1)[1])
     return offset_index.lookup(target)[1]
 
 
@@ -265,8 +265,8 @@ def _candidate_batches(headers: BatchHeaders, bounds: ReadRange) -> np.ndarray:
     if bounds.to_offset is not None:
         previous_last = np.concatenate(([np.iinfo(np.int64).min], last[:-1]))
         keep &= previous_last < bounds.to_offset - 1
-    if bounds.min_timestamp is not None:
-        keep &= (headers.magic != 2) | (headers.max_timestamp >= bounds.min_timestamp)
+    if bounds.lowest_timestamp is not None:
+        keep &= (headers.magic != 2) | (headers.max_timestamp >= bounds.lowest_timestamp)
     return np.flatnonzero(keep)
 
 

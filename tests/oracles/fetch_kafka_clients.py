@@ -8,7 +8,7 @@ jars into `<repo>/.cache/kafka-clients-jars/` (git-ignored), checks each jar's S
 wheel. It does nothing when the jars are already there.
 
 It always exits 0: when the download or extraction fails it prints why and records the reason in
-`FETCH_ERROR.txt` in the cache directory, and `tests/test_kafka_clients_oracle.py` skips with it.
+`FETCH_ERROR.txt` in the cache directory, and `tests/engine/format/test_kafka_clients_oracle.py` skips with it.
 
 Usage: `.venv/bin/python tests/oracles/fetch_kafka_clients.py` (`make test` runs it).
 """

@@ -6,8 +6,6 @@ import json
 import time
 from dataclasses import replace
 
-from catalog_rows import add_segments, make_row, transition
-
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentState
 from engine.names import TopicPartition
@@ -17,6 +15,7 @@ from engine.ops.scrub import scrub
 from jobs.cli.main import main as klake
 from layouts.object_layout import object_segment_keys, write_segment
 from layouts.storage import delete_object, filesystem, list_objects, object_info
+from tests.catalog_rows import add_segments, make_row, transition
 
 SMALL_PARTITIONS = ("_confluent-command-0", "docker-connect-status-0")
 

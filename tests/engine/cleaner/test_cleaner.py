@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from base64 import b64decode
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pytest
 import xxhash
@@ -45,8 +44,9 @@ from engine.index.checks import check_indexes
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig
+from tests.conftest import KAFKA_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "kafka"
+FIXTURES = KAFKA_FIXTURES
 INT_MAX = 2**31 - 1
 DAY = 86_400_000
 COMPACT = TopicConfig(cleanup_policy="compact")

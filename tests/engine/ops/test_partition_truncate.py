@@ -15,7 +15,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import partition_segments
 from engine.ops.truncate import delete_records, truncate_partition
 from tests.conftest import Backend
-from tests.test_partition_append import _log
+from tests.engine.ops.test_partition_append import _log
 
 TP = TopicPartition("events", 0)
 NOW = 1_790_000_000_000

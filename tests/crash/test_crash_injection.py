@@ -204,7 +204,7 @@ SCENARIOS = {
                                                "--now", str(NOW), "--job-id", "truncate-1", *SPARK])],
                          ("commit-after",)),
 }
-S3_SAMPLE = {"append": ("commit-before",), "import": ("commit-after",)}
+S3_SAMPLE = {"append": ("commit-before",), "append-partial-lease": ("commit-after",), "import": ("commit-after",)}
 
 
 # --- what a run left ------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import threading
 from dataclasses import fields, replace
 
 import pytest
-from catalog_rows import OffsetBounds, add_segments, make_row, offset_bounds, swap, transition
 
 from engine.catalog.changes import CatalogChange, CatalogStateError
 from engine.catalog.schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
@@ -19,6 +18,7 @@ from engine.ops.catalog_table import (
     CatalogNotFoundError,
 )
 from layouts.storage import list_objects
+from tests.catalog_rows import OffsetBounds, add_segments, make_row, offset_bounds, swap, transition
 
 
 @pytest.fixture

@@ -35,8 +35,9 @@ from engine.format import compression
 from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, scan_batches
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch, encode_batches
 from engine.format.records import decode_records
+from tests.conftest import PROJECT_ROOT
 
-_FETCH_SCRIPT = Path(__file__).resolve().parent / "oracles" / "fetch_kafka_clients.py"
+_FETCH_SCRIPT = PROJECT_ROOT / "tests" / "oracles" / "fetch_kafka_clients.py"
 _spec = importlib.util.spec_from_file_location("klake_tests_fetch_kafka_clients", _FETCH_SCRIPT)
 fetch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fetch)

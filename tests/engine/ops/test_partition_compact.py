@@ -14,7 +14,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.compact import compact_partition
 from layouts.storage import read_bytes
 from tests.conftest import Backend
-from tests.test_partition_append import _log
+from tests.engine.ops.test_partition_append import _log
 
 TP = TopicPartition("orders", 0)
 NOW = 1_790_000_000_000
