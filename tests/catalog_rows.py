@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRef, SegmentRow, SegmentState
 from engine.log.segment_writer import ClosedSegment, SegmentWriter
+from engine.log.topic_config import TopicConfig
 from engine.ops.catalog_table import Catalog, CommitResult
+from engine.ops.stored_segment import StoredSegment, stored_segment
+from layouts.storage import StorageOptions
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,9 @@ def all_segments(writer: SegmentWriter) -> list[ClosedSegment]:
     if writer.active.size:
         segments.append(writer.active.close(None))
     return segments
+
+
+def partition_segments(catalog: Catalog, topic: str, partition: int, options: StorageOptions | None = None,
+                       config: TopicConfig | None = None) -> list[StoredSegment]:
+    """The live segments of one partition, in offset order, as lazily read `StoredSegment`s."""
+    return [stored_segment(row, options, config) for row in catalog.live_segments(topic, partition)]

@@ -139,17 +139,15 @@ class Catalog:
         self._table.update_incremental()
         return self._table.version()
 
-    def history(self, limit: int | None = None) -> list[dict]:
-        """Commits, newest first, with klake's `klake.operation` and `klake.job_id` commit metadata."""
-        self._table.update_incremental()
-        return self._table.history(limit)
-
     def committed_partitions(self, job_id: str, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
         """The partitions of `tps` whose work for `job_id` is in the catalog (the job ledger).
 
         The ledger is committed in the same Delta commit as the partition's rows, so a partition is
         either in both or in neither: a re-run with the same job id finishes exactly the others.
         """
+        tps = list(tps)
+        if not tps:
+            return set()
         self._table.update_incremental()
         return {tp for tp in tps if self._table.transaction_version(ledger_app_id(job_id, tp)) is not None}
 
@@ -167,10 +165,10 @@ class Catalog:
         """Rows in `states` (live by default), pruned by time and offset ranges, in (topic, partition, offset) order.
 
         A segment can hold a record in [from_ms, to_ms] only if `largest_timestamp >= from_ms` and
-        `base_timestamp <= to_ms` (base_timestamp is the smallest timestamp >= 0, so this holds with
-        out-of-order timestamps; a segment without timestamps, base_timestamp one below the topic's
-        `min_timestamp`, never matches a time bound); it overlaps offsets [from_offset, to_offset] if `next_offset > from_offset` and
-        `base_offset <= to_offset`.
+        `base_timestamp <= to_ms` (base_timestamp is the smallest timestamp >= the topic's `min_timestamp`,
+        so this holds with out-of-order timestamps; a segment without timestamps, base_timestamp one below
+        it, never matches a time bound); it overlaps offsets [from_offset, to_offset] if
+        `next_offset > from_offset` and `base_offset <= to_offset`.
         """
         where = [f"state IN ({', '.join(_sql_string(str(s)) for s in states)})"]
         if topic is not None:

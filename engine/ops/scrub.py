@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from engine.catalog.schema import SegmentRow, table_to_rows
-from engine.names import parse_partition_dir
+from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
 from layouts.object_layout import REJECTS_DIR, parse_object_segment_name
 from layouts.storage import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
@@ -103,18 +103,24 @@ def is_klake_object(root: str, info: ObjectInfo) -> bool:
     return parse_object_segment_name(name) is not None
 
 
-def _debris_kind(root: str, info: ObjectInfo, catalog: Catalog) -> str | None:
-    """What kind of debris `info` is, or None: a lease temporary or takeover marker; or the rejects file
-    of a partition that its job id never committed (the attempt that wrote it died before its commit)."""
-    relative = info.uri[len(root) + 1:]
-    folder, _, rest = relative.partition("/")
-    if folder == "_leases" and _LEASE_DEBRIS_RE.fullmatch(rest):
-        return "lease-temporary"
-    if folder == REJECTS_DIR and (match := _REJECTS_RE.fullmatch(rest)):
-        tp = parse_partition_dir(match["partition"])
-        if tp is not None and not catalog.committed_partitions(match["job"], [tp]):
-            return "superseded-rejects"
-    return None
+def _debris(root: str, old: list[ObjectInfo], catalog: Catalog, now: int) -> list[Debris]:
+    """Of unreferenced objects past the grace period: lease temporaries and takeover markers, and rejects
+    files of partitions their job id never committed (the attempt that wrote them died before its
+    commit); the job ledger is asked once per job id."""
+    found: list[Debris] = []
+    rejects: dict[str, list[tuple[TopicPartition, ObjectInfo]]] = {}
+    for info in old:
+        folder, _, rest = info.uri[len(root) + 1:].partition("/")
+        if folder == "_leases" and _LEASE_DEBRIS_RE.fullmatch(rest):
+            found.append(Debris(info.uri, "lease-temporary", info.size, now - info.mtime_ms))
+        elif (folder == REJECTS_DIR and (match := _REJECTS_RE.fullmatch(rest))
+              and (tp := parse_partition_dir(match["partition"])) is not None):
+            rejects.setdefault(match["job"], []).append((tp, info))
+    for job, files in rejects.items():
+        committed = catalog.committed_partitions(job, [tp for tp, _ in files])
+        found += [Debris(info.uri, "superseded-rejects", info.size, now - info.mtime_ms)
+                  for tp, info in files if tp not in committed]
+    return found
 
 
 def _referenced(rows: list[SegmentRow]) -> set[str]:
@@ -158,18 +164,20 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
     objects = {info.uri: info for info in listed} | _outside_listing(rows, root, options)
     _check_rows(rows, objects, report)
     referenced = _referenced(rows)
+    old_others = []
     for info in listed:
         if info.uri in referenced:
             continue
         age = now - info.mtime_ms
         if not is_klake_object(root, info):
-            if age >= grace_ms and (kind := _debris_kind(root, info, catalog)) is not None:
-                report.debris.append(Debris(uri=info.uri, kind=kind, size=info.size, age_ms=age))
+            if age >= grace_ms:
+                old_others.append(info)
             continue
         if age < grace_ms:
             report.orphans_within_grace += 1
         else:
             report.orphans.append(Orphan(uri=info.uri, size=info.size, age_ms=age))
+    report.debris = _debris(root, old_others, catalog, now)
     if dry_run or not (report.orphans or report.debris):
         return report
     referenced_now = _referenced(_live_rows(catalog))

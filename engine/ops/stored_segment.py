@@ -97,12 +97,6 @@ class StoredSegment:
             position += cut.position
 
 
-def partition_segments(catalog, topic: str, partition: int, options: StorageOptions | None = None,
-                       config: TopicConfig | None = None) -> list[StoredSegment]:
-    """The live segments of one partition, in offset order, as lazily read `StoredSegment`s."""
-    return [stored_segment(row, options, config) for row in catalog.live_segments(topic, partition)]
-
-
 def stored_segment(row: SegmentRow, options: StorageOptions | None, config: TopicConfig | None = None,
                    read_window: int = DEFAULT_READ_WINDOW) -> StoredSegment:
     """A `StoredSegment` read with its topic's index settings (interval, KIP-228 minimum timestamp)."""

@@ -40,9 +40,9 @@ from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.compact import compact_partition
 from engine.ops.retention import apply_retention
-from engine.ops.stored_segment import partition_segments
 from engine.ops.truncate import delete_records, truncate_partition
 from layouts.storage import read_bytes
+from tests.catalog_rows import partition_segments
 
 TP = TopicPartition("model", 0)
 T0 = 1_790_000_000_000

@@ -7,6 +7,7 @@ import threading
 from dataclasses import fields, replace
 
 import pytest
+from deltalake import DeltaTable
 
 from engine.catalog.changes import CatalogChange, CatalogStateError
 from engine.catalog.schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
@@ -120,7 +121,7 @@ def test_swap_removes_and_adds_in_one_commit(catalog: Catalog, backend) -> None:
     assert result.version == before + 1 and (result.removed, result.added) == (2, 1)
     assert catalog.live_segments("t", 0) == [merged]
     assert catalog.live_segments("u", 0) == [other_topic]
-    last = catalog.history(1)[0]
+    last = DeltaTable(catalog.uri, storage_options=Catalog._storage_options(catalog.uri, backend.options)).history(1)[0]
     assert (last["operation"], last["klake.operation"], last["klake.job_id"]) == ("MERGE", "swap", "compaction-1")
     assert swap(catalog, [r.ref for r in small], [merged]).version is None
     with pytest.raises(CatalogStateError, match="no longer in the catalog"):

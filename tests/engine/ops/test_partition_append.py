@@ -14,8 +14,8 @@ from engine.names import TopicPartition
 from engine.ops.append import append_to_partition, prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
-from engine.ops.stored_segment import partition_segments
 from layouts.storage import read_bytes
+from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
 
 TP = TopicPartition("events", 0)

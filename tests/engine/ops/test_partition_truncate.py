@@ -12,8 +12,8 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
-from engine.ops.stored_segment import partition_segments
 from engine.ops.truncate import delete_records, truncate_partition
+from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_append import _log
 

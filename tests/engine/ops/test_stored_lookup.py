@@ -10,8 +10,9 @@ import pytest
 from engine.log.lookup import list_offsets
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from engine.ops.stored_segment import StoredSegment, partition_segments
+from engine.ops.stored_segment import StoredSegment
 from layouts.storage import counting_requests
+from tests.catalog_rows import partition_segments
 from tests.conftest import KAFKA_FIXTURES, Backend
 
 PARTITION = "timeindex_test-0"
