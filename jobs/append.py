@@ -53,7 +53,7 @@ from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.spark_session import run_with_progress
 from layouts.object_layout import REJECTS_DIR
-from layouts.storage import (
+from layouts.store import (
     StorageOptions,
     delete_object,
     filesystem,

@@ -12,7 +12,7 @@ import sys
 
 from engine.ops.importer import ImportReport, default_import_job_id, import_log_dir
 from jobs.runtime.job_runner import JobContext, JobSpec, main
-from layouts.storage import normalize_uri
+from layouts.store import normalize_uri
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -56,7 +56,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.read import DEFAULT_SPLIT_BYTES, ReadRange, WorkItem, plan_read, read_item
 from jobs.read import KAFKA_SCHEMA
 from jobs.runtime.job_runner import parse_now
-from layouts.storage import StorageOptions, join, normalize_uri
+from layouts.store import StorageOptions, join, normalize_uri
 
 NAME = "klake"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

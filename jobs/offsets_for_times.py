@@ -27,7 +27,7 @@ from engine.log.topic_config import min_timestamp
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.stored_segment import stored_segment
 from jobs.runtime.job_runner import JobContext, JobSpec, main, parse_now
-from layouts.storage import StorageOptions, write_bytes
+from layouts.store import StorageOptions, write_bytes
 
 SPECIAL = {"latest": -1, "earliest": -2, "max": -3, "max-timestamp": -3}
 

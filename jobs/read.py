@@ -37,7 +37,8 @@ from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, parse_now
 from jobs.runtime.spark_session import run_with_progress
-from layouts.storage import StorageOptions, counting_bytes, counting_requests
+from layouts.metering import metered
+from layouts.store import StorageOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,12 +79,12 @@ def records_frame(spark: SparkSession, items: list[WorkItem], options: StorageOp
 def _read_counted(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int, counters: Any
                   ) -> Iterator[pa.RecordBatch]:
     records = 0
-    with counting_requests() as requests, counting_bytes() as moved:
+    with metered() as meter:
         for batch in read_item(item, options, index_interval_bytes):
             records += batch.num_rows
             yield batch
     if counters is not None:
-        counters.add(Counter({"GET": requests["GET"], "bytes_read": moved["read"],
+        counters.add(Counter({"GET": meter.requests["GET"], "bytes_read": meter.bytes["read"],
                               f"records:{item.row.topic}-{item.row.partition}": records}))
 
 

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from engine.names import NON_LIVE_DIR_SUFFIXES, TopicPartition, parse_partition_dir
 from layouts.object_layout import SegmentKeys
-from layouts.storage import ObjectInfo, StorageOptions, join, list_objects, normalize_uri
+from layouts.store import ObjectInfo, StorageOptions, join, list_objects, normalize_uri
 
 _KAFKA_FILE_RE = re.compile(r"(?P<offset>[0-9]{20})\.(?P<suffix>log|index|timeindex|txnindex|snapshot)")
 TEMPORARY_SUFFIXES = (".deleted", ".cleaned", ".swap")

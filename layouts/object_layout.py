@@ -12,7 +12,8 @@ import uuid
 from dataclasses import dataclass
 
 from engine.names import TopicPartition, validate_segment_id
-from layouts.storage import StorageOptions, ensure_object, join, put_extending
+from layouts.extend import put_extending
+from layouts.store import StorageOptions, ensure_object, join
 
 SEGMENT_SUFFIXES = ("log", "index", "timeindex")
 REJECTS_DIR = "_rejects"

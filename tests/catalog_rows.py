@@ -12,7 +12,7 @@ from engine.log.segment_writer import ClosedSegment, SegmentWriter
 from engine.log.topic_config import TopicConfig
 from engine.ops.catalog_table import Catalog, CommitResult
 from engine.ops.stored_segment import StoredSegment, stored_segment
-from layouts.storage import StorageOptions
+from layouts.store import StorageOptions
 
 
 @dataclass(frozen=True)

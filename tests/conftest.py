@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
-from layouts.storage import StorageOptions, filesystem, join
+from layouts.store import StorageOptions, filesystem, join
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT_ROOT.parent / "shared"

@@ -32,7 +32,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
-from layouts.storage import StorageOptions, normalize_uri, read_bytes
+from layouts.store import StorageOptions, normalize_uri, read_bytes
 
 
 @dataclass

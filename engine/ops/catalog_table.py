@@ -33,7 +33,7 @@ from engine.catalog.schema import (
 )
 from engine.errors import KlakeError
 from engine.names import TopicPartition, validate_partition, validate_topic
-from layouts.storage import StorageOptions, is_s3, normalize_uri
+from layouts.store import StorageOptions, is_s3, normalize_uri
 
 JOB_LEDGER_RETENTION_DAYS = 30
 """How long the job ledger remembers that a job id finished a partition: a re-run within this window

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from engine.catalog.schema import Layout, SegmentRow
 from engine.ops.catalog_table import Catalog
-from layouts.storage import StorageOptions, delete_objects
+from layouts.store import StorageOptions, delete_objects
 
 
 @dataclass

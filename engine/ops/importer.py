@@ -46,7 +46,7 @@ from engine.ops.lease import (
 from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
-from layouts.storage import StorageOptions, ensure_object, normalize_uri, read_bytes
+from layouts.store import StorageOptions, ensure_object, normalize_uri, read_bytes
 
 
 @dataclass

@@ -33,7 +33,7 @@ import humanize
 
 from engine.errors import KlakeError
 from engine.names import TopicPartition
-from layouts.storage import StorageOptions, delete_object, join, normalize_uri, put_if_absent, read_bytes
+from layouts.store import StorageOptions, delete_object, join, normalize_uri, put_if_absent, read_bytes
 
 LEASE_DIR = "_leases"
 DEFAULT_LEASE_TTL_MS = 3_600_000

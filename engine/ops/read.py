@@ -38,7 +38,8 @@ from engine.format.records import HEADERS_TYPE, decode_records
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
-from layouts.storage import StorageOptions, counting_bytes, counting_requests
+from layouts.metering import metered
+from layouts.store import StorageOptions
 
 KAFKA_ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -141,7 +142,7 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
         plan.pruned_segments = len(live)
         return plan
     start_offsets = _log_start_offsets(live)
-    with counting_requests() as requests, counting_bytes() as moved:
+    with metered() as meter:
         for row in _catalog_candidates(catalog, topic, rng, wanted):
             bounds = replace(rng, from_offset=max(rng.from_offset or 0, start_offsets[row.partition]))
             if row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0:
@@ -149,8 +150,8 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
             items = split_segment(row, bounds, options, split_bytes, index_interval_bytes)
             plan.items += items
             plan.split_segments += len(items) > 1
-    plan.requests.update(requests)
-    plan.bytes.update(moved)
+    plan.requests.update(meter.requests)
+    plan.bytes.update(meter.bytes)
     plan.pruned_segments = plan.live_segments - plan.segments_to_read
     return plan
 

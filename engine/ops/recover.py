@@ -68,7 +68,7 @@ from engine.ops.verify import (
 )
 from engine.ops.versions import segment_row
 from layouts.object_layout import SegmentKeys, object_segment_keys
-from layouts.storage import StorageOptions, ensure_object, join, normalize_uri
+from layouts.store import StorageOptions, ensure_object, join, normalize_uri
 
 __all__ = ["PartitionCheck", "Problem", "RecoveryReport", "SegmentRepair", "derived_segment_id",
            "quarantine_key", "recover_partition", "verify_partition"]

@@ -28,7 +28,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
 from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
-from layouts.storage import StorageOptions, normalize_uri
+from layouts.store import StorageOptions, normalize_uri
 
 
 @dataclass

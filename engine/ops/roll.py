@@ -26,7 +26,7 @@ from engine.log.segment_writer import ActiveSegment, Append
 from engine.ops.append import resume_state
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.storage import StorageOptions
+from layouts.store import StorageOptions
 
 
 @dataclass

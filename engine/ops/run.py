@@ -46,7 +46,8 @@ from engine.ops.lease import (
     check_lease,
     release_lease,
 )
-from layouts.storage import StorageOptions, counting_bytes, counting_requests, normalize_uri
+from layouts.metering import metered
+from layouts.store import StorageOptions, normalize_uri
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def run_prepare(prepare: Prepare, item: PartitionInput, catch: bool = True) -> P
     """Run `prepare` on one partition, measuring its requests and bytes; an error becomes the result
     (with the exception's last frames) unless `catch` is False."""
     started = time.monotonic()
-    with counting_requests() as requests, counting_bytes() as moved:
+    with metered() as meter:
         try:
             step = prepare(item)
             error = None
@@ -105,7 +106,7 @@ def run_prepare(prepare: Prepare, item: PartitionInput, catch: bool = True) -> P
             if not catch:
                 raise
             step, error = None, _describe(exc)
-    return PartitionResult(item.tp, step, error, dict(requests), dict(moved), time.monotonic() - started)
+    return PartitionResult(item.tp, step, error, dict(meter.requests), dict(meter.bytes), time.monotonic() - started)
 
 
 def _describe(exc: BaseException) -> str:
@@ -232,10 +233,10 @@ def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config
 def _driver_io(run: JobRun) -> Iterator[None]:
     """Count the driver's own object-store traffic into `run` (the tasks report theirs in their results,
     so the execution itself is left out: serial tasks run in this process)."""
-    with counting_requests() as requests, counting_bytes() as moved:
+    with metered() as meter:
         yield
-    run.requests.update(requests)
-    run.bytes.update(moved)
+    run.requests.update(meter.requests)
+    run.bytes.update(meter.bytes)
 
 
 def _rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:

@@ -27,7 +27,7 @@ from engine.catalog.schema import SegmentRow, table_to_rows
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
 from layouts.object_layout import REJECTS_DIR, parse_object_segment_name
-from layouts.storage import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
+from layouts.store import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
 
 DEFAULT_GRACE_MS = 3_600_000
 _TEMPORARY_RE = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{32}")

@@ -19,7 +19,7 @@ from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig, min_timestamp
-from layouts.storage import StorageOptions, read_bytes
+from layouts.store import StorageOptions, read_bytes
 
 DEFAULT_READ_WINDOW = 256 * 1024
 

@@ -14,7 +14,7 @@ import re
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import validate_topic
-from layouts.storage import StorageOptions, join, list_objects, put_if_absent, read_bytes
+from layouts.store import StorageOptions, join, list_objects, put_if_absent, read_bytes
 
 _VERSION = re.compile(r"config-(\d{8})\.json")
 MAX_SAVE_ATTEMPTS = 5

@@ -35,7 +35,7 @@ from engine.ops.deletion import Cleanup
 from engine.ops.run import PartitionInput, PartitionStep, Prepare, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
-from layouts.storage import StorageOptions, normalize_uri, read_bytes
+from layouts.store import StorageOptions, normalize_uri, read_bytes
 
 
 @dataclass

@@ -31,7 +31,7 @@ from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from layouts.storage import StorageOptions, object_info, read_bytes
+from layouts.store import StorageOptions, object_info, read_bytes
 
 FACT_FIELDS = ("last_offset", "next_offset", "record_count", "batch_count", "first_batch_timestamp",
                "base_timestamp", "largest_timestamp", "offset_of_largest_timestamp", "timestamp_type", "magic")

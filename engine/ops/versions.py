@@ -10,7 +10,7 @@ from engine.catalog.schema import FORMAT_VERSION, Layout, SegmentRow, SegmentSta
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.names import TopicPartition
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
-from layouts.storage import StorageOptions
+from layouts.store import StorageOptions
 
 
 def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes, index: bytes,

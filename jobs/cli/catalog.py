@@ -1,6 +1,6 @@
 """`klake segments`: list the catalog's live segments, pruned by time range.
 
-Storage endpoint and credentials come from the environment (`layouts.storage.StorageOptions.from_env`)
+Storage endpoint and credentials come from the environment (`layouts.store.StorageOptions.from_env`)
 or `--endpoint-url`; secrets are never printed. `import` and `scrub` are jobs (`jobs/import_log.py`,
 `jobs/scrub.py`) with the common job options.
 """
@@ -12,7 +12,7 @@ import json
 import sys
 
 from engine.ops.catalog_table import Catalog
-from layouts.storage import StorageOptions
+from layouts.store import StorageOptions
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")

@@ -26,7 +26,7 @@ from engine.log.segment import InMemorySegment
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.verify import record_problems, valid_prefix
 from layouts.kafka_layout import group_partition_files
-from layouts.storage import filesystem, list_objects, normalize_uri, object_info, read_bytes
+from layouts.store import filesystem, list_objects, normalize_uri, object_info, read_bytes
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 

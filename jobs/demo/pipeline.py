@@ -59,7 +59,7 @@ from jobs.runtime import job_runner
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
 from jobs.runtime.job_runner import JobSpec, at_least
-from layouts.storage import StorageOptions, filesystem, join, list_objects, write_bytes
+from layouts.store import StorageOptions, filesystem, join, list_objects, write_bytes
 
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
 START_MS = 1_793_491_200_000  # 2026-11-01T00:00:00Z: a fixed clock, so re-runs make the same data

@@ -11,7 +11,7 @@ topics:   {orders: {partitions: 8, cleanup.policy: compact}}
 
 Unknown keys anywhere are errors naming the key (a typo must not silently keep a default). Credentials
 are never read from the file: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, and
-KLAKE_S3_ENDPOINT_URL for an endpoint the file does not name (`layouts.storage.StorageOptions`).
+KLAKE_S3_ENDPOINT_URL for an endpoint the file does not name (`layouts.store.StorageOptions`).
 `--set` takes dotted paths; a Kafka topic key keeps its dots after the topic name
 (`--set topics.orders.retention.ms=3600000`).
 """
@@ -30,7 +30,7 @@ from engine.errors import ConfigError
 from engine.log.topic_config import TopicConfig
 from engine.names import InvalidNameError, validate_topic
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
-from layouts.storage import StorageOptions, join, normalize_uri
+from layouts.store import StorageOptions, join, normalize_uri
 
 JOB_DEFAULTS: dict[str, Any] = {
     "lease_ttl_ms": DEFAULT_LEASE_TTL_MS,

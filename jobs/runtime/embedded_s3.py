@@ -63,7 +63,7 @@ def moto_server() -> Iterator[str]:
 
 def create_bucket(name: str) -> str:
     """Create a bucket on the configured endpoint (no LocationConstraint: us-east-1 rejects one)."""
-    from layouts.storage import filesystem
+    from layouts.store import filesystem
 
     fs, _ = filesystem(f"s3://{name}")
     fs.call_s3("create_bucket", Bucket=name)

@@ -34,7 +34,7 @@ from engine.ops.topic_store import load_topic_config, save_topic_config
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
-from layouts.storage import StorageOptions, normalize_uri
+from layouts.store import StorageOptions, normalize_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

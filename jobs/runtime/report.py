@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.ops.run import JobRun
-from layouts.storage import StorageOptions, write_bytes
+from layouts.store import StorageOptions, write_bytes
 
 SUCCEEDED, FAILED = "succeeded", "failed"
 

@@ -24,7 +24,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.lease import acquire_lease
 from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
-from layouts.storage import StorageOptions, filesystem
+from layouts.store import StorageOptions, filesystem
 
 HOUR = 3_600_000
 DAY = 24 * HOUR

@@ -31,7 +31,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
 from jobs.cli.main import main as klake_in_process
-from layouts.storage import StorageOptions, filesystem, list_objects, read_bytes
+from layouts.store import StorageOptions, filesystem, list_objects, read_bytes
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 

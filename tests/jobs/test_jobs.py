@@ -42,7 +42,7 @@ from jobs import (
 )
 from jobs import truncate as truncate_job
 from jobs.runtime.job_runner import JobSpec, main
-from layouts.storage import StorageOptions, list_objects, object_info, read_bytes
+from layouts.store import StorageOptions, list_objects, object_info, read_bytes
 from tests.catalog_rows import offset_bounds
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python

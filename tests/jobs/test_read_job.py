@@ -46,7 +46,8 @@ from jobs.klake_source import KlakeReader, register
 from jobs.runtime.config import load_config
 from jobs.runtime.embedded_s3 import create_bucket
 from jobs.runtime.job_runner import main
-from layouts.storage import StorageOptions, counting_bytes, read_bytes
+from layouts.metering import metered
+from layouts.store import StorageOptions, read_bytes
 from tests.conftest import Backend
 
 NOW = 1_790_000_000_000
@@ -318,6 +319,6 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
     for offset in offsets:
         bounds = {"from_offset": offset + rnd.choice([-1, 0, 1]), "to_offset": offset + 50}
         split = rnd.choice([300_000, range_read.DEFAULT_SPLIT_BYTES])
-        with counting_bytes() as moved:
+        with metered() as meter:
             assert read_locally(catalog, backend, topic, split, **bounds) == expected(everything, topic, **bounds)
-        assert moved["read"] < 64 * 1024, (bounds, moved)  # the indexes and a few batches, not a 1 MiB segment
+        assert meter.bytes["read"] < 64 * 1024, (bounds, meter)  # the indexes and a few batches, not a 1 MiB segment

@@ -19,7 +19,7 @@ from kafka.partitioner.default import murmur2
 
 from engine.catalog.schema import SegmentRow, table_to_rows
 from engine.ops.catalog_table import Catalog
-from layouts.storage import object_info, read_bytes
+from layouts.store import object_info, read_bytes
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 

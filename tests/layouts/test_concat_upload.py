@@ -18,17 +18,10 @@ from engine.log.append import append_records
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.versions import store_segment_version
-from layouts import storage
-from layouts.storage import (
-    S3_MAX_PART_SIZE,
-    S3_MIN_PART_SIZE,
-    ObjectConflictError,
-    counting_requests,
-    filesystem,
-    object_info,
-    put_extending,
-    read_bytes,
-)
+from layouts import extend
+from layouts.extend import S3_MAX_PART_SIZE, S3_MIN_PART_SIZE, put_extending
+from layouts.metering import metered
+from layouts.store import ObjectConflictError, filesystem, object_info, read_bytes
 from tests.conftest import Backend
 
 MIB = 1024 * 1024
@@ -79,7 +72,8 @@ def _leftovers(backend: Backend, uri: str) -> list[str]:
 def test_content_is_prefix_plus_tail(backend: Backend, prefix_size: int, tail_size: int) -> None:
     prefix_uri, data = _with_prefix(backend, prefix_size, tail_size)
     uri = backend.uri("p", "new.log")
-    with counting_requests() as requests:
+    with metered() as meter:
+        requests = meter.requests
         result = put_extending(uri, data, prefix_uri, prefix_size, backend.options)
     assert read_bytes(uri, backend.options) == data
     assert read_bytes(prefix_uri, backend.options) == data[:prefix_size]
@@ -113,7 +107,7 @@ def test_s3_sends_only_the_tail(s3_backend: Backend, monkeypatch: pytest.MonkeyP
 
 def test_prefix_larger_than_a_part_is_copied_in_ranges(s3_backend: Backend, monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
-    monkeypatch.setattr(storage, "S3_MAX_PART_SIZE", 5 * MIB)  # stands in for 5 GiB
+    monkeypatch.setattr(extend, "S3_MAX_PART_SIZE", 5 * MIB)  # stands in for 5 GiB
     prefix_uri, data = _with_prefix(s3_backend, 10 * MIB, 1234)
     uri = s3_backend.uri("p", "new.log")
     calls = _spy_s3(monkeypatch)
@@ -125,13 +119,13 @@ def test_prefix_larger_than_a_part_is_copied_in_ranges(s3_backend: Backend, monk
 
 def test_part_ranges_respect_s3_part_limits() -> None:
     size = 12 * 1024**3 + 7
-    parts = storage._part_ranges(100, 100 + size)
+    parts = extend._part_ranges(100, 100 + size)
     assert len(parts) == 3
     assert parts[0][0] == 100 and parts[-1][1] == 100 + size
     assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
     assert all(S3_MIN_PART_SIZE <= end - start <= S3_MAX_PART_SIZE for start, end in parts)
-    assert storage._part_ranges(5, 5) == []
-    assert storage._part_ranges(0, S3_MAX_PART_SIZE) == [(0, S3_MAX_PART_SIZE)]
+    assert extend._part_ranges(5, 5) == []
+    assert extend._part_ranges(0, S3_MAX_PART_SIZE) == [(0, S3_MAX_PART_SIZE)]
 
 
 def test_never_overwrites(backend: Backend) -> None:
@@ -154,10 +148,10 @@ def test_failed_part_aborts_the_upload(s3_backend: Backend, monkeypatch: pytest.
     prefix_uri, data = _with_prefix(s3_backend, 6 * MIB, 5000)
     uri = s3_backend.uri("p", "new.log")
     calls = _spy_s3(monkeypatch, fail_on="upload_part")
-    with counting_requests() as requests, pytest.raises(ConnectionError):
+    with metered() as meter, pytest.raises(ConnectionError):
         put_extending(uri, data, prefix_uri, 6 * MIB, s3_backend.options)
     assert "complete_multipart_upload" not in [method for method, _ in calls]
-    assert requests["AbortMultipartUpload"] == 1
+    assert meter.requests["AbortMultipartUpload"] == 1
     monkeypatch.undo()
     assert object_info(uri, s3_backend.options) is None
     assert _pending_uploads(s3_backend) == []
@@ -193,7 +187,8 @@ def test_store_segment_version_extends_the_previous_version(backend: Backend) ->
     second = append_records(_records(5, 1000, seed=2), config, log_end_offset=first.state.next_offset, now_ms=NOW,
                             resume=first.state, resume_log=first.log).active
     index, timeindex = second.offset_index.to_bytes(), second.time_index.to_bytes()
-    with counting_requests() as requests:
+    with metered() as meter:
+        requests = meter.requests
         extended = store_segment_version(backend.base, TP, 0, second.log, index, timeindex, SegmentState.ACTIVE,
                                          "job-2", NOW, backend.options, extends=row)
     if backend.name == "s3":

@@ -27,7 +27,7 @@ from layouts.object_layout import (
     parse_object_segment_name,
     write_segment,
 )
-from layouts.storage import (
+from layouts.store import (
     ObjectConflictError,
     StorageOptions,
     delete_objects,

@@ -41,7 +41,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.compact import compact_partition
 from engine.ops.retention import apply_retention
 from engine.ops.truncate import delete_records, truncate_partition
-from layouts.storage import read_bytes
+from layouts.store import read_bytes
 from tests.catalog_rows import partition_segments
 
 TP = TopicPartition("model", 0)

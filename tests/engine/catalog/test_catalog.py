@@ -18,7 +18,7 @@ from engine.ops.catalog_table import (
     CatalogConflictError,
     CatalogNotFoundError,
 )
-from layouts.storage import list_objects
+from layouts.store import list_objects
 from tests.catalog_rows import OffsetBounds, add_segments, make_row, offset_bounds, swap, transition
 
 

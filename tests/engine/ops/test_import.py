@@ -27,7 +27,7 @@ from engine.ops.importer import _PartitionImporter, import_log_dir
 from engine.ops.lease import acquire_lease, lease_uri, read_lease
 from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
-from layouts.storage import delete_object, filesystem, list_objects, object_info, read_bytes
+from layouts.store import delete_object, filesystem, list_objects, object_info, read_bytes
 from tests.catalog_rows import offset_bounds
 
 BROKER_PARTITIONS = ("_confluent-command-0", "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0",

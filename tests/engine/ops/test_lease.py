@@ -19,7 +19,7 @@ from engine.ops.lease import (
     read_lease,
     release_lease,
 )
-from layouts.storage import list_objects, put_if_absent
+from layouts.store import list_objects, put_if_absent
 
 TP = TopicPartition("orders", 3)
 

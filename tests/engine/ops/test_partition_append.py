@@ -14,7 +14,7 @@ from engine.names import TopicPartition
 from engine.ops.append import append_to_partition, prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
-from layouts.storage import read_bytes
+from layouts.store import read_bytes
 from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
 

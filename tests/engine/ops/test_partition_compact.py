@@ -12,7 +12,7 @@ from engine.names import TopicPartition
 from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.compact import compact_partition
-from layouts.storage import read_bytes
+from layouts.store import read_bytes
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_append import _log
 

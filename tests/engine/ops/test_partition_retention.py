@@ -14,7 +14,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.retention import apply_retention
 from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
-from layouts.storage import object_info
+from layouts.store import object_info
 from tests.catalog_rows import add_segments, all_segments, transition
 from tests.conftest import Backend
 

@@ -22,7 +22,7 @@ from engine.ops.recover import quarantine_key, recover_partition, verify_partiti
 from engine.ops.verify import valid_prefix
 from engine.ops.versions import segment_row
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
-from layouts.storage import delete_object, list_objects, read_bytes
+from layouts.store import delete_object, list_objects, read_bytes
 from tests.catalog_rows import add_segments, all_segments
 from tests.conftest import Backend
 

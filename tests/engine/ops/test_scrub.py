@@ -14,7 +14,7 @@ from engine.ops.importer import import_log_dir
 from engine.ops.scrub import scrub
 from jobs.cli.main import main as klake
 from layouts.object_layout import object_segment_keys, write_segment
-from layouts.storage import delete_object, filesystem, list_objects, object_info
+from layouts.store import delete_object, filesystem, list_objects, object_info
 from tests.catalog_rows import add_segments, make_row, transition
 
 SMALL_PARTITIONS = ("_confluent-command-0", "docker-connect-status-0")

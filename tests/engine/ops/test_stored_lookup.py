@@ -11,7 +11,7 @@ from engine.log.lookup import list_offsets
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import StoredSegment
-from layouts.storage import counting_requests
+from layouts.metering import metered
 from tests.catalog_rows import partition_segments
 from tests.conftest import KAFKA_FIXTURES, Backend
 
@@ -36,7 +36,8 @@ def test_catalog_lookups_equal_golden_with_bounded_requests(catalogued) -> None:
         (rows := catalog.live_segments("timeindex_test", 0))
     for expected in golden if backend.name == "local" else golden[::5]:  # moto answers slowly
         segments = [StoredSegment(row, backend.options) for row in rows]  # cold: nothing cached
-        with counting_requests() as requests:
+        with metered() as meter:
+            requests = meter.requests
             answer = list_offsets(segments, expected["target"])
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
         if expected["target"] in (-1, -2):

@@ -11,7 +11,7 @@ from engine.errors import ConfigError
 from engine.log.topic_config import TopicConfig
 from engine.names import InvalidNameError
 from engine.ops.topic_store import load_topic_config, save_topic_config
-from layouts.storage import list_objects
+from layouts.store import list_objects
 from tests.conftest import Backend
 
 

@@ -1,0 +1,398 @@
+"""Objects on local paths and `s3://` URIs through fsspec: the storage seam every klake module goes through.
+
+`file_io(uri, options)` chooses a `FileIO` by URI scheme, as pyiceberg's `load_file_io` does: `LocalFileIO`
+for paths and `file://`, `S3FileIO` for `s3://`/`s3a://`, `FsspecFileIO` (read, list, replace, delete;
+no put-if-absent) for any other fsspec protocol. The module-level functions are the API callers use;
+each resolves its `FileIO` and meters the request (`layouts.metering`).
+
+Credentials follow the standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+`AWS_SESSION_TOKEN`, `AWS_REGION`/`AWS_DEFAULT_REGION`); an S3-compatible endpoint comes from
+`KLAKE_S3_ENDPOINT_URL` or `AWS_ENDPOINT_URL`. Secrets are never part of a repr, a log line or a report.
+
+Objects are written with put-if-absent only (`put_if_absent`): `If-None-Match: *` on S3, a hard link
+of a fully written temporary file locally (atomic, fails if the name exists). Listings are never
+cached, because klake decides what to delete from them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import fsspec
+
+from layouts.metering import record
+
+S3_SCHEMES = ("s3://", "s3a://")
+S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Where and how to reach object storage. `repr` hides the secrets."""
+
+    endpoint_url: str | None = None
+    key: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    region: str | None = None
+
+    @classmethod
+    def from_env(cls, endpoint_url: str | None = None) -> StorageOptions:
+        env = os.environ
+        return cls(
+            endpoint_url=endpoint_url or env.get("KLAKE_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL"),
+            key=env.get("AWS_ACCESS_KEY_ID"),
+            secret=env.get("AWS_SECRET_ACCESS_KEY"),
+            token=env.get("AWS_SESSION_TOKEN"),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+        )
+
+    def s3fs_kwargs(self) -> dict:
+        client: dict = {}
+        if self.endpoint_url:
+            client["endpoint_url"] = self.endpoint_url
+        if self.region:
+            client["region_name"] = self.region
+        kwargs: dict = {"client_kwargs": client, "use_listings_cache": False}
+        if self.key:
+            kwargs["key"] = self.key
+        if self.secret:
+            kwargs["secret"] = self.secret
+        if self.token:
+            kwargs["token"] = self.token
+        return kwargs
+
+    def delta_storage_options(self) -> dict[str, str]:
+        """The same settings under delta-rs (object_store) option names; `AWS_ALLOW_HTTP` for http endpoints."""
+        opts: dict[str, str] = {}
+        if self.endpoint_url:
+            opts["AWS_ENDPOINT_URL"] = self.endpoint_url
+            if self.endpoint_url.startswith("http://"):
+                opts["AWS_ALLOW_HTTP"] = "true"
+        if self.key:
+            opts["AWS_ACCESS_KEY_ID"] = self.key
+        if self.secret:
+            opts["AWS_SECRET_ACCESS_KEY"] = self.secret
+        if self.token:
+            opts["AWS_SESSION_TOKEN"] = self.token
+        if self.region:
+            opts["AWS_REGION"] = self.region
+        return opts
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith(S3_SCHEMES)
+
+
+def is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One stored object: its URI, size in bytes and last-modified time (ms since epoch)."""
+
+    uri: str
+    size: int
+    mtime_ms: int
+
+    @property
+    def name(self) -> str:
+        return self.uri.rsplit("/", 1)[-1]
+
+
+@dataclass
+class DeleteResult:
+    """What a bulk delete did: URIs deleted, URIs that failed with the reason, and requests sent."""
+
+    deleted: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    requests: int = 0
+
+
+class FileIO:
+    """One kind of storage: how a URI maps to an fsspec path and back, and how each operation is done
+    there. The common operations are fsspec's; subclasses say what differs (atomic creation, bulk
+    deletes)."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
+        self.fs = fs
+
+    def path(self, uri: str) -> str:
+        """The fsspec path of `uri`."""
+        return uri.split("://", 1)[1].rstrip("/")
+
+    def uri(self, path: str) -> str:
+        """The URI of an fsspec path this store returned (the inverse of `path`)."""
+        return path
+
+    def read(self, uri: str, start: int | None, end: int | None) -> bytes:
+        path = self.path(uri)
+        data = self.fs.cat_file(path) if start is None and end is None else self.fs.cat_file(path, start=start,
+                                                                                              end=end)
+        record("GET", read=len(data))
+        return data
+
+    def list_objects(self, uri: str) -> list[ObjectInfo]:
+        path = self.path(uri)
+        record("LIST")
+        if not self.fs.exists(path):
+            return []
+        found = self.fs.find(path, detail=True)
+        return sorted((self._info(p, d) for p, d in found.items() if d.get("type") == "file"),
+                      key=lambda info: info.uri)
+
+    def list_dirs(self, uri: str) -> list[str]:
+        path = self.path(uri)
+        record("LIST")
+        if not self.fs.exists(path):
+            return []
+        entries = self.fs.ls(path, detail=True)
+        return sorted(self.uri(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory")
+
+    def info(self, uri: str) -> ObjectInfo | None:
+        path = self.path(uri)
+        record("HEAD")
+        try:
+            detail = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        if detail.get("type") != "file":
+            return None
+        return self._info(path, detail)
+
+    def put_if_absent(self, uri: str, data: bytes) -> None:
+        raise ValueError(f"put-if-absent is implemented for s3:// and local paths, not {uri!r}")
+
+    def write(self, uri: str, data: bytes) -> None:
+        record("PUT", written=len(data))
+        self.fs.pipe_file(self.path(uri), data)
+
+    def delete(self, uri: str) -> bool:
+        record("DELETE")
+        try:
+            self.fs.rm_file(self.path(uri))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete_many(self, uris: list[str]) -> DeleteResult:
+        result = DeleteResult()
+        for uri in uris:
+            result.requests += 1
+            if self.delete(uri):
+                result.deleted.append(uri)
+            else:
+                result.failed[uri] = "not found"
+        return result
+
+    def _info(self, path: str, detail: dict) -> ObjectInfo:
+        if "LastModified" in detail:
+            mtime_ms = int(detail["LastModified"].timestamp() * 1000)
+        else:
+            mtime_ms = int(detail["mtime"] * 1000)
+        return ObjectInfo(uri=self.uri(path), size=int(detail["size"]), mtime_ms=mtime_ms)
+
+
+class LocalFileIO(FileIO):
+    """Local paths: objects are files; creation publishes a fully written temporary file by hard link."""
+
+    def path(self, uri: str) -> str:
+        return os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+    def put_if_absent(self, uri: str, data: bytes) -> None:
+        record("PUT", written=len(data))
+        publish_local(self.path(uri), lambda out: out.write(data))
+
+    def write(self, uri: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(self.path(uri)), exist_ok=True)
+        super().write(uri, data)
+
+    def delete_many(self, uris: list[str]) -> DeleteResult:
+        result = DeleteResult()
+        for uri in uris:
+            path = self.path(uri)
+            result.requests += 1
+            record("DELETE")
+            try:
+                os.remove(path)
+                result.deleted.append(path)
+            except OSError as exc:
+                result.failed[path] = exc.strerror or type(exc).__name__
+        return result
+
+
+class S3FileIO(FileIO):
+    """S3 and S3-compatible stores: conditional PUTs (`If-None-Match: *`), batched DeleteObjects."""
+
+    def uri(self, path: str) -> str:
+        return "s3://" + path
+
+    def put_if_absent(self, uri: str, data: bytes) -> None:
+        record("PUT", written=len(data))
+        self.fs.pipe_file(self.path(uri), data, mode="create")
+
+    def delete_many(self, uris: list[str]) -> DeleteResult:
+        """One DeleteObjects request per bucket and batch of at most 1,000 keys. Per-key errors that S3
+        returns are reported in `failed`, never dropped (s3fs' own `rm` omits them)."""
+        result = DeleteResult()
+        by_bucket: dict[str, list[str]] = {}
+        for uri in uris:
+            bucket, key = self.path(uri).split("/", 1)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), S3_DELETE_BATCH):
+                batch = keys[start:start + S3_DELETE_BATCH]
+                response = self.fs.call_s3("delete_objects", Bucket=bucket,
+                                           Delete={"Objects": [{"Key": k} for k in batch], "Quiet": False})
+                result.requests += 1
+                record("DELETE")
+                result.deleted.extend(f"s3://{bucket}/{d['Key']}" for d in response.get("Deleted", []))
+                for error in response.get("Errors", []):
+                    result.failed[f"s3://{bucket}/{error['Key']}"] = f"{error.get('Code')}: {error.get('Message')}"
+        return result
+
+
+class FsspecFileIO(FileIO):
+    """Any other fsspec protocol (`memory://`, …): reads, listings, replacing writes and deletes, but no
+    atomic creation, so no segment can be written there."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str) -> None:
+        super().__init__(fs)
+        self.protocol = protocol
+
+    def path(self, uri: str) -> str:
+        return uri.split("://", 1)[1]
+
+
+def file_io(uri: str, options: StorageOptions | None = None) -> FileIO:
+    """The `FileIO` for `uri`'s scheme; S3 stores take `options`, by default from the environment.
+
+    Nothing is cached here: fsspec caches its filesystems itself and drops them after a fork, which
+    Spark's Python workers are, so a cache of ours would hand a forked worker its parent's event loop.
+    """
+    if is_s3(uri):
+        return S3FileIO(fsspec.filesystem("s3", **(options or StorageOptions.from_env()).s3fs_kwargs()))
+    if is_local(uri):
+        return LocalFileIO(fsspec.filesystem("file"))
+    protocol = uri.split("://", 1)[0]
+    return FsspecFileIO(fsspec.filesystem(protocol), protocol)
+
+
+def filesystem(uri: str, options: StorageOptions | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem for `uri` and the path within it (no scheme for s3, absolute locally), for
+    callers that hand a filesystem to another library (pyarrow datasets, Spark inputs)."""
+    io = file_io(uri, options)
+    return io.fs, io.path(uri)
+
+
+def read_bytes(uri: str, options: StorageOptions | None = None, start: int | None = None,
+               end: int | None = None) -> bytes:
+    """Read an object, or the byte range [start, end) of it (one ranged GET on S3)."""
+    return file_io(uri, options).read(uri, start, end)
+
+
+def join(base: str, *parts: str) -> str:
+    """Join key parts with '/', keeping the scheme of `base`."""
+    return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def normalize_uri(uri: str) -> str:
+    """`s3://bucket/key` (s3a becomes s3) or an absolute local path, without a trailing '/'."""
+    if is_s3(uri):
+        return "s3://" + uri.split("://", 1)[1].rstrip("/")
+    return file_io(uri, StorageOptions()).path(uri)
+
+
+def list_objects(uri: str, options: StorageOptions | None = None) -> list[ObjectInfo]:
+    """Every object under the prefix `uri` (recursively), sorted by URI; empty if nothing is there."""
+    return file_io(uri, options).list_objects(uri)
+
+
+def list_dirs(uri: str, options: StorageOptions | None = None) -> list[str]:
+    """URIs of the immediate sub-directories (common prefixes on S3) of `uri`, sorted."""
+    return file_io(uri, options).list_dirs(uri)
+
+
+def object_info(uri: str, options: StorageOptions | None = None) -> ObjectInfo | None:
+    """Size and mtime of one object, or None if it does not exist."""
+    return file_io(uri, options).info(uri)
+
+
+def put_if_absent(uri: str, data: bytes, options: StorageOptions | None = None) -> None:
+    """Create the object `uri` holding `data`; raise `FileExistsError` if it already exists.
+
+    S3: one PUT with `If-None-Match: *` (conditional write). Local: write a temporary file beside the
+    target, then `os.link` it to the final name, which is atomic and fails if the name exists, so
+    readers never see a partial object.
+    """
+    file_io(uri, options).put_if_absent(uri, data)
+
+
+def write_bytes(uri: str, data: bytes, options: StorageOptions | None = None) -> None:
+    """Write (or replace) a job's output object: reports, rejects, answers, demo state. Never used for
+    segments, which are immutable (`put_if_absent`). Local parent directories are created."""
+    file_io(uri, options).write(uri, data)
+
+
+def delete_object(uri: str, options: StorageOptions | None = None) -> bool:
+    """Delete one object; False if it was already gone."""
+    return file_io(uri, options).delete(uri)
+
+
+def delete_objects(uris: Iterable[str], options: StorageOptions | None = None) -> DeleteResult:
+    """Delete many objects, in as few requests as the store allows (S3: 1,000 keys a request); every
+    per-object failure is reported with its reason."""
+    by_scheme: dict[str, list[str]] = {}
+    for uri in uris:
+        scheme = "s3" if is_s3(uri) else "file" if is_local(uri) else uri.split("://", 1)[0]
+        by_scheme.setdefault(scheme, []).append(uri)
+    result = DeleteResult()
+    for batch in by_scheme.values():
+        part = file_io(batch[0], options).delete_many(batch)
+        result.deleted += part.deleted
+        result.failed.update(part.failed)
+        result.requests += part.requests
+    return result
+
+
+class ObjectConflictError(FileExistsError):
+    """An object already exists under a key with different bytes than the ones to be written."""
+
+
+def ensure_object(uri: str, data: bytes, options: StorageOptions | None = None) -> bool:
+    """Create `uri` with `data` (put-if-absent); True if created, False if it already held exactly `data`.
+
+    This makes re-running an interrupted writer idempotent without ever overwriting an object: an
+    existing object with other bytes raises `ObjectConflictError`.
+    """
+    try:
+        put_if_absent(uri, data, options)
+    except FileExistsError:
+        if read_bytes(uri, options) != data:
+            raise ObjectConflictError(f"{uri} already exists with different content") from None
+        return False
+    return True
+
+
+def publish_local(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """Write a temporary file beside `path`, then hard-link it to `path`: atomic, and it fails with
+    `FileExistsError` if the name is taken, so readers never see a partial object. The temporary
+    file is removed whatever happens."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(temporary, "xb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(temporary, path)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(temporary)
