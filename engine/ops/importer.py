@@ -12,7 +12,8 @@ catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects
   (Kafka's recovery truncates a segment to its valid prefix, spec 7.2);
 - re-running is a no-op: a segment's id is derived from its source key and size, so a segment that
   is already registered with the same key and size is recognised without reading it;
-- each partition is leased while it is imported, so two imports of one partition cannot interleave;
+- each partition is leased while it is imported, so two imports of one partition cannot interleave
+  (the partition-job protocol of `engine.ops.run`, as every job);
 - the source's last segment is registered ACTIVE (it was the broker's active segment), the others
   ROLLED; a previously ACTIVE row followed by newly imported segments moves to ROLLED in the same commit.
 """
@@ -20,12 +21,11 @@ catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
-from contextlib import ExitStack, suppress
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
-from engine.catalog.changes import CatalogChange, CatalogStateError, plan_change
+from engine.catalog.changes import CatalogChange, plan_change
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError
 from engine.format.batch import scan_batches
@@ -33,16 +33,11 @@ from engine.index.checks import check_sidecars
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
 from engine.log.summary import SegmentSummary, summarize_segment
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.lease import (
-    DEFAULT_LEASE_TTL_MS,
-    Lease,
-    LeaseHeldError,
-    LeaseLostError,
-    acquire_lease,
-    check_lease,
-    release_lease,
-)
+from engine.ops.lease import DEFAULT_LEASE_TTL_MS
+from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
@@ -81,6 +76,9 @@ class PartitionOutcome:
     def failed(self) -> bool:
         return self.error is not None
 
+    def to_dict(self) -> dict:
+        return asdict(self) | {"failed": self.failed}
+
 
 @dataclass
 class ImportReport:
@@ -97,6 +95,8 @@ class ImportReport:
     already_registered: int = 0
     sidecars_rebuilt: int = 0
     commit_version: int | None = None
+    requests: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -241,76 +241,51 @@ def _demotions(rows: list[SegmentRow],
             if row.state == SegmentState.ACTIVE and row.base_offset < first_new]
 
 
-def _release(lease: Lease, options: StorageOptions | None) -> None:
-    """Release a lease at the end of the run; one lost meanwhile has already been reported."""
-    with suppress(LeaseLostError):
-        release_lease(lease, options)
-
-
-def _lease_partitions(parts: list[KafkaPartitionDir], root: str, owner: str, job_id: str, ttl_ms: int,
-                      options: StorageOptions | None, report: ImportReport,
-                      held: ExitStack) -> list[tuple[KafkaPartitionDir, Lease]]:
-    """Lease every partition that is free (or leased by a dead attempt of `job_id`); report the others
-    as failed (held by another job)."""
-    leased = []
-    for part in parts:
-        try:
-            lease = acquire_lease(root, part.tp, owner, job_id, ttl_ms, options)
-        except (LeaseHeldError, LeaseLostError) as exc:
-            report.partitions.append(PartitionOutcome(part.tp.topic, part.tp.partition, part.uri, error=str(exc)))
-            continue
-        held.callback(_release, lease, options)
-        leased.append((part, lease))
-    return leased
+def prepare_import(item: PartitionInput, parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
+                   job_id: str, index_interval_bytes: int,
+                   options: StorageOptions | None) -> PartitionStep[PartitionOutcome]:
+    """Import one partition directory against its live rows; the change is checked here, so a partition
+    whose rows conflict with the import fails alone (`CatalogStateError`)."""
+    existing = {row.ref: row for row in item.rows}
+    importer = _PartitionImporter(parts[item.tp], root, copy, job_id, index_interval_bytes, existing, options)
+    importer.run()
+    change = CatalogChange(add=tuple(importer.rows), transitions=tuple(_demotions(importer.rows, existing)))
+    plan_change(change, existing)
+    return PartitionStep(importer.outcome, change)
 
 
 def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                   options: StorageOptions | None = None, owner: str | None = None, job_id: str | None = None,
+                   options: StorageOptions | None = None, job_id: str | None = None,
                    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> ImportReport:
-    """Register every partition directory under `source` in `catalog` with one commit.
+    """Register every partition directory under `source` in `catalog` with one commit, through the
+    partition-job protocol every job uses (`engine.ops.run`: lease, plan, check the lease, one commit).
 
     A killed import is finished by a re-run with the same `job_id`, at once: it takes over the dead
-    attempt's leases and recognises the segments already registered.
+    attempt's leases and recognises the segments already registered. The import keeps no job-ledger
+    entries: it is idempotent by content (a segment's id is its source key and size), and re-running
+    the same command later must register the segments the broker has written since.
     """
     source, root = normalize_uri(source), normalize_uri(root)
     job_id = job_id or default_import_job_id(source, root, copy)
-    owner = owner or f"{socket.gethostname()}:{os.getpid()}"
     report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
     log_dir = scan_log_dir(source, options)
     report.skipped_dirs = log_dir.skipped_dirs
-    with ExitStack() as held:
-        leased = _lease_partitions(log_dir.partitions, root, owner, job_id, lease_ttl_ms, options, report, held)
-        existing = catalog.rows_of((part.tp.topic, part.tp.partition) for part, _ in leased)
-        prepared = []
-        for part, lease in leased:
-            mine = {ref: row for ref, row in existing.items()
-                    if (ref.topic, ref.partition) == (part.tp.topic, part.tp.partition)}
-            importer = _PartitionImporter(part, root, copy, job_id, index_interval_bytes, mine, options)
-            importer.run()
-            report.partitions.append(importer.outcome)
-            change = CatalogChange(add=tuple(importer.rows), transitions=tuple(_demotions(importer.rows, mine)))
-            try:
-                plan_change(change, mine)
-            except CatalogStateError as exc:
-                importer.outcome.error = str(exc)
-                continue
-            prepared.append((importer, lease, change))
-        add: list[SegmentRow] = []
-        transitions: list[tuple[SegmentRef, SegmentState]] = []
-        for importer, lease, change in prepared:
-            try:
-                check_lease(lease, options)
-            except LeaseLostError as exc:
-                importer.outcome.error = f"{exc}; nothing committed for this partition"
-                continue
-            add += change.add
-            transitions += change.transitions
-        result = catalog.apply(CatalogChange(add=tuple(add), transitions=tuple(transitions)),
-                               operation="import", job_id=job_id)
+    parts = {part.tp: part for part in log_dir.partitions}
+    prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,
+                      index_interval_bytes=index_interval_bytes, options=options)
+    run = run_partition_job(catalog, root, dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
+                            operation="import", job_id=job_id, options=options, ledger=False,
+                            lease_ttl_ms=lease_ttl_ms)
+    stepped = {result.tp: result.step.outcome for result in run.results if result.step is not None}
+    for tp, part in parts.items():
+        outcome = stepped.get(tp) or PartitionOutcome(tp.topic, tp.partition, part.uri)
+        outcome.error = run.failures.get(str(tp), outcome.error)
+        report.partitions.append(outcome)
     report.partitions.sort(key=lambda p: (p.topic, p.partition))
-    report.commit_version = result.version
-    report.rows_added = result.added
+    if run.commit is not None:
+        report.commit_version, report.rows_added = run.commit.version, run.commit.added
     report.already_registered = sum(s.status == "already-registered" for p in report.partitions for s in p.segments)
     report.sidecars_rebuilt = sum(s.sidecars == "rebuilt" for p in report.partitions for s in p.segments)
+    report.requests, report.bytes = dict(run.requests), dict(run.bytes)
     return report

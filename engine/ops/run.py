@@ -27,7 +27,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -42,6 +42,7 @@ from engine.ops.lease import (
     DEFAULT_LEASE_TTL_MS,
     Lease,
     LeaseHeldError,
+    LeaseLostError,
     acquire_lease,
     check_lease,
     release_lease,
@@ -169,8 +170,14 @@ class _Leases:
                 run.failures[str(tp)] = str(exc)
                 continue
             self.held[tp] = lease
-            stack.callback(release_lease, lease, self.options)
+            stack.callback(self._release, lease)
         return list(self.held)
+
+    def _release(self, lease: Lease) -> None:
+        """Release at the end of the run; a lease lost meanwhile is the taker's now, and its partition
+        is already reported as not committed."""
+        with suppress(LeaseLostError):
+            release_lease(lease, self.options)
 
     def still_ours(self, tp: TopicPartition) -> str | None:
         try:
@@ -182,7 +189,7 @@ class _Leases:
 
 def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
-                      mutate: bool = True, strict: bool = False, ledger_idle: bool = False,
+                      mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
                       lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
@@ -190,7 +197,9 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
     first partition failure instead of recording it (the engine's single-partition functions).
     `ledger_idle` (appends): a partition whose step changed nothing (every record rejected) is finished
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
-    their steps are idempotent and the ledger must not grow with every idle run.
+    their steps are idempotent and the ledger must not grow with every idle run. `ledger=False` (import)
+    neither skips nor enters partitions: a job idempotent by content that must redo its work whenever its
+    source has grown.
     """
     root = normalize_uri(root)
     run = JobRun(job_id, operation)
@@ -201,7 +210,7 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
             rows = _rows_by_partition(catalog, tps)
             if mutate:
                 _finish_earlier_deletes(catalog, root, rows, options, run)
-                if done := catalog.committed_partitions(job_id, tps):
+                if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
         items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp])
@@ -216,7 +225,7 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
             run.bytes.update(result.bytes)
         if mutate:
             with _driver_io(run):
-                _commit(catalog, root, run, leases, options, ledger_idle)
+                _commit(catalog, root, run, leases, options, ledger, ledger_idle)
     return run
 
 
@@ -258,7 +267,7 @@ def _finish_earlier_deletes(catalog: Catalog, root: str, rows: Mapping[TopicPart
 
 
 def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
-            ledger_idle: bool) -> None:
+            ledger: bool, ledger_idle: bool) -> None:
     """One commit for every partition that prepared a change and still holds its lease, entering the
     partitions it finishes in the job ledger; then the deletes."""
     adds, removes, transitions, retire, finished = [], [], [], [], []
@@ -282,7 +291,7 @@ def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: 
     try:
         run.commit = catalog.apply(CatalogChange(add=tuple(adds), remove=tuple(removes),
                                                  transitions=tuple(transitions)),
-                                   operation=run.operation, job_id=run.job_id, finished=finished)
+                                   operation=run.operation, job_id=run.job_id, finished=finished if ledger else ())
     except AlreadyCommittedError as exc:
         run.failures.update({str(tp): f"not committed: {exc}" for tp in finished})
         return
