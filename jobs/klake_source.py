@@ -17,9 +17,10 @@ Filter pushdown (`register` turns on `spark.sql.python.filterPushdown.enabled`, 
 of any source that implements it, so registering the class yourself needs it too): comparisons and
 equality on `offset` and `timestamp`, comparisons, equality and IN on `partition`, equality and IN on
 `topic`, IS NOT NULL on those; every handled filter is applied exactly by the reader. A timestamp
-filter is handled only when the read is bounded in time from 0 on (an option or a lower bound >= 0):
-a time range here never matches records without a timestamp (-1), whereas Spark's `timestamp < t`
-alone would. Anything else goes back to Spark, which applies it after the scan.
+filter is handled only when the read is bounded in time from the topic's smallest timestamp on (an
+option, or a lower bound >= 0, or >= KIP-228's minimum on a topic with `klake.timestamps.allow.negative`):
+a time range here never matches timestamps below that floor (records without a timestamp, -1, on other
+topics), whereas Spark's `timestamp < t` alone would. Anything else goes back to Spark, which applies it after the scan.
 
 Spark 4.2.0 caveat: it keeps the planned read (partitions and reader state) of a pushed-down query on
 the relation that `load()` made, and a later query on that same DataFrame without pushable filters
@@ -52,8 +53,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from engine.errors import ConfigError
+from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.read import DEFAULT_SPLIT_BYTES, ReadRange, WorkItem, plan_read, read_item
+from engine.ops.topic_store import load_topic_config
 from jobs.read import KAFKA_SCHEMA
 from jobs.runtime.job_runner import parse_now
 from layouts.store import StorageOptions, join, normalize_uri
@@ -128,8 +131,9 @@ class KlakeReader(DataSourceReader):
         self.storage = storage or StorageOptions.from_env()
         if endpoint:
             self.storage = replace(self.storage, endpoint_url=endpoint)
+        floor = min_timestamp(load_topic_config(self.root, self.topic, self.storage))
         self.range = ReadRange(self._time("startingtimestamp"), self._time("endingtimestamp"),
-                               self._int("startingoffset"), self._int("endingoffset"))
+                               self._int("startingoffset"), self._int("endingoffset"), floor)
         listed = self.options.get("partitions")
         self.partition_tests: list[tuple[str, Any]] = (
             [("in", tuple(int(p) for p in listed.split(",") if p.strip()))] if listed else [])
@@ -154,7 +158,8 @@ class KlakeReader(DataSourceReader):
         wanted = Pushdown()
         timed: list[Filter] = []
         rest = [item for item in filters if not _take(item, wanted, timed)]
-        time_ok = self.range.lowest_timestamp is not None or (wanted.from_ms is not None and wanted.from_ms >= 0)
+        time_ok = self.range.lowest_timestamp is not None or (wanted.from_ms is not None
+                                                              and wanted.from_ms >= self.range.floor)
         if timed and not time_ok:
             rest += timed
             wanted.from_ms = wanted.to_ms = None
@@ -163,13 +168,13 @@ class KlakeReader(DataSourceReader):
 
     def _apply(self, wanted: Pushdown) -> None:
         r = self.range
-        lower_ms = None if wanted.from_ms is None else max(wanted.from_ms, 0)
-        upper_ms = None if wanted.to_ms is None else max(wanted.to_ms, 0)
+        lower_ms = None if wanted.from_ms is None else max(wanted.from_ms, r.floor)
+        upper_ms = None if wanted.to_ms is None else max(wanted.to_ms, r.floor)
         merged = Pushdown(r.from_ms, r.to_ms, r.from_offset, r.to_offset)
         merged.narrow("ms", lower_ms, upper_ms)
         merged.narrow("offset", None if wanted.from_offset is None else max(wanted.from_offset, 0),
                       None if wanted.to_offset is None else max(wanted.to_offset, 0))
-        self.range = ReadRange(merged.from_ms, merged.to_ms, merged.from_offset, merged.to_offset)
+        self.range = ReadRange(merged.from_ms, merged.to_ms, merged.from_offset, merged.to_offset, r.floor)
         self.partition_tests += wanted.partition_tests
         self.nothing = wanted.topics is not None and self.topic not in wanted.topics
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from kafka.partitioner.default import murmur2 as kafka_murmur2
+from pyspark.sql.datasource import GreaterThanOrEqual
 
 import engine.ops.run
 from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
@@ -41,6 +42,7 @@ from jobs import (
     scrub,
 )
 from jobs import truncate as truncate_job
+from jobs.klake_source import KlakeReader
 from jobs.runtime.job_runner import JobSpec, main
 from layouts.store import StorageOptions, list_objects, object_info, read_bytes
 from tests.catalog_rows import offset_bounds
@@ -724,6 +726,17 @@ def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_tar
     expected = [r[0] for r in records if christmas <= r[1] < 1]
     assert sorted(got["offset"].to_pylist()) == expected and report["results"]["read"]["records"] == len(expected)
     assert report["results"]["read"]["segments"]["pruned"] > 0  # segments wholly before Christmas 1969
+
+    def source_offsets(reader: KlakeReader) -> list[int]:
+        return sorted(o for p in reader.partitions() for b in reader.read(p) for o in b.column("offset").to_pylist())
+
+    by_option = KlakeReader({"root": jobs.root, "topic": "old", "startingTimestamp": "1969-12-25T00:00:00Z",
+                             "endingTimestamp": "1"}, jobs.backend.options)
+    assert source_offsets(by_option) == expected
+    pushed = KlakeReader({"root": jobs.root, "topic": "old"}, jobs.backend.options)
+    christmas_eve = datetime(1969, 12, 24, tzinfo=UTC)  # a pre-1970 lower bound is exact on a KIP-228 topic
+    assert pushed.pushFilters([GreaterThanOrEqual(("timestamp",), christmas_eve)]) == []
+    assert source_offsets(pushed) == [r[0] for r in records if r[1] >= christmas - day]
 
     retention_ms = 6 * day
     doomed = kafka_time_retention(rows, now, retention_ms)
