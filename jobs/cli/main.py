@@ -21,7 +21,7 @@ from jobs import (
 )
 from jobs.cli import catalog as cli_catalog
 from jobs.cli import inspect as cli_inspect
-from jobs.demo import pipeline as demo
+from jobs.demo import command as demo
 from jobs.runtime import job_runner
 
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
