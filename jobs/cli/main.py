@@ -6,23 +6,30 @@ import argparse
 import sys
 
 from engine.errors import KlakeError
-from jobs import (
-    append,
-    catalog_maintenance,
-    compact,
-    import_log,
-    offsets_for_times,
-    read,
-    recover,
-    retention,
-    roll,
-    scrub,
-    truncate,
-)
-from jobs.cli import catalog as cli_catalog
-from jobs.cli import inspect as cli_inspect
-from jobs.demo import command as demo
-from jobs.runtime import job_runner
+
+try:
+    from jobs import (
+        append,
+        catalog_maintenance,
+        compact,
+        import_log,
+        offsets_for_times,
+        read,
+        recover,
+        retention,
+        roll,
+        scrub,
+        truncate,
+    )
+    from jobs.cli import catalog as cli_catalog
+    from jobs.cli import inspect as cli_inspect
+    from jobs.demo import command as demo
+    from jobs.runtime import job_runner
+except ImportError as exc:  # a broken install (the compiled codec not built) is one line, not a traceback
+    if "compiled record codec" not in str(exc):
+        raise
+    print(f"klake: {exc}", file=sys.stderr)
+    sys.exit(2)
 
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
 JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,

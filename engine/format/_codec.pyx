@@ -1,0 +1,469 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The v2 record codec's per-record loops in C (spec 1.5): framing, field checks and column building.
+
+Records are variable-length (varint framing), so decoding and encoding need a loop per record; here it
+runs without the GIL over raw buffers and writes Arrow-ready buffers (offsets, data, validity bitmaps)
+directly. The Python side (`engine.format.records`, `engine.format.builder`) keeps the batch-level
+work: headers, decompression, timestamps/offsets from deltas, and the Arrow arrays over these buffers.
+
+Every check Kafka's `DefaultRecord.readFrom` makes is made here, and a failure is returned (never
+raised from C) as (kind, batch, record, position, field, message) for the caller to turn into a
+`CorruptRecordError`. Reads never go past a batch's region: every varint and every skip is bounded.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t, uintptr_t
+from libc.string cimport memcpy
+
+import numpy as np
+
+cdef enum:
+    VARINT_MAX = 5
+    VARLONG_MAX = 10
+    MIN_RECORD_BODY = 6  # attributes + 5 one-byte varints
+
+cdef int64_t INT32_MAX = 2147483647
+
+# failure kinds: batch-level ones carry no record number, record-level ones do
+cdef enum:
+    BATCH_FAILURE = 0
+    RECORD_FAILURE = 1
+
+cdef enum Field:
+    F_RECORDS_COUNT, F_RECORD_LENGTH, F_SIZE, F_TIMESTAMP_DELTA, F_OFFSET_DELTA, F_KEY_LENGTH, F_KEY,
+    F_VALUE_LENGTH, F_VALUE, F_HEADER_COUNT, F_HEADER_KEY_LENGTH, F_HEADER_VALUE_LENGTH, F_HEADERS
+
+FIELD_NAMES = ("recordsCount", "record length", "size", "timestampDelta", "offsetDelta", "keyLength", "key",
+               "valueLength", "value", "headerCount", "headerKeyLength", "headerValueLength", "headers")
+
+cdef enum Message:
+    M_FEWER_RECORDS, M_BAD_LENGTH_VARINT, M_NEGATIVE_LENGTH, M_SIZE_MISMATCH, M_VARINT_PAST_END,
+    M_VARINT_TOO_LONG, M_SHORT_RECORD, M_NEGATIVE_KEY, M_KEY_PAST_END, M_NEGATIVE_VALUE, M_VALUE_PAST_END,
+    M_BAD_HEADER_COUNT, M_BAD_HEADER_KEY, M_BAD_HEADER_VALUE, M_HEADER_PAST_END, M_LENGTH_MISMATCH
+
+
+cdef struct Failure:
+    int kind
+    int64_t batch
+    int64_t record      # index of the record within its batch
+    int64_t position    # the record's start in its chunk (record failures), or the end of the framing walk
+    int field
+    int message
+    int64_t value
+    int max_bytes
+
+
+cdef struct Totals:
+    int64_t records
+    int64_t key_bytes
+    int64_t value_bytes
+    int64_t key_nulls
+    int64_t value_nulls
+    int64_t headers
+    int64_t header_key_bytes
+    int64_t header_value_bytes
+    int64_t header_value_nulls
+
+
+cdef inline int read_varint(const uint8_t* buf, int64_t* pos, int64_t end, int max_bytes,
+                            int64_t* out) noexcept nogil:
+    """Zig-zag varint at pos[0], at most `max_bytes` long and ending before `end`: 0 ok, 1 runs past
+    the end, 2 too long. On success pos[0] moves past it."""
+    cdef uint64_t u = 0
+    cdef int64_t p = pos[0]
+    cdef int k
+    cdef uint8_t b
+    for k in range(max_bytes):
+        if p + k >= end:
+            return 1
+        b = buf[p + k]
+        u |= (<uint64_t>(b & 0x7F)) << (7 * k)
+        if b < 0x80:
+            pos[0] = p + k + 1
+            out[0] = <int64_t>((u >> 1) ^ (<uint64_t>0 - (u & 1)))
+            return 0
+    return 2
+
+
+cdef inline int fail_record(Failure* f, int64_t batch, int64_t record, int64_t start, int field, int message,
+                            int64_t value, int max_bytes) noexcept nogil:
+    f.kind = RECORD_FAILURE
+    f.batch = batch
+    f.record = record
+    f.position = start
+    f.field = field
+    f.message = message
+    f.value = value
+    f.max_bytes = max_bytes
+    return 1
+
+
+cdef inline int varint_failure(Failure* f, int64_t batch, int64_t record, int64_t start, int field, int status,
+                               int max_bytes) noexcept nogil:
+    return fail_record(f, batch, record, start, field, M_VARINT_PAST_END if status == 1 else M_VARINT_TOO_LONG,
+                       0, max_bytes)
+
+
+cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends, const int64_t* counts,
+              const int64_t* base_offset, const int64_t* base_timestamp,
+              const int64_t* max_timestamp, const uint8_t* log_append_time,
+              Py_ssize_t batches, int32_t* rec_batch, int64_t* timestamp, int64_t* offset, int64_t* key_pos,
+              int32_t* key_len, int64_t* value_pos, int32_t* value_len, int64_t* header_pos,
+              int32_t* header_count, Totals* t, Failure* f) noexcept nogil:
+    """Pass 1: frame every record, check every field, and note where keys, values and headers are.
+    Offsets are the batch's base offset plus the delta; timestamps the base timestamp plus the delta, or
+    the batch's max timestamp for LogAppendTime batches (spec 1.4). Sums wrap as Java's longs do."""
+    cdef Py_ssize_t b
+    cdef int64_t i, p, e, end, count, length, ts, od, kl, vl, hc, h, hkl, hvl, start, n = 0
+    cdef int status
+    cdef const uint8_t* buf
+    for b in range(batches):
+        buf = chunks[b]
+        p = starts[b]
+        end = ends[b]
+        count = counts[b]
+        for i in range(count):
+            if p >= end:
+                f.kind = BATCH_FAILURE
+                f.batch = b
+                f.field = F_RECORDS_COUNT
+                f.message = M_FEWER_RECORDS
+                return 1
+            start = p
+            status = read_varint(buf, &p, end, VARINT_MAX, &length)
+            if status:
+                f.kind = BATCH_FAILURE
+                f.batch = b
+                f.field = F_RECORD_LENGTH
+                f.message = M_BAD_LENGTH_VARINT
+                f.max_bytes = VARINT_MAX
+                f.value = status
+                return 1
+            if length < 0:
+                f.kind = BATCH_FAILURE
+                f.batch = b
+                f.field = F_RECORD_LENGTH
+                f.message = M_NEGATIVE_LENGTH
+                f.value = length
+                return 1
+            if length < MIN_RECORD_BODY:
+                return fail_record(f, b, i, start, F_RECORD_LENGTH, M_SHORT_RECORD, length, 0)
+            if length > end - p:
+                f.kind = BATCH_FAILURE
+                f.batch = b
+                f.field = F_SIZE
+                f.message = M_SIZE_MISMATCH
+                f.position = p + length - starts[b]
+                return 1
+            e = p + length
+            p += 1  # attributes: unused
+            status = read_varint(buf, &p, e, VARLONG_MAX, &ts)
+            if status:
+                return varint_failure(f, b, i, start, F_TIMESTAMP_DELTA, status, VARLONG_MAX)
+            status = read_varint(buf, &p, e, VARINT_MAX, &od)
+            if status:
+                return varint_failure(f, b, i, start, F_OFFSET_DELTA, status, VARINT_MAX)
+            status = read_varint(buf, &p, e, VARINT_MAX, &kl)
+            if status:
+                return varint_failure(f, b, i, start, F_KEY_LENGTH, status, VARINT_MAX)
+            if kl < -1:
+                return fail_record(f, b, i, start, F_KEY_LENGTH, M_NEGATIVE_KEY, kl, 0)
+            key_pos[n] = p
+            key_len[n] = <int32_t>kl
+            if kl > 0:
+                if kl > e - p:
+                    return fail_record(f, b, i, start, F_KEY, M_KEY_PAST_END, kl, 0)
+                p += kl
+                t.key_bytes += kl
+            elif kl < 0:
+                t.key_nulls += 1
+            status = read_varint(buf, &p, e, VARINT_MAX, &vl)
+            if status:
+                return varint_failure(f, b, i, start, F_VALUE_LENGTH, status, VARINT_MAX)
+            if vl < -1:
+                return fail_record(f, b, i, start, F_VALUE_LENGTH, M_NEGATIVE_VALUE, vl, 0)
+            value_pos[n] = p
+            value_len[n] = <int32_t>vl
+            if vl > 0:
+                if vl > e - p:
+                    return fail_record(f, b, i, start, F_VALUE, M_VALUE_PAST_END, vl, 0)
+                p += vl
+                t.value_bytes += vl
+            elif vl < 0:
+                t.value_nulls += 1
+            status = read_varint(buf, &p, e, VARINT_MAX, &hc)
+            if status:
+                return varint_failure(f, b, i, start, F_HEADER_COUNT, status, VARINT_MAX)
+            if hc < 0 or hc > e - p:
+                return fail_record(f, b, i, start, F_HEADER_COUNT, M_BAD_HEADER_COUNT, hc, 0)
+            header_pos[n] = p
+            header_count[n] = <int32_t>hc
+            for h in range(hc):
+                status = read_varint(buf, &p, e, VARINT_MAX, &hkl)
+                if status:
+                    return varint_failure(f, b, i, start, F_HEADER_KEY_LENGTH, status, VARINT_MAX)
+                if hkl < 0:
+                    return fail_record(f, b, i, start, F_HEADER_KEY_LENGTH, M_BAD_HEADER_KEY, hkl, 0)
+                if hkl > e - p:
+                    return fail_record(f, b, i, start, F_HEADERS, M_HEADER_PAST_END, hkl, 0)
+                p += hkl
+                status = read_varint(buf, &p, e, VARINT_MAX, &hvl)
+                if status:
+                    return varint_failure(f, b, i, start, F_HEADER_VALUE_LENGTH, status, VARINT_MAX)
+                if hvl < -1:
+                    return fail_record(f, b, i, start, F_HEADER_VALUE_LENGTH, M_BAD_HEADER_VALUE, hvl, 0)
+                if hvl > e - p:
+                    return fail_record(f, b, i, start, F_HEADERS, M_HEADER_PAST_END, hvl, 0)
+                if hvl > 0:
+                    p += hvl
+                    t.header_value_bytes += hvl
+                elif hvl < 0:
+                    t.header_value_nulls += 1
+                t.header_key_bytes += hkl
+            t.headers += hc
+            if p != e:
+                return fail_record(f, b, i, start, F_RECORD_LENGTH, M_LENGTH_MISMATCH, 0, 0)
+            rec_batch[n] = <int32_t>b  # the caller's row once pass 2 has used it to find the chunk
+            timestamp[n] = max_timestamp[b] if log_append_time[b] else <int64_t>(<uint64_t>base_timestamp[b] + <uint64_t>ts)
+            offset[n] = <int64_t>(<uint64_t>base_offset[b] + <uint64_t>od)
+            n += 1
+        if p != end:
+            f.kind = BATCH_FAILURE
+            f.batch = b
+            f.field = F_SIZE
+            f.message = M_SIZE_MISMATCH
+            f.position = p - starts[b]
+            return 1
+    t.records = n
+    return 0
+
+
+cdef inline void set_valid(uint8_t* bitmap, int64_t i) noexcept nogil:
+    bitmap[i >> 3] |= <uint8_t>(1 << (i & 7))
+
+
+cdef void fill(const uint8_t** chunks, const int32_t* rec_batch, int64_t n, const int64_t* key_pos,
+               const int32_t* key_len, const int64_t* value_pos, const int32_t* value_len, int32_t* key_offsets,
+               uint8_t* key_data, uint8_t* key_valid, int32_t* value_offsets, uint8_t* value_data,
+               uint8_t* value_valid) noexcept nogil:
+    """Pass 2 (keys and values): copy the bytes into contiguous Arrow data buffers, with offsets and
+    validity bitmaps (a bitmap pointer is NULL when its column has no null)."""
+    cdef int64_t i, kat = 0, vat = 0
+    cdef int32_t kl, vl
+    cdef const uint8_t* buf
+    key_offsets[0] = 0
+    value_offsets[0] = 0
+    for i in range(n):
+        buf = chunks[rec_batch[i]]
+        kl = key_len[i]
+        if kl > 0:
+            memcpy(key_data + kat, buf + key_pos[i], kl)
+            kat += kl
+        if kl >= 0 and key_valid != NULL:
+            set_valid(key_valid, i)
+        key_offsets[i + 1] = <int32_t>kat
+        vl = value_len[i]
+        if vl > 0:
+            memcpy(value_data + vat, buf + value_pos[i], vl)
+            vat += vl
+        if vl >= 0 and value_valid != NULL:
+            set_valid(value_valid, i)
+        value_offsets[i + 1] = <int32_t>vat
+
+
+cdef void fill_headers(const uint8_t** chunks, const int32_t* rec_batch, int64_t n, const int64_t* header_pos,
+                       const int32_t* header_count, int32_t* list_offsets, int32_t* hk_offsets, uint8_t* hk_data,
+                       int32_t* hv_offsets, uint8_t* hv_data, uint8_t* hv_valid) noexcept nogil:
+    """Pass 2 (headers): list offsets per record, and the header keys and values as two binary columns.
+    The varints were checked in pass 1, so they are read here without bounds (`end` = no limit)."""
+    cdef int64_t i, h, p, kl = 0, vl = 0, slot = 0, kat = 0, vat = 0
+    cdef int64_t unbounded = 0x7FFFFFFFFFFFFFFF
+    cdef const uint8_t* buf
+    list_offsets[0] = 0
+    hk_offsets[0] = 0
+    hv_offsets[0] = 0
+    for i in range(n):
+        buf = chunks[rec_batch[i]]
+        p = header_pos[i]
+        for h in range(header_count[i]):
+            read_varint(buf, &p, unbounded, VARINT_MAX, &kl)
+            memcpy(hk_data + kat, buf + p, kl)
+            p += kl
+            kat += kl
+            hk_offsets[slot + 1] = <int32_t>kat
+            read_varint(buf, &p, unbounded, VARINT_MAX, &vl)
+            if vl >= 0:
+                memcpy(hv_data + vat, buf + p, vl)
+                p += vl
+                vat += vl
+                if hv_valid != NULL:
+                    set_valid(hv_valid, slot)
+            hv_offsets[slot + 1] = <int32_t>vat
+            slot += 1
+        list_offsets[i + 1] = <int32_t>slot
+
+
+def _describe(Failure f):
+    """(kind, batch, record, position, field name, message) of a failure, in the Python decoder's words."""
+    cdef str message
+    if f.message == M_FEWER_RECORDS:
+        message = "batch declares {count} records but its data ends after fewer"
+    elif f.message == M_BAD_LENGTH_VARINT:
+        message = "bad record length varint: " + (
+            "varint runs past the end of its data" if f.value == 1 else f"varint longer than {f.max_bytes} bytes")
+    elif f.message == M_NEGATIVE_LENGTH:
+        message = f"negative record length {f.value}"
+    elif f.message == M_SIZE_MISMATCH:
+        message = ("Incorrect declared batch size: {count} records end at byte " + str(f.position)
+                   + " of the records but the batch holds {region}")
+    elif f.message == M_VARINT_PAST_END:
+        message = "varint runs past the end of its data"
+    elif f.message == M_VARINT_TOO_LONG:
+        message = f"varint longer than {f.max_bytes} bytes"
+    elif f.message == M_SHORT_RECORD:
+        message = "record shorter than its fixed fields"
+    elif f.message == M_NEGATIVE_KEY:
+        message = "negative key length other than -1"
+    elif f.message == M_KEY_PAST_END:
+        message = "key runs past the end of the record"
+    elif f.message == M_NEGATIVE_VALUE:
+        message = "negative value length other than -1"
+    elif f.message == M_VALUE_PAST_END:
+        message = "value runs past the end of the record"
+    elif f.message == M_BAD_HEADER_COUNT:
+        message = "header count is negative or exceeds the remaining bytes"
+    elif f.message == M_BAD_HEADER_KEY:
+        message = "null or negative header key length"
+    elif f.message == M_BAD_HEADER_VALUE:
+        message = "negative header value length other than -1"
+    elif f.message == M_HEADER_PAST_END:
+        message = "header runs past the end of the record"
+    else:
+        message = "record length does not match its fields"
+    return f.kind, f.batch, f.record, f.position, FIELD_NAMES[f.field], message
+
+
+def _bitmap(int64_t n, int64_t nulls):
+    return np.zeros((n + 7) // 8, np.uint8) if nulls else None
+
+
+cdef uint8_t* _address(object array):
+    cdef uint8_t[::1] view
+    if array is None:
+        return NULL
+    view = array
+    return &view[0] if view.shape[0] else NULL
+
+
+def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, const int64_t[::1] counts,
+              const int32_t[::1] rows, const int64_t[::1] base_offset, const int64_t[::1] base_timestamp,
+              const int64_t[::1] max_timestamp, const uint8_t[::1] log_append_time):
+    """Decode the records of v2 batches: batch b's records are `chunks[b][starts[b]:ends[b]]` (the log
+    buffer itself for uncompressed batches, its decompressed records otherwise), `counts[b]` of them;
+    `rows[b]` is its row in the caller's batch headers, and the other arrays its header fields.
+
+    Returns (None, columns) or (failure, None); `columns` is a dict of numpy arrays: `batch` (each
+    record's row), `offset`, `timestamp`, and Arrow buffers (validity or None, null count, offsets,
+    data) for `key`, `value`, and the headers (`header_list` offsets, `header_key`, `header_value`).
+    """
+    cdef Py_ssize_t batches = counts.shape[0], b
+    cdef int64_t capacity = 0, c, room
+    cdef Totals t
+    cdef Failure f
+    cdef int status
+    cdef const uint8_t[::1] view
+    cdef list views = []
+    cdef uint64_t[::1] pointers = np.zeros(batches, np.uint64)
+    if (len(chunks) != batches or starts.shape[0] != batches or ends.shape[0] != batches
+            or rows.shape[0] != batches or base_offset.shape[0] != batches or base_timestamp.shape[0] != batches
+            or max_timestamp.shape[0] != batches or log_append_time.shape[0] != batches):
+        raise ValueError("every per-batch argument must have one entry per batch")
+    for b in range(batches):
+        view = chunks[b]
+        if not (0 <= starts[b] <= ends[b] <= view.shape[0]):
+            raise ValueError(f"batch {b}: region [{starts[b]}, {ends[b]}) is outside its {view.shape[0]}-byte chunk")
+        views.append(view)
+        pointers[b] = <uint64_t><uintptr_t>&view[0] if view.shape[0] else 0
+        c = counts[b]
+        room = (ends[b] - starts[b]) // (MIN_RECORD_BODY + 1) + 1  # every record takes >= 7 bytes
+        capacity += c if 0 <= c <= room else room
+    rec_batch = np.empty(capacity, np.int32)
+    timestamp = np.empty(capacity, np.int64)
+    offset = np.empty(capacity, np.int64)
+    key_pos = np.empty(capacity, np.int64)
+    key_len = np.empty(capacity, np.int32)
+    value_pos = np.empty(capacity, np.int64)
+    value_len = np.empty(capacity, np.int32)
+    header_pos = np.empty(capacity, np.int64)
+    header_count = np.empty(capacity, np.int32)
+    cdef int32_t[::1] rb = rec_batch, kl = key_len, vl = value_len, hc = header_count
+    cdef int64_t[::1] td = timestamp, od = offset, kp = key_pos, vp = value_pos, hp = header_pos
+    cdef const uint8_t** base = <const uint8_t**>&pointers[0] if batches else NULL
+    t = Totals(0, 0, 0, 0, 0, 0, 0, 0, 0)
+    f = Failure(0, 0, 0, 0, 0, 0, 0, 0)
+    if capacity:
+        with nogil:
+            status = scan(base, &starts[0], &ends[0], &counts[0], &base_offset[0], &base_timestamp[0],
+                          &max_timestamp[0], &log_append_time[0], batches, &rb[0], &td[0], &od[0], &kp[0],
+                          &kl[0], &vp[0], &vl[0], &hp[0], &hc[0], &t, &f)
+    else:
+        status = 0
+        for b in range(batches):
+            if counts[b] != 0 or starts[b] != ends[b]:
+                status = 1
+                f.kind, f.batch, f.field = BATCH_FAILURE, b, F_RECORDS_COUNT if counts[b] > 0 else F_SIZE
+                f.message = M_FEWER_RECORDS if counts[b] > 0 else M_SIZE_MISMATCH
+                f.position = 0
+                break
+    if status:
+        return _describe(f), None
+    cdef int64_t n = t.records
+    for name, size in (("keys", t.key_bytes), ("values", t.value_bytes), ("header keys", t.header_key_bytes),
+                       ("header values", t.header_value_bytes), ("headers", t.headers)):
+        if size > INT32_MAX:
+            raise OverflowError(f"{size} bytes of {name} in one decode: more than an Arrow binary column holds")
+    key_offsets = np.empty(n + 1, np.int32)
+    value_offsets = np.empty(n + 1, np.int32)
+    key_data = np.empty(t.key_bytes, np.uint8)
+    value_data = np.empty(t.value_bytes, np.uint8)
+    key_valid = _bitmap(n, t.key_nulls)
+    value_valid = _bitmap(n, t.value_nulls)
+    list_offsets = np.empty(n + 1, np.int32)
+    hk_offsets = np.empty(t.headers + 1, np.int32)
+    hv_offsets = np.empty(t.headers + 1, np.int32)
+    hk_data = np.empty(t.header_key_bytes, np.uint8)
+    hv_data = np.empty(t.header_value_bytes, np.uint8)
+    hv_valid = _bitmap(t.headers, t.header_value_nulls)
+    cdef int32_t[::1] ko = key_offsets, vo = value_offsets, lo = list_offsets, hko = hk_offsets, hvo = hv_offsets
+    cdef uint8_t* kd = _address(key_data)
+    cdef uint8_t* vd = _address(value_data)
+    cdef uint8_t* kv = _address(key_valid)
+    cdef uint8_t* vv = _address(value_valid)
+    cdef uint8_t* hkd = _address(hk_data)
+    cdef uint8_t* hvd = _address(hv_data)
+    cdef uint8_t* hvv = _address(hv_valid)
+    cdef int32_t* rbp = &rb[0] if capacity else NULL
+    cdef int64_t* kpp = &kp[0] if capacity else NULL
+    cdef int32_t* klp = &kl[0] if capacity else NULL
+    cdef int64_t* vpp = &vp[0] if capacity else NULL
+    cdef int32_t* vlp = &vl[0] if capacity else NULL
+    cdef int64_t* hpp = &hp[0] if capacity else NULL
+    cdef int32_t* hcp = &hc[0] if capacity else NULL
+    with nogil:
+        fill(base, rbp, n, kpp, klp, vpp, vlp, &ko[0], kd, kv, &vo[0], vd, vv)
+        if t.headers:
+            fill_headers(base, rbp, n, hpp, hcp, &lo[0], &hko[0], hkd, &hvo[0], hvd, hvv)
+        else:
+            for c in range(n + 1):
+                lo[c] = 0
+            hko[0] = 0
+            hvo[0] = 0
+        for c in range(n):
+            rbp[c] = rows[rbp[c]]
+    return None, {
+        "batch": rec_batch[:n], "offset": offset[:n], "timestamp": timestamp[:n],
+        "key": (key_valid, t.key_nulls, key_offsets, key_data),
+        "value": (value_valid, t.value_nulls, value_offsets, value_data),
+        "header_list": list_offsets,
+        "header_key": (None, 0, hk_offsets, hk_data),
+        "header_value": (hv_valid, t.header_value_nulls, hv_offsets, hv_data),
+    }

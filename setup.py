@@ -1,0 +1,9 @@
+"""Builds klake's compiled record codec (`engine/format/_codec.pyx`); everything else is in pyproject.toml."""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(ext_modules=cythonize(
+    [Extension("engine.format._codec", ["engine/format/_codec.pyx"], extra_compile_args=["-O3"])],
+    compiler_directives={"language_level": 3},
+))
