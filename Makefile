@@ -46,6 +46,7 @@ crash-sweep: $(STAMP)
 	KLAKE_CRASH_SWEEP=full $(VENV)/bin/python -m pytest -q tests/crash/test_crash_injection.py
 
 bench: $(STAMP)
+	$(VENV)/bin/python tests/oracles/fetch_kafka_clients.py
 	$(VENV)/bin/python benchmarks/codec_bench.py
 
 bench-spark: $(STAMP)

@@ -1,51 +1,124 @@
-"""Encode/decode throughput of klake's v2 codec against kafka-python's, measured in the same run.
+"""Decode/encode throughput of klake's v2 record codec against Apache kafka-clients on the JVM (issue 13).
 
-Workload (issue 2): 1000-record batches, 16-byte keys, 100-byte values, uncompressed and lz4.
-klake encodes all batches of a run in one vectorized call (as an append task does) from Arrow
-columns (what Spark hands a task) and, as a second figure, from Python
-lists (conversion included); kafka-python encodes from Python bytes. Decoding is from one buffer of
-back-to-back batches into usable records: Arrow columns for klake, record objects whose key and
-value are touched for kafka-python. Prints records/s and the ratios; exits 1 if a target is missed
-(encode >= 10x, decode >= 3x).
+Both sides run in one invocation, one after the other, on the same pinned core: this process pins
+all its threads to `--core` and runs `benchmarks/KafkaCodecBench.java` (kafka-clients 3.9.1, the jars
+`tests/oracles/fetch_kafka_clients.py` fetches) under `taskset -c CORE`, so that neither side gets a
+second core the other lacks. The workload is written once to a file both sides read: batches of 1,000
+records, 16-byte keys, values of each `--values` size (text of words drawn from a fixed vocabulary of
+random letters, so the codecs compress it as they would real data), CreateTime timestamps. The JVM
+decodes exactly the bytes klake decodes (klake's batches) and encodes exactly the records klake encodes.
 
-Run: .venv/bin/python benchmarks/codec_bench.py [--batches N]
+- encode: klake's `encode_batches` from Arrow columns (what a Spark task hands it), all batches in one
+  call; kafka-clients' `MemoryRecordsBuilder`, one per batch, record by record.
+- decode: klake's `scan_batches` (CRC checked) + `decode_records(...).to_arrow(...)`; kafka-clients'
+  `ensureValid()` + the streaming record iterator, key and value copied into byte arrays.
+
+Checks, before timing: klake and kafka-clients both decode klake's batches to the input records,
+kafka-clients' own compressed batches decode to them too, and its uncompressed ones are byte-identical
+to klake's (failures are reported, not raised). Prints
+one table of records/s (best of `--runs`) and klake/kafka-clients ratios. Exits 1 if a target is missed
+(decode and encode >= 1.0x for every codec), 2 if a check failed or the JVM side could not run.
+
+Run: .venv/bin/python benchmarks/codec_bench.py [--batches N] [--runs N] [--codecs none,lz4] [--values 100,1000]
+     [--core N] [--warmup SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import struct
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from engine.format import compression  # noqa: E402
 from engine.format.batch import scan_batches  # noqa: E402
 from engine.format.builder import encode_batches  # noqa: E402
 from engine.format.records import decode_records  # noqa: E402
+from tests.oracles import fetch_kafka_clients as fetch  # noqa: E402
 
 BATCH = 1000
-VALUE = 100
-KAFKA_PYTHON_CODEC = {compression.NONE: 0, compression.LZ4: 3}
+KEY_SIZE = 16
+TARGETS = {"decode": 1.0, "encode": 1.0}
+JAVA_SOURCE = Path(__file__).resolve().parent / "KafkaCodecBench.java"
+T0 = 1_700_000_000_000
 
 
-def workload(batches: int) -> tuple[list[list[bytes]], list[list[bytes]], np.ndarray]:
-    rng = np.random.default_rng(42)
-    raw = rng.integers(0, 26, size=(batches * BATCH, VALUE), dtype=np.uint8) + ord("a")
-    values = [row.tobytes() for row in raw]
-    keys = [b"key-%012d" % i for i in range(batches * BATCH)]
-    ts = 1_700_000_000_000 + np.arange(batches * BATCH, dtype=np.int64) * 7
-    return [keys[i:i + BATCH] for i in range(0, len(keys), BATCH)], \
-        [values[i:i + BATCH] for i in range(0, len(values), BATCH)], ts
+def _text(rng: np.random.Generator, vocab: np.ndarray, letters: np.ndarray, size: int) -> np.ndarray:
+    """`size` bytes of words drawn uniformly from `vocab` (rows padded to 12; `letters` marks a word's bytes)."""
+    ids = rng.integers(0, len(vocab), size=size // 2 + 1)  # words have >= 2 bytes: enough to fill `size`
+    return vocab[ids][letters[ids]][:size]
 
 
-def best_of(runs: int, fn) -> float:
+def workload(batches: int, value_size: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """Keys `key-%012d`; values cut from text of words (1-11 random letters and a space) drawn from a
+    fixed 1,000-word vocabulary: compressible like text, with no long repeats any codec finds for free."""
+    n = batches * BATCH
+    rng = np.random.default_rng(13)
+    word_len = rng.integers(2, 13, size=1000)
+    vocab = rng.integers(ord("a"), ord("z") + 1, size=(1000, 12), dtype=np.uint8)
+    vocab[np.arange(1000), word_len - 1] = ord(" ")
+    letters = np.arange(12) < word_len[:, None]
+    stream = np.concatenate([_text(rng, vocab, letters, BATCH * value_size) for _ in range(batches)])
+    value_offsets = np.arange(n + 1, dtype=np.int32) * value_size
+    values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(stream)])
+    keys = pa.array([b"key-%012d" % i for i in range(n)], pa.binary())
+    return keys, values, T0 + np.arange(n, dtype=np.int64) * 7
+
+
+def _column(arr: pa.Array) -> bytes:
+    """int32 big-endian lengths, then the bytes: the layout KafkaCodecBench.java reads."""
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+    data = arr.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]]
+    return np.diff(offsets).astype(">i4").tobytes() + data
+
+
+def write_workload(path: Path, value_size: int, keys: pa.Array, values: pa.Array, timestamps: np.ndarray,
+                   encoded: dict[int, bytes]) -> None:
+    with path.open("wb") as f:
+        f.write(b"KLBENCH1" + struct.pack(">iii", value_size, BATCH, len(keys)))
+        f.write(_column(keys))
+        f.write(_column(values))
+        f.write(timestamps.astype(">i8").tobytes())
+        f.write(struct.pack(">i", len(encoded)))
+        for codec, data in encoded.items():
+            f.write(struct.pack(">ii", codec, len(data)))
+            f.write(data)
+
+
+def klake_encode(keys: pa.Array, values: pa.Array, timestamps: np.ndarray, codec: int) -> list[bytes]:
+    return encode_batches(keys, values, timestamps, batch_lengths=[BATCH] * (len(keys) // BATCH), codec=codec)
+
+
+def klake_decode(data: bytes) -> pa.Table:
+    scan = scan_batches(data, "bench")
+    return decode_records(data, scan.headers, "bench").to_arrow(scan.headers)
+
+
+def klake_check(table: pa.Table, keys: pa.Array, values: pa.Array, timestamps: np.ndarray) -> str | None:
+    """Why klake's decoded records differ from the input, or None."""
+    if len(table) != len(keys):
+        return f"decoded {len(table)} records, expected {len(keys)}"
+    same = (np.array_equal(table.column("offset").to_numpy(), np.arange(len(keys)))
+            and np.array_equal(table.column("timestamp").to_numpy(), timestamps)
+            and table.column("key").combine_chunks().equals(keys)
+            and table.column("value").combine_chunks().equals(values))
+    return None if same else "decoded records differ from the input"
+
+
+def best_of(runs: int, fn: Callable[[], object]) -> float:
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -54,75 +127,101 @@ def best_of(runs: int, fn) -> float:
     return min(times)
 
 
-def kafka_python_encode(keys, values, ts, codec) -> list[bytes]:
-    out = []
-    for b, (ks, vs) in enumerate(zip(keys, values, strict=True)):
-        builder = DefaultRecordBatchBuilder(2, KAFKA_PYTHON_CODEC[codec], False, -1, -1, -1, 10 ** 9)
-        base = b * BATCH
-        for i, (k, v) in enumerate(zip(ks, vs, strict=True)):
-            builder.append(i, int(ts[base + i]), k, v, [])
-        out.append(bytes(builder.build()))
-    return out
+def pin(core: int) -> None:
+    """Pin every thread of this process (numpy's and Arrow's pools too); threads started later, klake's
+    compression pool included, and the JVM child inherit it."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {core})
 
 
-def klake_encode_arrow(keys_pa, values_pa, ts, codec) -> list[bytes]:
-    lengths = [BATCH] * (len(keys_pa) // BATCH)
-    return encode_batches(keys_pa, values_pa, ts, batch_lengths=lengths, codec=codec)
-
-
-def klake_encode_lists(keys, values, ts, codec) -> list[bytes]:
-    flat_keys = [k for batch in keys for k in batch]
-    flat_values = [v for batch in values for v in batch]
-    return encode_batches(flat_keys, flat_values, ts, batch_lengths=[BATCH] * len(keys), codec=codec)
-
-
-def kafka_python_decode(buf: bytes) -> int:
-    records = MemoryRecords(buf)
-    n = 0
-    while records.has_next():
-        batch = records.next_batch()
-        for rec in batch:
-            _ = (rec.offset, rec.timestamp, rec.key, rec.value)
-            n += 1
-    return n
-
-
-def klake_decode(buf: bytes) -> int:
-    scan = scan_batches(buf, "bench")
-    return len(decode_records(buf, scan.headers, "bench").to_arrow(scan.headers))
+def run_java(files: list[Path], core: int, runs: int, warmup_s: float) -> tuple[list[dict], str | None]:
+    """JSON lines of KafkaCodecBench.java, or why it could not run."""
+    if not fetch.jars_present():
+        why = fetch.fetch_error() or "they have not been fetched"
+        return [], (f"kafka-clients {fetch.KAFKA_CLIENTS_VERSION} jars are not in {fetch.CACHE_DIR} ({why}); "
+                    f"run .venv/bin/python tests/oracles/fetch_kafka_clients.py")
+    if shutil.which("java") is None:
+        return [], "no `java` on PATH (the kafka-clients side needs a JDK 17 with its source launcher)"
+    command = ["java", "-Xmx2g", "-cp", os.pathsep.join(str(p) for p in fetch.jar_paths()), str(JAVA_SOURCE),
+               "--runs", str(runs), "--warmup-ms", str(int(warmup_s * 1000)), *map(str, files)]
+    if shutil.which("taskset"):
+        command = ["taskset", "-c", str(core), *command]
+    else:
+        print(f"note: no taskset; the JVM inherits this process's pinning to core {core}")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return [], f"the JVM exited with code {done.returncode}: {done.stderr.strip()[-2000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")], None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=100, help="1000-record batches per run (default 100)")
-    parser.add_argument("--runs", type=int, default=3, help="best of N runs (default 3)")
+    parser.add_argument("--runs", type=int, default=5, help="best of N runs on each side (default 5)")
+    parser.add_argument("--codecs", default=",".join(compression.NAMES.values()),
+                        help="comma-separated codec names (default: all)")
+    parser.add_argument("--values", default="100,1000", help="comma-separated value sizes in bytes (default 100,1000)")
+    parser.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)),
+                        help="the core both sides run on (default: the highest this process may use)")
+    parser.add_argument("--warmup", type=float, default=2.0,
+                        help="JIT warm-up seconds per codec, size and op on the JVM (default 2)")
     args = parser.parse_args()
-    keys, values, ts = workload(args.batches)
-    keys_pa = pa.array([k for batch in keys for k in batch], pa.binary())
-    values_pa = pa.array([v for batch in values for v in batch], pa.binary())
+    codecs = [compression.codec_id(name.strip()) for name in args.codecs.split(",")]
+    sizes = [int(v) for v in args.values.split(",")]
+    pin(args.core)
     n = args.batches * BATCH
-    ok = True
-    print(f"records per run: {n:,} in {args.batches} batches of {BATCH}, {VALUE}-byte values; best of {args.runs}")
-    print(f"{'codec':6} {'op':7} {'kafka-python rec/s':>19} {'klake rec/s':>14} {'ratio':>7}  target")
-    for codec in (compression.NONE, compression.LZ4):
-        name = compression.NAMES[codec]
-        ours = klake_encode_arrow(keys_pa, values_pa, ts, codec)
-        theirs = kafka_python_encode(keys, values, ts, codec)
-        buf = b"".join(ours)
-        assert kafka_python_decode(buf) == n and klake_decode(b"".join(theirs)) == n, "codecs disagree"
-        t_ref = best_of(args.runs, lambda c=codec: kafka_python_encode(keys, values, ts, c))
-        t_arrow = best_of(args.runs, lambda c=codec: klake_encode_arrow(keys_pa, values_pa, ts, c))
-        t_lists = best_of(args.runs, lambda c=codec: klake_encode_lists(keys, values, ts, c))
-        t_dref = best_of(args.runs, lambda b=buf: kafka_python_decode(b))
-        t_dec = best_of(args.runs, lambda b=buf: klake_decode(b))
-        rows = [("encode", t_ref, t_arrow, 10.0), ("enc*", t_ref, t_lists, None), ("decode", t_dref, t_dec, 3.0)]
-        for op, ref, mine, target in rows:
-            ratio = ref / mine
-            verdict = "" if target is None else (f">= {target:g}x " + ("ok" if ratio >= target else "MISSED"))
-            ok &= target is None or ratio >= target
-            print(f"{name:6} {op:7} {n / ref:19,.0f} {n / mine:14,.0f} {ratio:6.1f}x  {verdict}")
-    print("enc* = klake encoding from Python lists (Arrow conversion included), for reference")
-    return 0 if ok else 1
+    problems: list[str] = []
+    klake: dict[tuple[str, int, str], float] = {}
+    klake_bytes: dict[tuple[str, int], int] = {}
+    with tempfile.TemporaryDirectory(prefix="klake-codec-bench-") as tmp:
+        files = [Path(tmp) / f"workload-{size}.bin" for size in sizes]
+        for size, file in zip(sizes, files, strict=True):
+            keys, values, ts = workload(args.batches, size)
+            encoded = {codec: b"".join(klake_encode(keys, values, ts, codec)) for codec in codecs}
+            write_workload(file, size, keys, values, ts, encoded)
+            for codec, data in encoded.items():  # the checks are klake's warm-up pass
+                name = compression.NAMES[codec]
+                klake_bytes[name, size] = len(data)
+                problem = klake_check(klake_decode(data), keys, values, ts)
+                if problem:
+                    problems.append(f"klake {name} {size} B: {problem}")
+                klake[name, size, "decode"] = n / best_of(args.runs, lambda d=data: klake_decode(d))
+                klake[name, size, "encode"] = n / best_of(args.runs, lambda c=codec, k=keys, v=values, t=ts:
+                                                          klake_encode(k, v, t, c))
+        java_lines, failure = run_java(files, args.core, args.runs, args.warmup)
+    if failure:
+        problems.append(failure)
+    jvm = next((line for line in java_lines if "jvm" in line), {})
+    java = {(line["codec"], line["value_size"], line["op"]): line for line in java_lines if "op" in line}
+    problems += [f"kafka-clients {c['check']} {c['codec']} {c['value_size']} B: {c['detail']}"
+                 for c in java_lines if "check" in c and not c["ok"]]
+    checks = sum("check" in line for line in java_lines)
+
+    print(f"records per run: {n:,} in {args.batches} batches of {BATCH}, {KEY_SIZE}-byte keys; best of {args.runs}; "
+          f"core {args.core}; {jvm.get('jvm', 'no JVM')} ({jvm.get('gc', '?')} GC, {jvm.get('cpus', '?')} cpu)")
+    print(f"{'codec':6} {'value':>6} {'op':6} {'kafka-clients rec/s':>20} {'klake rec/s':>12} {'ratio':>6}  target")
+    missed = False
+    for size in sizes:
+        for codec in codecs:
+            name = compression.NAMES[codec]
+            for op, target in TARGETS.items():
+                mine, ref = klake[name, size, op], java.get((name, size, op))
+                if ref is None:
+                    print(f"{name:6} {size:6} {op:6} {'-':>20} {mine:12,.0f} {'-':>6}  no kafka-clients figure")
+                    missed = True
+                    continue
+                ratio = mine / ref["records_per_s"]
+                missed |= ratio < target
+                verdict = f">= {target:.1f}x " + ("ok" if ratio >= target else "MISSED")
+                print(f"{name:6} {size:6} {op:6} {ref['records_per_s']:20,.0f} {mine:12,.0f} {ratio:5.2f}x  {verdict}")
+    sizes_line = ", ".join(f"{name} {size} B {java[name, size, 'encode']['bytes'] / n:.1f}/{klake_bytes[name, size] / n:.1f}"
+                           for (name, size) in klake_bytes if (name, size, "encode") in java)
+    print(f"encoded bytes per record, kafka-clients/klake: {sizes_line}")
+    if problems:
+        print("checks FAILED:\n  " + "\n  ".join(problems))
+        return 2
+    print(f"checks: all passed ({checks} on kafka-clients, {len(klake_bytes)} on klake)")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
