@@ -3,9 +3,8 @@
 Layout and header values follow `MemoryRecordsBuilder` / `DefaultRecordBatch.writeHeader` (spec 1.3-1.5):
 baseTimestamp = the first record's timestamp (or the delete horizon when that flag is set, KIP-534),
 maxTimestamp = the largest record timestamp starting from -1 (CreateTime) or the append time
-(LogAppendTime), CRC-32C over [attributes, end). Records are encoded for the whole batch at once:
-every varint field of every record is sized and written with numpy, and keys, values and header
-bytes are scattered into place in one vectorized copy each.
+(LogAppendTime), CRC-32C over [attributes, end). The records of every batch of a call are written in
+one pass by the compiled codec (`codec.encode_records`, sizes first, then the bytes, without the GIL).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 import crc32c
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engine.format import compression
 from engine.format.batch import (
@@ -31,8 +29,8 @@ from engine.format.batch import (
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
 )
+from engine.format.compiled import codec
 from engine.format.records import HEADERS_TYPE
-from engine.format.varint import encoded_size, pack_rows
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 header
 CONTROL_ABORT, CONTROL_COMMIT = 0, 1
@@ -60,81 +58,12 @@ def as_headers(headers: pa.Array | Sequence[HeaderList] | None) -> pa.Array | No
     return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in headers], HEADERS_TYPE)
 
 
-def _lengths(arr: pa.Array) -> np.ndarray:
-    """Byte length of each value of a binary array, -1 for null (Kafka's null length)."""
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset:]
-    lengths = np.diff(offsets).astype(np.int64)
-    if arr.null_count:
-        lengths[~arr.is_valid().to_numpy(zero_copy_only=False)] = -1
-    return lengths
-
-
-def _varint_column(fields: list[np.ndarray], sizes: list[np.ndarray] | None = None) -> pa.Array:
-    """A binary column whose element i is row i's varints of `fields` (see `varint.pack_rows`)."""
-    sizes = [encoded_size(f) for f in fields] if sizes is None else sizes
-    offsets, data = pack_rows(fields, sizes)
-    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _join(*columns: pa.Array) -> pa.Array:
-    """Row-wise concatenation; a null (key, value) contributes no bytes (its length says -1)."""
-    if any(c.null_count for c in columns):
-        return pc.binary_join_element_wise(*columns, b"", null_handling="replace", null_replacement=b"")
-    return pc.binary_join_element_wise(*columns, b"")
-
-
-def _header_blobs(headers: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """(header count, encoded headers) per record: each header is varint key length, key, varint
-    value length (-1 = null), value (spec 1.5)."""
-    n = len(headers)
-    counts = np.diff(np.frombuffer(headers.buffers()[1], np.int32, count=headers.offset + n + 1)
-                     [headers.offset:]).astype(np.int64)
-    flat = headers.flatten()
-    keys = flat.field("key").cast(pa.binary())
-    values = flat.field("value")
-    key_len, value_len = _lengths(keys), _lengths(values)
-    if (key_len < 0).any():
-        raise ValueError("header keys may not be null")
-    each = _join(_varint_column([key_len]), keys, _varint_column([value_len]), values)
-    each_offsets = np.frombuffer(each.buffers()[1], np.int32, count=len(each) + 1)
-    list_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=list_offsets[1:])
-    record_offsets = each_offsets[list_offsets].astype(np.int32)
-    blobs = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(record_offsets - record_offsets[0]),
-                                                   pa.py_buffer(each.buffers()[2])[int(record_offsets[0]):]])
-    return counts, blobs
-
-
 def encode_records(keys: pa.Array, values: pa.Array, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray,
                    headers: pa.Array | None) -> tuple[np.ndarray, pa.Buffer]:
-    """Records in v2 wire form (spec 1.5), all at once: (offsets int32 n+1, bytes).
-
-    Record i is `bytes[offsets[i]:offsets[i+1]]`: [length, attributes, timestampDelta, offsetDelta,
-    keyLength] key [valueLength] value [headerCount] headers. The bracketed varint groups become three
-    small columns (numpy); Arrow's element-wise binary join lays out all columns record by record.
-    """
-    n = len(keys)
-    key_len, value_len = _lengths(keys), _lengths(values)
-    if headers is None:
-        header_count, header_blobs, header_bytes = np.zeros(n, np.int64), None, np.zeros(n, np.int64)
-    else:
-        header_count, header_blobs = _header_blobs(headers)
-        header_bytes = _lengths(header_blobs)
-    ts_size, off_size = encoded_size(timestamp_deltas), encoded_size(offset_deltas)
-    key_size, value_size, count_size = encoded_size(key_len), encoded_size(value_len), encoded_size(header_count)
-    body = (1 + ts_size + off_size + key_size + np.maximum(key_len, 0) + value_size + np.maximum(value_len, 0)
-            + count_size + header_bytes)
-    lead = _varint_column([body, np.zeros(n, np.int64), timestamp_deltas, offset_deltas, key_len],
-                          [encoded_size(body), np.ones(n, np.int64), ts_size, off_size, key_size])
-    middle = _varint_column([value_len], [value_size])
-    tail = _varint_column([header_count], [count_size])
-    columns = [lead, keys, middle, values, tail]
-    if header_blobs is not None:
-        columns.append(header_blobs)
-    joined = _join(*columns)
-    offsets = np.frombuffer(joined.buffers()[1], np.int32, count=joined.offset + n + 1)[joined.offset:]
-    return offsets, joined.buffers()[2]
+    """Records in v2 wire form (spec 1.5), all at once: (offsets int64 n+1, bytes); record i is
+    `bytes[offsets[i]:offsets[i+1]]`. Written by the compiled codec (`codec.encode_records`)."""
+    return codec.encode_records(keys, values, np.ascontiguousarray(timestamp_deltas, np.int64),
+                                 np.ascontiguousarray(offset_deltas, np.int64), headers)
 
 
 def _columns(keys, values, timestamps, headers) -> tuple[pa.Array, pa.Array, np.ndarray, pa.Array | None]:

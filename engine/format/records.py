@@ -30,12 +30,7 @@ from engine.format.batch import (
     V2_HEADER_SIZE,
     BatchHeaders,
 )
-
-try:
-    from engine.format import _codec
-except ImportError as exc:  # never a silent slow path: the extension is part of the install
-    raise ImportError("klake's compiled record codec (engine.format._codec) is not built: install klake with "
-                      f"`pip install .` (or run `make test`/`make demo`, which build it) [{exc}]") from None
+from engine.format.compiled import codec
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 HEADERS_TYPE = pa.list_(HEADER_TYPE)
@@ -130,13 +125,13 @@ def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
     pos = b.position[rows]
     start = pos + V2_HEADER_SIZE
     end = pos + b.size[rows]
-    codec = b.codec[rows]
-    compressed = codec != compression.NONE
+    codecs = b.codec[rows]
+    compressed = codecs != compression.NONE
     if not compressed.any():
         return [data] * rows.shape[0], start, end, compressed
     chunks: list[bytes | memoryview] = []
     mv = memoryview(data)
-    for i, (s, e, c) in enumerate(zip(start.tolist(), end.tolist(), codec.tolist(), strict=True)):
+    for i, (s, e, c) in enumerate(zip(start.tolist(), end.tolist(), codecs.tolist(), strict=True)):
         if c == compression.NONE:
             chunks.append(data)
             continue
@@ -152,7 +147,7 @@ def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
 def _decode_v2(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str) -> RecordTable:
     chunks, start, end, compressed = _chunks(data, b, rows, source)
     counts = b.records_count[rows].astype(np.int64)
-    failure, columns = _codec.decode_v2(
+    failure, columns = codec.decode_v2(
         chunks, start.astype(np.int64), end.astype(np.int64), counts, rows.astype(np.int32),
         b.base_offset[rows].astype(np.int64), b.base_timestamp[rows].astype(np.int64),
         b.max_timestamp[rows].astype(np.int64), ((b.attributes[rows] & ATTR_TIMESTAMP_TYPE) != 0).view(np.uint8))
