@@ -250,21 +250,20 @@ cdef void fill(const uint8_t** chunks, const int32_t* rec_batch, int64_t n, cons
     validity bitmaps (a bitmap pointer is NULL when its column has no null)."""
     cdef int64_t i, kat = 0, vat = 0
     cdef int32_t kl, vl
-    cdef const uint8_t* buf
     key_offsets[0] = 0
     value_offsets[0] = 0
-    for i in range(n):
-        buf = chunks[rec_batch[i]]
+    for i in range(n):  # keys, then values: fewer memory streams at once keep the prefetchers on track
         kl = key_len[i]
         if kl > 0:
-            memcpy(key_data + kat, buf + key_pos[i], kl)
+            memcpy(key_data + kat, chunks[rec_batch[i]] + key_pos[i], kl)
             kat += kl
         if kl >= 0 and key_valid != NULL:
             set_valid(key_valid, i)
         key_offsets[i + 1] = <int32_t>kat
+    for i in range(n):
         vl = value_len[i]
         if vl > 0:
-            memcpy(value_data + vat, buf + value_pos[i], vl)
+            memcpy(value_data + vat, chunks[rec_batch[i]] + value_pos[i], vl)
             vat += vl
         if vl >= 0 and value_valid != NULL:
             set_valid(value_valid, i)
@@ -548,15 +547,19 @@ cdef class _BinaryColumn:
 
 
 def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64_t[::1] offset_delta,
-                   headers=None):
+                   headers=None, const int64_t[::1] batch_firsts=None, int64_t gap=0):
     """Records in v2 wire form (spec 1.5): (offsets int64 n+1, data) with record i at
     `data[offsets[i]:offsets[i+1]]`: length, attributes 0, timestampDelta, offsetDelta, key, value, headers.
 
     `keys`/`values` are Arrow binary arrays (null = length -1); `headers` an Arrow
     list<struct<key: string, value: binary>> array or None. Byte-identical to kafka-clients'
     `DefaultRecord.writeTo`. Sizes are computed first, then the records are written once, in C.
+
+    `batch_firsts` (ascending record indices) with `gap`: `gap` bytes are left free before each of those
+    records, so that a batch header can be written in place in front of its records (no second copy).
     """
-    cdef int64_t n = len(keys), i, h, total = 0, body, at, hk, hv, first, last
+    cdef int64_t n = len(keys), i, h, total = 0, body, at, hk, hv, first, last, next_gap = 0, gaps = 0
+    cdef const int64_t* firsts = NULL
     if len(values) != n or timestamp_delta.shape[0] != n or offset_delta.shape[0] != n:
         raise ValueError("keys, values and deltas differ in length")
     cdef _BinaryColumn key_column = _BinaryColumn(keys)
@@ -583,12 +586,17 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
         hvalue_column = _BinaryColumn(entries.field("value"))
         hkeys = &hkey_column.view
         hvalues = &hvalue_column.view
+    if batch_firsts is not None and batch_firsts.shape[0]:
+        gaps = batch_firsts.shape[0]
+        firsts = &batch_firsts[0]
     offsets = _empty(n + 1, np.int64)
     bodies = _empty(n, np.int64)
     cdef int64_t[::1] out_offsets = offsets
     cdef int64_t[::1] body_sizes = bodies
     with nogil:
-        out_offsets[0] = 0
+        out_offsets[0] = gap if gaps and firsts[0] == 0 else 0
+        total = out_offsets[0]
+        next_gap = 1 if gaps and firsts[0] == 0 else 0
         for i in range(n):
             body = 1 + varint_size(timestamp_delta[i]) + varint_size(offset_delta[i])
             hk = binary_length(k, i)
@@ -606,6 +614,9 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
                 body += 1
             body_sizes[i] = body
             total += varint_size(body) + body
+            if next_gap < gaps and firsts[next_gap] == i + 1:
+                total += gap
+                next_gap += 1
             out_offsets[i + 1] = total
     data = pa.allocate_buffer(total)
     cdef uint8_t[::1] out_view

@@ -28,8 +28,9 @@ from engine.format.batch import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
+    V2_HEADER_SIZE,
 )
-from engine.format.compiled import codec
+from engine.format.compiled import codec as codec_module
 from engine.format.records import HEADERS_TYPE
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 header
@@ -62,7 +63,7 @@ def encode_records(keys: pa.Array, values: pa.Array, timestamp_deltas: np.ndarra
                    headers: pa.Array | None) -> tuple[np.ndarray, pa.Buffer]:
     """Records in v2 wire form (spec 1.5), all at once: (offsets int64 n+1, bytes); record i is
     `bytes[offsets[i]:offsets[i+1]]`. Written by the compiled codec (`codec.encode_records`)."""
-    return codec.encode_records(keys, values, np.ascontiguousarray(timestamp_deltas, np.int64),
+    return codec_module.encode_records(keys, values, np.ascontiguousarray(timestamp_deltas, np.int64),
                                  np.ascontiguousarray(offset_deltas, np.int64), headers)
 
 
@@ -110,10 +111,11 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
                    *, batch_lengths: np.ndarray | Sequence[int], base_offset: int = 0,
                    codec: int = compression.NONE, timestamp_type: int = CREATE_TIME, log_append_time: int | None = None,
                    producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                   partition_leader_epoch: int = -1, transactional: bool = False) -> list[bytes]:
+                   partition_leader_epoch: int = -1, transactional: bool = False) -> list[bytes | memoryview]:
     """Consecutive batches from one column set: batch j holds the next `batch_lengths[j]` records and
-    offsets run on from `base_offset`. Encoding all records in one vectorized pass is what makes
-    appends fast; each batch is then a slice of the shared records buffer.
+    offsets run on from `base_offset`. All records are encoded in one compiled pass; an uncompressed
+    batch is then a view of the shared buffer with its header written in place (no copy of its records),
+    a compressed one its own bytes.
     """
     keys, values, ts, headers = _columns(keys, values, timestamps, headers)
     lengths = np.asarray(batch_lengths, dtype=np.int64)
@@ -122,23 +124,46 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     first = np.cumsum(lengths) - lengths
     batch_of = np.repeat(np.arange(lengths.shape[0]), lengths)
     base_ts = ts[first]
-    offsets, data = encode_records(keys, values, ts - base_ts[batch_of],
-                                   np.arange(len(keys), dtype=np.int64) - first[batch_of], headers)
+    gap = V2_HEADER_SIZE if codec == compression.NONE else 0
+    offsets, data = codec_module.encode_records(keys, values, ts - base_ts[batch_of],
+                                                np.arange(len(keys), dtype=np.int64) - first[batch_of], headers,
+                                                first, gap)
     max_ts = _max_timestamp(timestamp_type, log_append_time, np.maximum.reduceat(ts, first))
     attributes = batch_attributes(codec, timestamp_type, transactional, False, False)
-    view = memoryview(data)
+    view = memoryview(data).cast("B")  # bytes-like views compare equal to the same bytes
+    ends = offsets[first + lengths] - np.append(np.full(lengths.shape[0] - 1, gap), 0)
 
-    def batch(j: int, start: int, count: int) -> bytes:
+    def fields(j: int, start: int, count: int) -> tuple:
         sequence = -1 if base_sequence < 0 else (base_sequence + start) % (2**31)
-        return assemble_batch(view[offsets[start]:offsets[start + count]], codec, base_offset + start,
-                         partition_leader_epoch, attributes, count - 1, int(base_ts[j]), int(max_ts[j]),
-                         producer_id, producer_epoch, sequence, count)
+        return (base_offset + start, partition_leader_epoch, attributes, count - 1, int(base_ts[j]), int(max_ts[j]),
+                producer_id, producer_epoch, sequence, count)
 
     jobs = list(zip(range(lengths.shape[0]), first.tolist(), lengths.tolist(), strict=True))
-    if codec == compression.NONE or len(jobs) < 2:
+    if codec == compression.NONE:
+        return [_finish_in_place(view, int(offsets[start]) - gap, int(ends[j]), *fields(j, start, count))
+                for j, start, count in jobs]
+
+    def batch(j: int, start: int, count: int) -> bytes:
+        base, epoch, attrs, last_delta, first_ts, last_ts, pid, pepoch, seq, n = fields(j, start, count)
+        return assemble_batch(view[offsets[start]:ends[j]], codec, base, epoch, attrs, last_delta, first_ts, last_ts,
+                              pid, pepoch, seq, n)
+
+    if len(jobs) < 2:
         return [batch(*job) for job in jobs]
     # The codecs release the GIL: compress independent batches on all cores.
     return list(_compression_pool().map(lambda job: batch(*job), jobs))
+
+
+def _finish_in_place(view: memoryview, start: int, end: int, base_offset: int, partition_leader_epoch: int,
+                     attributes: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int,
+                     producer_id: int, producer_epoch: int, base_sequence: int, count: int) -> memoryview:
+    """An uncompressed batch whose records are already in `view[start + 61:end]`: the header is written
+    in front of them and the CRC-32C computed over [attributes, end) (spec 1.3), without copying them."""
+    _HEADER.pack_into(view, start, base_offset, end - start - 12, partition_leader_epoch, 2, 0, attributes,
+                      last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+                      count)
+    struct.pack_into(">I", view, start + 17, crc32c.crc32c(view[start + 21:end]))
+    return view[start:end]
 
 
 @functools.cache
