@@ -9,11 +9,8 @@ one pass by the compiled codec (`codec.encode_records`, sizes first, then the by
 
 from __future__ import annotations
 
-import functools
-import os
 import struct
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import crc32c
 import numpy as np
@@ -148,10 +145,7 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
         return assemble_batch(view[offsets[start]:ends[j]], codec, base, epoch, attrs, last_delta, first_ts, last_ts,
                               pid, pepoch, seq, n)
 
-    if len(jobs) < 2:
-        return [batch(*job) for job in jobs]
-    # The codecs release the GIL: compress independent batches on all cores.
-    return list(_compression_pool().map(lambda job: batch(*job), jobs))
+    return compression.map_batches(lambda job: batch(*job), jobs, int(ends[-1] - offsets[0]))
 
 
 def _finish_in_place(view: memoryview, start: int, end: int, base_offset: int, partition_leader_epoch: int,
@@ -164,11 +158,6 @@ def _finish_in_place(view: memoryview, start: int, end: int, base_offset: int, p
                       count)
     struct.pack_into(">I", view, start + 17, crc32c.crc32c(view[start + 21:end]))
     return view[start:end]
-
-
-@functools.cache
-def _compression_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="klake-compress")
 
 
 def encode_batch(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Sequence[bytes | None],

@@ -10,9 +10,15 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
+import os
 import struct
+import threading
 import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import cramjam
 import lz4.frame
@@ -55,7 +61,7 @@ def compress(codec: int, data: bytes) -> bytes:
         return lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX256KB, block_linked=False,
                                   content_checksum=False, store_size=False)
     if codec == ZSTD:
-        return zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
+        return _zstd().compressor.compress(data)
     raise ValueError(f"unknown compression codec id {codec}")
 
 
@@ -69,12 +75,9 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes:
         if codec == SNAPPY:
             return _xerial_decompress(bytes(data))
         if codec == LZ4:
-            raw = bytes(data)
-            if magic == 0:
-                raw = _fix_kafka_3160_checksum(raw)
-            return lz4.frame.decompress(raw)
+            return lz4.frame.decompress(_fix_kafka_3160_checksum(bytes(data)) if magic == 0 else data)
         if codec == ZSTD:
-            return _zstd_decompress(bytes(data))
+            return _zstd_decompress(data)
     except CompressionError:
         raise
     except Exception as exc:  # each library raises its own types; normalise them
@@ -124,9 +127,39 @@ def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
     return frame[:descriptor_end] + bytes([checksum]) + frame[descriptor_end + 1:]
 
 
-def _zstd_decompress(data: bytes) -> bytes:
-    reader = zstandard.ZstdDecompressor().decompressobj()
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
+    reader = _zstd().decompressor.decompressobj()
     out = reader.decompress(data)
     if not reader.eof:
         raise CompressionError("zstd frame is incomplete")
     return out
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+_ZSTD_CONTEXTS = threading.local()
+
+
+def _zstd() -> threading.local:
+    """This thread's zstd contexts: creating one costs more than a batch's worth of work, and a
+    context must not be shared between threads."""
+    if not hasattr(_ZSTD_CONTEXTS, "compressor"):
+        _ZSTD_CONTEXTS.compressor = zstandard.ZstdCompressor(level=3, write_content_size=False)
+        _ZSTD_CONTEXTS.decompressor = zstandard.ZstdDecompressor()
+    return _ZSTD_CONTEXTS
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="klake-codec")
+
+
+def map_batches(work: Callable[[T], R], items: Sequence[T], nbytes: int) -> list[R]:
+    """`work` over independent batches, in order; in threads (the codecs release the GIL) when this
+    process may use several cores and there is enough to do (`nbytes`) to pay for the hand-offs."""
+    if len(items) < 2 or nbytes < _PARALLEL_MIN_BYTES or len(os.sched_getaffinity(0)) < 2:
+        return [work(item) for item in items]
+    return list(_pool().map(work, items))
+
+
+_PARALLEL_MIN_BYTES = 1 << 20

@@ -121,7 +121,8 @@ def _concat(parts: list[RecordTable]) -> RecordTable:
 def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
             ) -> tuple[list[bytes | memoryview], np.ndarray, np.ndarray, np.ndarray]:
     """Where each v2 batch's records are: the log buffer itself for an uncompressed batch, its own
-    decompressed buffer otherwise (read in place, never joined into one copy)."""
+    decompressed buffer otherwise (read in place, never joined into one copy). Batches decompress in
+    parallel threads; the first failure, in log order, is the one reported."""
     pos = b.position[rows]
     start = pos + V2_HEADER_SIZE
     end = pos + b.size[rows]
@@ -129,17 +130,19 @@ def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
     compressed = codecs != compression.NONE
     if not compressed.any():
         return [data] * rows.shape[0], start, end, compressed
-    chunks: list[bytes | memoryview] = []
     mv = memoryview(data)
-    for i, (s, e, c) in enumerate(zip(start.tolist(), end.tolist(), codecs.tolist(), strict=True)):
-        if c == compression.NONE:
-            chunks.append(data)
-            continue
+
+    def inflate(i: int) -> bytes | memoryview:
         try:
-            chunk = compression.decompress(c, mv[s:e], magic=2)
+            return compression.decompress(int(codecs[i]), mv[int(start[i]):int(end[i])], magic=2)
         except compression.CompressionError as exc:
             raise CorruptRecordError(source, int(pos[i]), "records", str(exc)) from exc
-        chunks.append(chunk)
+
+    packed = np.flatnonzero(compressed).tolist()
+    inflated = compression.map_batches(inflate, packed, int((end - start)[compressed].sum()))
+    chunks: list[bytes | memoryview] = [data] * rows.shape[0]
+    for i, chunk in zip(packed, inflated, strict=True):
+        chunks[i] = chunk
         start[i], end[i] = 0, len(chunk)
     return chunks, start, end, compressed
 
