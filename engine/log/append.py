@@ -55,6 +55,7 @@ from engine.index.common import INT64_MAX, INT64_MIN
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
+from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
 
 INVALID_RECORD = "INVALID_RECORD"
@@ -101,6 +102,7 @@ class AppendResult:
 
     closed: list[ClosedSegment]
     active: ActiveOutput
+    summaries: list[SegmentSummary]  # the catalog facts of each closed segment, then the active one
     rejects: pa.Table
     offsets: np.ndarray  # per input row: the assigned offset, -1 when rejected
     counters: AppendCounters
@@ -144,12 +146,13 @@ class _Rejects:
 
 def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int, now_ms: int,
                    last_log_append_time: int | None = None, resume: ActiveSegmentState | None = None,
-                   resume_log: bytes | None = None, segment_key: str = "", leader_epoch: int = -1,
-                   batch_bytes: int | None = None) -> AppendResult:
+                   resume_log: bytes | None = None, resume_summary: SegmentSummary | None = None,
+                   segment_key: str = "", leader_epoch: int = -1, batch_bytes: int | None = None) -> AppendResult:
     """Validate, batch and append `table`'s records after `log_end_offset` (see the module docstring).
 
-    `resume` continues the partition's active segment (its `next_offset` must be `log_end_offset`);
-    without it the first segment starts at `log_end_offset`, created at `now_ms`. `batch_bytes` is
+    `resume` continues the partition's active segment (its `next_offset` must be `log_end_offset`;
+    `resume_summary` holds its catalog facts); without it the first segment starts at `log_end_offset`,
+    created at `now_ms`. `batch_bytes` is
     an optional packing target below `max.message.bytes`, like the producer's `batch.size`: a record
     larger than it still gets a batch of its own.
     """
@@ -202,10 +205,17 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     active = writer.active
     snap = active.indexer.snapshot()
     counts = rejects.counts()
+    written = _Written(log_end_offset, lengths, max_ts, np.full(rows.shape[0], lat) if lat is not None else ts[rows],
+                       "CreateTime" if lat is None else "LogAppendTime", min_ts, resume_summary)
+    summaries = [written.summary(s.base_offset, s.next_offset, s.start_position + len(s.log), s.max_timestamp,
+                                 s.offset_of_max_timestamp) for s in writer.closed]
+    summaries.append(written.summary(active.base_offset, active.next_offset, active.size,
+                                     active.indexer.max_timestamp, active.indexer.offset_of_max_timestamp))
     return AppendResult(
         closed=writer.closed,
         active=ActiveOutput(active.base_offset, b"".join(active.chunks), active.start_position, *snap,
                             active.state()),
+        summaries=summaries,
         rejects=rejects.table(table),
         offsets=offsets,
         counters=AppendCounters(len(keys), int(rows.shape[0]), counts, len(batches), sum(map(len, batches)),
@@ -413,6 +423,52 @@ def _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat, base_of
                 out[i] = bytes(patched)
             offset += count
     return out, np.asarray(out_counts, np.int64), rows[keep]
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What the encoder wrote, as arrays (batch lengths and maxTimestamps, record timestamps as a reader
+    will see them), from which each segment's catalog facts follow without decoding a byte of it;
+    `resumed` holds the facts of the active segment the append continued."""
+
+    first_offset: int
+    lengths: np.ndarray
+    max_timestamps: np.ndarray
+    record_timestamps: np.ndarray
+    timestamp_type: str
+    min_timestamp: int
+    resumed: SegmentSummary | None
+
+    def summary(self, base: int, next_offset: int, size: int, largest: int, largest_offset: int) -> SegmentSummary:
+        """The facts `engine.log.summary.summarize_segment` would read back from the segment's bytes."""
+        starts = self.first_offset + np.cumsum(self.lengths) - self.lengths
+        batches = np.flatnonzero((starts >= base) & (starts < next_offset))
+        total = self.record_timestamps.shape[0]
+        lo = min(max(base - self.first_offset, 0), total)
+        hi = min(max(next_offset - self.first_offset, 0), total)
+        stamps = self.record_timestamps[lo:hi]
+        stamps = stamps[stamps >= self.min_timestamp]
+        old = self.resumed if self.resumed is not None and self.resumed.base_offset == base else None
+        old_batches = old is not None and old.batch_count > 0
+        lows = ([int(stamps.min())] if stamps.size else []) + \
+            ([old.base_timestamp] if old_batches and old.base_timestamp >= self.min_timestamp else [])
+        types = ({self.timestamp_type} if batches.size else set()) | ({old.timestamp_type} if old_batches else set())
+        magics = ([2] if batches.size else []) + ([old.magic] if old_batches else [])
+        if old_batches:
+            first_batch = old.first_batch_timestamp
+        else:
+            first_batch = int(self.max_timestamps[batches[0]]) if batches.size else NO_TIMESTAMP
+        none = self.min_timestamp - 1
+        has_largest = largest >= self.min_timestamp
+        return SegmentSummary(
+            base_offset=base, last_offset=next_offset - 1, next_offset=next_offset,
+            record_count=hi - lo + (old.record_count if old else 0),
+            batch_count=int(batches.size) + (old.batch_count if old else 0), size_bytes=size,
+            first_batch_timestamp=first_batch, base_timestamp=min(lows) if lows else none,
+            largest_timestamp=largest if has_largest else none,
+            offset_of_largest_timestamp=largest_offset if has_largest else base,
+            timestamp_type=types.pop() if len(types) == 1 else ("Mixed" if types else "CreateTime"),
+            magic=max(magics, default=2), valid_bytes=size)
 
 
 def _batch_max_timestamps(ts: np.ndarray, lengths: np.ndarray, lat: int | None, kip228: bool) -> np.ndarray:

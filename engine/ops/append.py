@@ -27,6 +27,7 @@ from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.append import AppendCounters, append_records
 from engine.log.segment_writer import ActiveSegmentState
+from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
@@ -59,7 +60,7 @@ class PartitionAppendOutcome:
 
 
 def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
-                  ) -> tuple[ActiveSegmentState, bytes]:
+                  ) -> tuple[ActiveSegmentState, bytes, SegmentSummary]:
     """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
     min_ts = min_timestamp(config)
     log = read_bytes(row.log_key, options)
@@ -73,7 +74,17 @@ def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, optio
         offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
         rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
         created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
-    return state, log
+    return state, log, row_summary(row)
+
+
+def row_summary(row: SegmentRow) -> SegmentSummary:
+    """The facts a catalog row records about its segment, as the summary they were made from."""
+    return SegmentSummary(
+        base_offset=row.base_offset, last_offset=row.last_offset, next_offset=row.next_offset,
+        record_count=row.record_count, batch_count=row.batch_count, size_bytes=row.size_bytes,
+        first_batch_timestamp=row.first_batch_timestamp, base_timestamp=row.base_timestamp,
+        largest_timestamp=row.largest_timestamp, offset_of_largest_timestamp=row.offset_of_largest_timestamp,
+        timestamp_type=row.timestamp_type, magic=row.magic, valid_bytes=row.size_bytes)
 
 
 def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
@@ -103,14 +114,14 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
     log_end = rows[-1].next_offset if rows else 0
-    resume = resume_log = None
+    resume = resume_log = resumed = None
     if active is not None:
-        resume, resume_log = resume_state(active, config, tp, options)
+        resume, resume_log, resumed = resume_state(active, config, tp, options)
     last_append = max((r.largest_timestamp for r in rows), default=None) \
         if config.message_timestamp_type == "LogAppendTime" else None
     result = append_records(records, config, log_end_offset=log_end, now_ms=now_ms,
                             last_log_append_time=last_append, resume=resume, resume_log=resume_log,
-                            segment_key=str(tp), batch_bytes=batch_bytes)
+                            resume_summary=resumed, segment_key=str(tp), batch_bytes=batch_bytes)
     outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, result.counters,
                                      result.rejects, result.log_end_offset)
     if result.counters.records_accepted == 0:
@@ -119,15 +130,17 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
     # extending its .log object server-side (only the new bytes are uploaded)
     previous = {active.base_offset: active} if active is not None else {}
 
-    def store(base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> SegmentRow:
+    def store(base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState,
+              summary: SegmentSummary) -> SegmentRow:
         old = previous.get(base)
         return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
                                      log_start_offset=old.log_start_offset if old else -1, extends=old,
-                                     min_timestamp=min_timestamp(config))
+                                     summary=summary)
 
-    new_rows = [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED) for seg in result.closed]
+    new_rows = [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, summary)
+                for seg, summary in zip(result.closed, result.summaries, strict=False)]
     act = result.active
     new_rows.append(store(act.base_offset, act.log, act.offset_index.to_bytes(), act.time_index.to_bytes(),
-                          SegmentState.ACTIVE))
+                          SegmentState.ACTIVE, result.summaries[-1]))
     outcome.segments_written = [r.log_key for r in new_rows]
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))

@@ -50,7 +50,7 @@ def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: Stora
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
     if active is None or active.size_bytes == 0:
         return PartitionStep(RollOutcome(tp.topic, tp.partition, False, None))
-    state, log = resume_state(active, config, tp, options)
+    state, log, summary = resume_state(active, config, tp, options)
     segment = ActiveSegment.resume(state, config.roll_policy(), log)
     probe = Append(b"", active.next_offset, active.next_offset, now_ms, active.next_offset)
     reason = segment.roll_reason(probe, now_ms)
@@ -61,7 +61,7 @@ def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: Stora
     closed = segment.close(reason)
     rolled = store_segment_version(root, tp, closed.base_offset, closed.log, closed.index, closed.timeindex,
                                    SegmentState.ROLLED, job_id, active.created_at_ms, options,
-                                   log_start_offset=active.log_start_offset, extends=active)
+                                   log_start_offset=active.log_start_offset, extends=active, summary=summary)
     empty = store_segment_version(root, tp, active.next_offset, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
                                   options)
     return PartitionStep(outcome, CatalogChange(add=(rolled, empty), remove=(active.ref,)))

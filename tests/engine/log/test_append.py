@@ -28,7 +28,8 @@ from engine.log.append import (
     append_records,
 )
 from engine.log.segment_writer import ActiveSegment, RollPolicy
-from engine.log.topic_config import KIP228_MIN_TIMESTAMP, TopicConfig
+from engine.log.summary import summarize_segment
+from engine.log.topic_config import KIP228_MIN_TIMESTAMP, TopicConfig, min_timestamp
 from tests.oracles.kafka_python import read_with_kafka_python
 
 NOW = 1_700_000_000_000
@@ -438,3 +439,24 @@ def test_active_segment_state_round_trips() -> None:
     with pytest.raises(ValueError, match="min_timestamp"):
         append_records(_table([b"k"], [b"v"]), TopicConfig(allow_negative_timestamps=True), log_end_offset=50,
                        now_ms=NOW, resume=state)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RESUME_ROWS, st.data())
+def test_segment_facts_come_from_the_encoder_and_equal_a_decode_of_the_bytes(rows, data) -> None:
+    """Each segment's catalog facts (`AppendResult.summaries`) are what `summarize_segment` reads back
+    from its bytes, also when the append continues an active segment written by an earlier call."""
+    config = _resume_config(data)
+    floor = min_timestamp(config)
+    table = _table([b"k%d" % i for i in range(len(rows))], [b"x" * n for n, _ in rows], [t for _, t in rows])
+    cut = data.draw(st.integers(0, len(rows)))
+    first = append_records(table.slice(0, cut), config, log_end_offset=1000, now_ms=NOW, segment_key="t-0")
+    act = first.active
+    resumed = summarize_segment(act.log, act.base_offset, "active", floor)
+    second = append_records(table.slice(cut), config, log_end_offset=first.log_end_offset, now_ms=NOW + 1,
+                            resume=act.state, resume_log=act.log, resume_summary=resumed, segment_key="t-0")
+    for result in (first, second):
+        segments = [(s.base_offset, s.log) for s in result.closed] + [(result.active.base_offset, result.active.log)]
+        assert len(result.summaries) == len(segments)
+        for (base, log), summary in zip(segments, result.summaries, strict=True):
+            assert summary == summarize_segment(log, base, "segment", floor), base
