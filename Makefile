@@ -55,10 +55,10 @@ bench-spark: $(STAMP)
 
 # What a cluster needs: the wheel (pip install it, with its pinned dependencies, into the executors'
 # Python) or, where the dependencies are already there, the code alone for `spark-submit --py-files`.
+# A platform wheel with the compiled codec, built from source (Cython): install it on the executors.
 dist: $(STAMP)
 	rm -rf dist build && mkdir -p dist
 	$(VENV)/bin/pip wheel -q --no-deps -w dist .
-	$(VENV)/bin/python -c "import pathlib, zipfile; z = zipfile.ZipFile('dist/klake-pyfiles.zip', 'w', zipfile.ZIP_DEFLATED); [z.write(p) for d in ('engine', 'layouts', 'jobs') for p in sorted(pathlib.Path(d).rglob('*.py'))]; z.close()"
 	@ls -l dist
 
 clean:
