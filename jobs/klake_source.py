@@ -8,10 +8,10 @@
 Options: `root` (required), `catalog` (default `{root}/_catalog`), `topic` (required),
 `startingTimestamp` / `endingTimestamp` (epoch ms or ISO-8601; inclusive / exclusive),
 `startingOffset` / `endingOffset` (inclusive / exclusive), `partitions` ("0,3"), `splitBytes`, `endpoint`
-(an S3-compatible endpoint). Credentials are never options: `register` binds the driver's storage
+(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 128 MiB). Credentials are never options: `register` binds the driver's storage
 settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the registered class, so the
 Python workers that plan and read need no environment of their own. Range semantics, pruning,
-seeking and splitting are the `read` job's (`jobs/read.py`): one Spark partition per work item.
+seeking, splitting and packing are the `read` job's (`jobs/read.py`): one Spark partition per pack.
 
 Filter pushdown (`register` turns on `spark.sql.python.filterPushdown.enabled`, which Spark requires
 of any source that implements it, so registering the class yourself needs it too): comparisons and
@@ -31,6 +31,7 @@ query, as the tests do.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -55,7 +56,15 @@ from pyspark.sql.types import StructType
 from engine.errors import ConfigError
 from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog
-from engine.ops.read import DEFAULT_SPLIT_BYTES, ReadRange, WorkItem, plan_read, read_item
+from engine.ops.read import (
+    DEFAULT_PACK_BYTES,
+    DEFAULT_SPLIT_BYTES,
+    ReadRange,
+    WorkItem,
+    pack_items,
+    plan_read,
+    read_item,
+)
 from engine.ops.topic_store import load_topic_config
 from jobs.read import KAFKA_SCHEMA
 from jobs.runtime.job_runner import parse_now
@@ -94,8 +103,10 @@ def register(spark: Any, storage: StorageOptions | None = None) -> None:
 
 
 class KlakeInputPartition(InputPartition):
-    def __init__(self, item: WorkItem) -> None:
-        super().__init__(item)
+    """A pack of work items (`engine.ops.read.pack_items`) read by one task."""
+
+    def __init__(self, items: list[WorkItem]) -> None:
+        super().__init__(items)
 
 
 @dataclass
@@ -120,7 +131,8 @@ class Pushdown:
 
 
 class KlakeReader(DataSourceReader):
-    """Plans with `jobs.read.plan_read` (one input partition per work item) and reads with `read_item`."""
+    """Plans with `engine.ops.read.plan_read` (one input partition per pack of work items, `pack_items`) and
+    reads with `read_item`."""
 
     def __init__(self, options: dict[str, str], storage: StorageOptions | None) -> None:
         self.options = {k.lower(): v for k, v in options.items()}
@@ -138,6 +150,7 @@ class KlakeReader(DataSourceReader):
         self.partition_tests: list[tuple[str, Any]] = (
             [("in", tuple(int(p) for p in listed.split(",") if p.strip()))] if listed else [])
         self.split_bytes = self._int("splitbytes") or DEFAULT_SPLIT_BYTES
+        self.pack_bytes = self._int("packbytes") or DEFAULT_PACK_BYTES
         self.nothing = False
 
     def _required(self, name: str) -> str:
@@ -185,12 +198,12 @@ class KlakeReader(DataSourceReader):
         tests = list(self.partition_tests)
         plan = plan_read(catalog, self.topic, self.range, self.storage,
                          lambda p: all(_partition_ok(p, op, v) for op, v in tests), self.split_bytes)
-        return [KlakeInputPartition(item) for item in plan.items]
+        return [KlakeInputPartition(pack) for pack in pack_items(plan.items, self.pack_bytes, os.cpu_count() or 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if partition.value is None:
             return iter(())
-        return read_item(partition.value, self.storage)
+        return (batch for item in partition.value for batch in read_item(item, self.storage))
 
 
 def _take(item: Filter, wanted: Pushdown, timed: list[Filter]) -> bool:

@@ -9,8 +9,8 @@ Range (all bounds optional, combined with AND): `--from`/`--to` (epoch ms or ISO
 on KIP-228 topics): `from <= timestamp < to`, each record by its own timestamp (Spark's Kafka source
 instead turns `startingTimestamp` into an offset and returns everything after it, out-of-order
 timestamps included; here such records are left out); `--from-offset`/`--to-offset`:
-`from <= offset < to`. The rules and how the work is cut (prune, seek, split, read; one Spark task
-per work item) are `engine.ops.read`'s.
+`from <= offset < to`. The rules and how the work is cut (prune, seek, split, pack small segments
+into tasks of ~128 MiB, read) are `engine.ops.read`'s.
 The report counts live, pruned and read segments, work items, bytes read, GET requests and records.
 
     spark-submit jobs/read.py --conf conf/s3.yaml --topic orders --from 2026-11-21T10:00:00Z \\
@@ -32,7 +32,16 @@ from engine.errors import KlakeError
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
-from engine.ops.read import DEFAULT_SPLIT_BYTES, ReadPlan, ReadRange, WorkItem, plan_read, read_item
+from engine.ops.read import (
+    DEFAULT_PACK_BYTES,
+    DEFAULT_SPLIT_BYTES,
+    ReadPlan,
+    ReadRange,
+    WorkItem,
+    pack_items,
+    plan_read,
+    read_item,
+)
 from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, parse_now
@@ -60,20 +69,23 @@ class CounterParam:
 
 
 def records_frame(spark: SparkSession, items: list[WorkItem], options: StorageOptions | None,
-                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, counters: Any = None) -> DataFrame:
-    """One Spark task per work item: `spark.range` gives task i the id i, and the items travel as a
-    broadcast (unpickled once per Python worker, not once per task). Task traffic and record counts
-    go to the `counters` accumulator."""
+                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, counters: Any = None,
+                  pack_bytes: int = DEFAULT_PACK_BYTES) -> DataFrame:
+    """One Spark task per pack of work items (`engine.ops.read.pack_items`, at least one per core):
+    `spark.range` gives task i the id i, and the packs travel as a broadcast (unpickled once per Python
+    worker, not once per task). Task traffic and record counts go to the `counters` accumulator."""
     if not items:
         return spark.createDataFrame([], KAFKA_SCHEMA)
-    shared = spark.sparkContext.broadcast(items)
+    packs = pack_items(items, pack_bytes, spark.sparkContext.defaultParallelism)
+    shared = spark.sparkContext.broadcast(packs)
 
     def read_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from _read_counted(shared.value[index], options, index_interval_bytes, counters)
+                for item in shared.value[index]:
+                    yield from _read_counted(item, options, index_interval_bytes, counters)
 
-    return spark.range(0, len(items), 1, len(items)).mapInArrow(read_batches, KAFKA_SCHEMA)
+    return spark.range(0, len(packs), 1, len(packs)).mapInArrow(read_batches, KAFKA_SCHEMA)
 
 
 def _read_counted(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int, counters: Any
@@ -119,6 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
     parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
                         help="cut segments larger than this into byte ranges read by separate tasks")
+    parser.add_argument("--pack-bytes", type=at_least(1), default=DEFAULT_PACK_BYTES, metavar="N",
+                        help="log bytes one task reads at most from several small segments (default 128 MiB; "
+                             "fewer when that leaves cores idle)")
 
 
 def run(ctx: JobContext) -> None:
@@ -134,16 +149,18 @@ def run(ctx: JobContext) -> None:
                        args.split_bytes, interval) for topic, topic_range in ranges.items()]
     items = [item for plan in plans for item in plan.items]
     counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
-    frame = records_frame(ctx.spark, items, ctx.options, interval, counters)
+    frame = records_frame(ctx.spark, items, ctx.options, interval, counters, args.pack_bytes)
+    tasks = frame.rdd.getNumPartitions() if items else 0
     if args.output:
         writer = frame.write.mode("overwrite").format(args.output_format)
-        run_with_progress(ctx.spark, lambda: writer.save(args.output), len(items), ctx.progress())
+        run_with_progress(ctx.spark, lambda: writer.save(args.output), tasks, ctx.progress())
     else:
-        run_with_progress(ctx.spark, frame.count, len(items), ctx.progress())
-    _report(ctx, rng, plans, len(items), counters.value)
+        run_with_progress(ctx.spark, frame.count, tasks, ctx.progress())
+    _report(ctx, rng, plans, len(items), tasks, counters.value)
 
 
-def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: int, tasks: Counter[str]) -> None:
+def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: int, task_count: int,
+            tasks: Counter[str]) -> None:
     by_partition = {name: tasks.get(f"records:{name}", 0) for plan in plans for name in plan.partitions}
     records = sum(by_partition.values())
     for name, count in by_partition.items():
@@ -157,13 +174,13 @@ def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: 
     segments = {"live": sum(p.live_segments for p in plans), "pruned": sum(p.pruned_segments for p in plans),
                 "read": sum(p.segments_to_read for p in plans), "split": sum(p.split_segments for p in plans)}
     ctx.report.results["read"] = {
-        "topics": list(dict.fromkeys(ctx.args.topics)), "range": asdict(rng), "segments": segments, "work_items": work_items,
+        "topics": list(dict.fromkeys(ctx.args.topics)), "range": asdict(rng), "segments": segments, "work_items": work_items, "tasks": task_count,
         "records": records, "records_by_partition": by_partition, "get_requests": ctx.report.requests["GET"],
         "bytes_read": ctx.report.bytes["read"], "output": ctx.args.output,
         "output_format": ctx.args.output_format if ctx.args.output else None}
     ctx.report.summary.append(
         f"read: {records} record(s) from {segments['read']} of {segments['live']} live segment(s) "
-        f"({segments['pruned']} pruned, {work_items} task(s))"
+        f"({segments['pruned']} pruned, {work_items} work item(s) in {task_count} task(s))"
         + (f" -> {ctx.args.output} ({ctx.args.output_format})" if ctx.args.output else ""))
 
 

@@ -25,7 +25,7 @@ How the work is cut (ARCHITECTURE "Reading records"):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -47,6 +47,7 @@ KAFKA_ARROW_SCHEMA = pa.schema([
     ("headers", HEADERS_TYPE)])
 """Spark's Kafka source columns as Arrow (timestamps in microseconds, as Spark's)."""
 DEFAULT_SPLIT_BYTES = 64 * 1024**2
+DEFAULT_PACK_BYTES = 128 * 1024**2
 READ_WINDOW = 4 * 1024**2
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
 
@@ -154,6 +155,26 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
     plan.bytes.update(meter.bytes)
     plan.pruned_segments = plan.live_segments - plan.segments_to_read
     return plan
+
+
+def pack_items(items: Sequence[WorkItem], target_bytes: int = DEFAULT_PACK_BYTES, min_packs: int = 1
+               ) -> list[list[WorkItem]]:
+    """Work items grouped into tasks of about `target_bytes` of log bytes each, in plan order (so a task
+    reads neighbouring segments of one partition): a task per small segment would cost more in Spark's
+    scheduling than in reading. The target shrinks to the total over `min_packs` (the cores), so that
+    little work still spreads over the cluster; an item larger than the target is a task alone.
+    """
+    sizes = [item.end - (item.start or 0) for item in items]
+    target = max(1, min(target_bytes, -(-sum(sizes) // max(min_packs, 1))))
+    packs: list[list[WorkItem]] = []
+    filled = 0
+    for item, size in zip(items, sizes, strict=True):
+        if not packs or filled + size > target:
+            packs.append([])
+            filled = 0
+        packs[-1].append(item)
+        filled += size
+    return packs
 
 
 def _log_start_offsets(live: list[SegmentRow]) -> dict[int, int]:

@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
     Not,
 )
 
-from engine.catalog.schema import partition_log_start_offset, table_to_rows
+from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.format.batch import scan_batches
 from engine.format.records import decode_records
 from engine.index.time_index import TimeIndex
@@ -244,7 +244,7 @@ def test_data_source_pushes_filters_down_exactly(store, klake_source) -> None:
     lo, hi = NOW - 420_000, NOW - 380_000
 
     def source(topic: str, **options: str):  # noqa: ANN202
-        return spark.read.format("klake").options(root=root, topic=topic, splitBytes="1000", **options).load()
+        return spark.read.format("klake").options(root=root, topic=topic, splitBytes="1000", packBytes="1", **options).load()
 
     narrow = source(EVENTS).where(f"timestamp > {_sql_time(lo - 1, 500)} AND timestamp < {_sql_time(hi)} "
                                   f"AND partition IN (0, 1) AND offset >= 10 AND topic = '{EVENTS}'")
@@ -322,3 +322,21 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
         with metered() as meter:
             assert read_locally(catalog, backend, topic, split, **bounds) == expected(everything, topic, **bounds)
         assert meter.bytes["read"] < 64 * 1024, (bounds, meter)  # the indexes and a few batches, not a 1 MiB segment
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_packs_keep_plan_order_and_sizes_and_leave_no_core_idle(seed: int) -> None:
+    """`pack_items` against the rule it states: order kept, every pack within the target unless it is one
+    large item, no pack that could have taken the next item closed early, and a target shrunk to spread
+    little work over `min_packs` tasks."""
+    rnd = random.Random(seed)
+    row = SegmentRow.__new__(SegmentRow)
+    items = [range_read.WorkItem(row, rnd.choice([None, 0, 10]), rnd.randint(11, 5000), range_read.ReadRange())
+             for _ in range(rnd.randint(0, 60))]
+    target, min_packs = rnd.choice([1, 100, 3000, 10**9]), rnd.randint(1, 8)
+    packs = range_read.pack_items(items, target, min_packs)
+    assert [i for p in packs for i in p] == items
+    sizes = [[i.end - (i.start or 0) for i in p] for p in packs]
+    effective = max(1, min(target, -(-sum(map(sum, sizes)) // min_packs))) if items else target
+    assert all(sum(s) <= effective or len(s) == 1 for s in sizes)
+    assert all(sum(a) + b[0] > effective for a, b in zip(sizes, sizes[1:], strict=False))
