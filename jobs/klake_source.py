@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -66,12 +66,11 @@ from engine.ops.read import (
     read_item,
 )
 from engine.ops.topic_store import load_topic_config
+from engine.times import EPOCH, InvalidTimeError, parse_time
 from jobs.read import KAFKA_SCHEMA
-from jobs.runtime.job_runner import parse_now
 from layouts.store import StorageOptions, join, normalize_uri
 
 NAME = "klake"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
 _COMPARISONS = (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, EqualTo)
 
@@ -164,7 +163,12 @@ class KlakeReader(DataSourceReader):
 
     def _time(self, name: str) -> int | None:
         text = self.options.get(name)
-        return None if text in (None, "") else parse_now(text)
+        if text in (None, ""):
+            return None
+        try:
+            return parse_time(text)
+        except InvalidTimeError as exc:
+            raise ConfigError(f"klake data source: option {name!r}: {exc}") from None
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 - Spark's name
         """Keep what can be applied exactly; return the rest to Spark."""
@@ -222,7 +226,7 @@ def _take(item: Filter, wanted: Pushdown, timed: list[Filter]) -> bool:
         return True
     if column == "timestamp" and isinstance(item, _COMPARISONS) and isinstance(item.value, datetime) \
             and item.value.tzinfo is not None:
-        wanted.narrow("ms", *_millis_bounds(item, (item.value - _EPOCH) // timedelta(microseconds=1)))
+        wanted.narrow("ms", *_millis_bounds(item, (item.value - EPOCH) // timedelta(microseconds=1)))
         timed.append(item)
         return True
     return False

@@ -1,8 +1,9 @@
 """`offsets-for-times`: Kafka's ListOffsets for partitions and timestamps, one Spark task per partition.
 
-For each `--timestamp` (epoch ms or ISO-8601, or -1 latest / -2 earliest / -3 max timestamp) and each
-selected partition: the offset (and timestamp) a broker would answer, respecting the log start offset
-and falling through to later segments where Kafka's lookup stops (see README, Kafka compatibility).
+For each `--timestamp` (epoch ms or ISO-8601, UTC unless it names a zone, or -1 latest / -2 earliest /
+-3 max timestamp) and each selected partition: the offset (and timestamp) a broker would answer,
+respecting the log start offset and falling through to later segments where Kafka's lookup stops
+(see README, Kafka compatibility).
 Each lookup reads at most one `.timeindex`, one `.index` and a ranged part of one `.log`.
 Answers are in the report (`results.answers`), in `--output` (JSON lines), and, from Python, a
 DataFrame: `offsets_for_times(spark, config, topics, timestamps)`.
@@ -22,23 +23,37 @@ from typing import Any
 
 from engine.catalog.schema import partition_log_start_offset
 from engine.errors import KlakeError
-from engine.log.lookup import list_offsets
+from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
 from engine.log.topic_config import min_timestamp
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.stored_segment import stored_segment
-from jobs.runtime.job_runner import JobContext, JobSpec, main, parse_now
+from engine.times import format_time
+from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from layouts.store import StorageOptions, write_bytes
 
-SPECIAL = {"latest": -1, "earliest": -2, "max": -3, "max-timestamp": -3}
+SPECIAL = {"latest": LATEST, "earliest": EARLIEST, "max": MAX_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
+_SPECIAL_NAMES = {LATEST: "latest", EARLIEST: "earliest", MAX_TIMESTAMP: "max timestamp"}
 
 
 def parse_target(text: str) -> int:
-    """-1/-2/-3 (or latest/earliest/max), epoch ms, or ISO-8601."""
+    """An argparse type for a ListOffsets target (this job's and `klake lookup`'s): -1/-2/-3 (or latest/
+    earliest/max), which keep Kafka's meaning in ListOffsets alone, else a time (epoch ms or ISO-8601, UTC
+    unless it names a zone; before 1970 negative, for KIP-228 topics)."""
     if text in SPECIAL:
         return SPECIAL[text]
     if text in ("-1", "-2", "-3"):
         return int(text)
-    return parse_now(text)
+    return time_argument(text)
+
+
+def _answer_line(answer: dict[str, Any]) -> str:
+    """`orders-0 @ 2026-11-02T10:00:00Z: offset 42 (timestamp 2026-11-02T10:00:00.250Z)`; latest and
+    earliest answer an offset alone, as ListOffsets does."""
+    target = _SPECIAL_NAMES.get(answer["target"]) or format_time(answer["target"])
+    if not answer["found"]:
+        return f"{answer['topic']}-{answer['partition']} @ {target}: no offset (no record at or after it)"
+    stamp = "" if answer["target"] in (LATEST, EARLIEST) else f" (timestamp {format_time(answer['timestamp'])})"
+    return f"{answer['topic']}-{answer['partition']} @ {target}: offset {answer['offset']}{stamp}"
 
 
 @dataclass
@@ -65,7 +80,8 @@ def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: St
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timestamp", dest="targets", action="append", type=parse_target, required=True,
-                        metavar="TS", help="epoch ms, ISO-8601, or -1/latest, -2/earliest, -3/max (repeatable)")
+                        metavar="TS", help="epoch ms or ISO-8601 (UTC unless it names a zone), or -1/latest, "
+                        "-2/earliest, -3/max (repeatable)")
     parser.add_argument("--output", metavar="PATH", help="also write the answers as JSON lines here")
 
 
@@ -77,9 +93,7 @@ def answers(ctx: JobContext, targets: Sequence[int]) -> list[dict[str, Any]]:
 
 def run(ctx: JobContext) -> None:
     found = answers(ctx, ctx.args.targets)
-    for answer in found:
-        ctx.report.summary.append(f"{answer['topic']}-{answer['partition']} @ {answer['target']}: "
-                                  f"offset {answer['offset']} (timestamp {answer['timestamp']})")
+    ctx.report.summary += [_answer_line(answer) for answer in found]
     ctx.report.results["answers"] = found
     if ctx.args.output:
         write_bytes(ctx.args.output, "".join(json.dumps(a) + "\n" for a in found).encode(), ctx.options)

@@ -44,7 +44,7 @@ from engine.ops.read import (
 )
 from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
-from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, parse_now
+from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
 from layouts.metering import metered
 from layouts.store import StorageOptions
@@ -120,10 +120,10 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="from_ms", type=parse_now, metavar="TS",
-                        help="first timestamp, inclusive: epoch ms or ISO-8601")
-    parser.add_argument("--to", dest="to_ms", type=parse_now, metavar="TS",
-                        help="end timestamp, exclusive: epoch ms or ISO-8601")
+    parser.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
+                        help="first timestamp, inclusive: epoch ms or ISO-8601 (UTC unless it names a zone)")
+    parser.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
+                        help="end timestamp, exclusive: epoch ms or ISO-8601 (UTC unless it names a zone)")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
     parser.add_argument("--output", metavar="PATH", help="write the records here with Spark's writer "

@@ -25,10 +25,7 @@ def run(ctx: JobContext) -> None:
         deleted += len(plan.to_delete)
         kept += len(plan.decisions) - len(plan.to_delete)
         for hold in plan.held_back_by_future_timestamp:
-            ctx.report.anomalies.append(
-                f"{result.tp}: segment {hold.base_offset} is held back by a timestamp {hold.in_future_ms} ms in "
-                f"the future ({hold.largest_timestamp}); it can go from {hold.deletable_from_ms}, and it keeps "
-                f"{hold.newer_past_retention} newer segment(s) that are past retention")
+            ctx.report.anomalies.append(f"{result.tp}: segment {hold.base_offset} is held back: {hold.describe()}")
         if ctx.dry_run:
             ctx.report.summary += [f"{result.tp} {d.base_offset:>20} {d.action.value:<6} ({d.decided_by.value}) {d.reason}"
                                    for d in plan.decisions]

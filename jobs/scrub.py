@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from engine.ops.scrub import ScrubReport, scrub
+from engine.times import format_duration
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
@@ -41,11 +42,12 @@ def scrub_summary(report: ScrubReport) -> list[str]:
           f"{report.live_segments} live segments")
     verb = "would delete" if report.dry_run else "orphan"
     for orphan in report.orphans:
-        lines.append(f"  {verb} {orphan.uri} ({orphan.size} bytes, {orphan.age_ms} ms old)")
+        lines.append(f"  {verb} {orphan.uri} ({orphan.size} bytes, {format_duration(orphan.age_ms)} old)")
     for item in report.debris:
         lines.append(f"  {'would delete' if report.dry_run else 'debris'} {item.kind} {item.uri} ({item.size} bytes)")
     if report.orphans_within_grace:
-        lines.append(f"  {report.orphans_within_grace} unreferenced objects are younger than {report.grace_ms} ms: kept")
+        lines.append(f"  {report.orphans_within_grace} unreferenced objects are younger than "
+                     f"{format_duration(report.grace_ms, precise=True)}: kept")
     for missing in report.missing:
         lines.append(f"  MISSING {missing.kind} of {missing.segment}: {missing.key}")
     for bad in report.size_mismatches:

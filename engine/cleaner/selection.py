@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from engine.format.batch import NO_TIMESTAMP
 from engine.log.topic_config import TopicConfig
+from engine.times import format_duration
 
 UNCLEANABLE_LSO = "last stable offset"
 UNCLEANABLE_ACTIVE = "active segment"
@@ -178,8 +179,8 @@ def decide(rng: CleanableRange, config: TopicConfig) -> CleanDecision:
     if ratio > threshold:
         reasons.append(f"dirty ratio {ratio:.6g} > min.cleanable.dirty.ratio {threshold:g}")
     if rng.needs_compaction_now and rng.cleanable_bytes > 0:
-        reasons.append(f"max.compaction.lag.ms {config.max_compaction_lag_ms} exceeded by "
-                       f"{rng.max_compaction_delay_ms} ms")
+        reasons.append(f"max.compaction.lag.ms {format_duration(config.max_compaction_lag_ms, precise=True)} "
+                       f"exceeded by {format_duration(rng.max_compaction_delay_ms, precise=True)}")
     if reasons:
         return CleanDecision(True, tuple(reasons), rng)
     why = [f"dirty ratio {ratio:.6g} <= min.cleanable.dirty.ratio {threshold:g}"]

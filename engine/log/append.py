@@ -57,6 +57,7 @@ from engine.index.time_index import TimeIndex
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
 from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.times import format_duration, format_time
 
 INVALID_RECORD = "INVALID_RECORD"
 NEGATIVE_TIMESTAMP = "NEGATIVE_TIMESTAMP"
@@ -282,8 +283,9 @@ def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: 
             reject(mask, INVALID_RECORD, lambda _: "record has a header with a null key")
     if not config.allow_negative_timestamps:
         reject(ts < NO_TIMESTAMP, NEGATIVE_TIMESTAMP,
-               lambda r: f"timestamp {ts[r]} is negative: Kafka reserves -1 for \"no timestamp\" and rejects "
-                         f"anything lower (spec 9); klake.timestamps.allow.negative enables KIP-228 semantics")
+               lambda r: f"timestamp {format_time(int(ts[r]))} is before 1970 (negative): Kafka reserves -1 "
+                         "for \"no timestamp\" and rejects anything lower (spec 9); "
+                         "klake.timestamps.allow.negative enables KIP-228 semantics")
     if config.message_timestamp_type == "CreateTime":
         before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
         low, high = now_ms - before, now_ms + after  # exact: Python ints do not overflow
@@ -291,9 +293,11 @@ def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: 
         if not config.allow_negative_timestamps:
             outside &= ts != NO_TIMESTAMP
         reject(outside, INVALID_TIMESTAMP,
-               lambda r: f"timestamp {ts[r]} is out of range: CreateTime timestamps must be within "
-                         f"[{low}, {high}] = [now - message.timestamp.before.max.ms, now + "
-                         f"message.timestamp.after.max.ms] with now = {now_ms}, before = {before}, after = {after}")
+               lambda r: f"timestamp {format_time(int(ts[r]))} is out of range: CreateTime timestamps must be "
+                         f"within [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms] = "
+                         f"[{format_time(low)}, {format_time(high)}] with now = {format_time(now_ms)}, "
+                         f"before = {format_duration(before, precise=True)}, "
+                         f"after = {format_duration(after, precise=True)}")
     return ok
 
 

@@ -21,6 +21,7 @@ from engine.format.batch import NO_TIMESTAMP, BatchHeaders
 from engine.format.records import decode_records
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.times import format_time
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
@@ -77,9 +78,9 @@ def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_o
     if target == MAX_TIMESTAMP:
         return max_timestamp_offset(segments, start)
     if target < min_timestamp:
-        raise ValueError(f"timestamp {target} is below the topic's minimum {min_timestamp} and not one of "
-                         "-1 (latest), -2 (earliest), -3 (max); negative timestamps need "
-                         "klake.timestamps.allow.negative (KIP-228)")
+        raise ValueError(f"timestamp {format_time(target)} is before the topic's earliest "
+                         f"{format_time(min_timestamp)} and not one of -1 (latest), -2 (earliest), -3 (max); "
+                         "times before 1970 need klake.timestamps.allow.negative (KIP-228)")
     return offset_for_timestamp(segments, target, start)
 
 

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
 from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.times import format_duration, format_time
 
 
 class RetentionAction(StrEnum):
@@ -104,6 +104,14 @@ class FutureTimestampHold:
                 "largest_timestamp": self.largest_timestamp, "from_mtime": self.from_mtime,
                 "in_future_ms": self.in_future_ms, "deletable_from_ms": self.deletable_from_ms,
                 "newer_segments": self.newer_segments, "newer_past_retention": self.newer_past_retention}
+
+    def describe(self) -> str:
+        """What holds the segment back, until when: one sentence for its decision, the plan, the run report."""
+        what = "created_at_ms (mtime)" if self.from_mtime else "largest timestamp"
+        return (f"{what} {format_time(self.largest_timestamp)} is in the future by "
+                f"{format_duration(self.in_future_ms)} (KAFKA-4340); it blocks time retention of the "
+                f"{self.newer_segments} newer segments behind it ({self.newer_past_retention} of them past "
+                f"retention.ms) until {format_time(self.deletable_from_ms)}")
 
 
 @dataclass(frozen=True)
@@ -172,8 +180,8 @@ class RetentionPlan:
 
     def describe(self) -> str:
         """A dry-run printout: a header, one line per segment, then the roll, holds, passes and totals."""
-        lines = [f"{self.topic}-{self.partition}: now {_timestamp(self.now_ms)}, cleanup.policy={self.cleanup_policy}, "
-                 f"retention.ms {_limit(self.retention_ms, _duration)}, "
+        lines = [f"{self.topic}-{self.partition}: now {format_time(self.now_ms)}, cleanup.policy={self.cleanup_policy}, "
+                 f"retention.ms {_limit(self.retention_ms, _setting)}, "
                  f"retention.bytes {_limit(self.retention_bytes, lambda b: f'{b} B')}; "
                  f"log start {self.log_start_offset} -> {self.new_log_start_offset}, "
                  f"HW {self.high_watermark}, LEO {self.log_end_offset}"]
@@ -184,10 +192,7 @@ class RetentionPlan:
             lines.append(f"  ROLL   a new empty active segment at offset {self.roll_new_active_at} "
                          "(every segment goes; a partition always keeps one)")
         for hold in self.held_back_by_future_timestamp:
-            lines.append(f"  HELD BACK {hold.segment_id}: largest timestamp {_timestamp(hold.largest_timestamp)} is "
-                         f"{_duration(hold.in_future_ms)} in the future; blocks time retention of "
-                         f"{hold.newer_segments} newer segments ({hold.newer_past_retention} past retention.ms) "
-                         f"until {_timestamp(hold.deletable_from_ms)}")
+            lines.append(f"  HELD BACK {hold.segment_id}: {hold.describe()}")
         for p in self.passes:
             lines.append(f"  pass {p.name}: " + (f"deleted {len(p.deleted)}; {p.note}" if p.ran else p.note))
         lines.append(f"  total: delete {len(self.to_delete)} segments, {self.bytes_to_delete} B, "
@@ -351,31 +356,28 @@ def _size_predicate(size: int, retention_bytes: int) -> _Predicate:
 def _time_predicate(rows: tuple[SegmentRow, ...], now_ms: int, config: TopicConfig,
                     holds: list[FutureTimestampHold]) -> _Predicate:
     retention_ms = config.retention_ms
-    retention = _duration(retention_ms)
+    retention = _setting(retention_ms)
 
     def past(row: SegmentRow) -> bool:
         return now_ms - largest_timestamp_for_retention(row, config)[0] > retention_ms
 
     def deletable(row: SegmentRow, nxt: SegmentRow | None, i: int) -> tuple[bool, str]:
         largest, from_mtime = largest_timestamp_for_retention(row, config)
-        what = (f"created_at_ms (mtime; largest_timestamp {row.largest_timestamp}) {_timestamp(largest)}"
-                if from_mtime else f"largest timestamp {_timestamp(largest)}")
+        what = (f"created_at_ms (mtime; largest_timestamp {row.largest_timestamp}) {format_time(largest)}"
+                if from_mtime else f"largest timestamp {format_time(largest)}")
         age = now_ms - largest
         if age > retention_ms:
-            return True, f"{what} is {_duration(age)} old > retention.ms {retention}"
+            return True, f"{what} is {_age(age, retention)} old > retention.ms {retention}"
         if age == retention_ms:
             return False, (f"{what} is exactly retention.ms {retention} old: kept (strict >, Kafka's local rule; "
                            "tiered storage deletes at equality, KAFKA-20091)")
         if largest <= now_ms:
-            return False, f"{what} is {_duration(age)} old <= retention.ms {retention}"
+            return False, f"{what} is {_age(age, retention)} old <= retention.ms {retention}"
         newer = rows[i + 1:]
         hold = FutureTimestampHold(row.segment_id, row.base_offset, largest, from_mtime, largest - now_ms,
                                    largest + retention_ms + 1, len(newer), sum(map(past, newer)))
         holds.append(hold)
-        return False, (f"held back: {what} ({largest}) is in the future by {_duration(hold.in_future_ms)} "
-                       f"(KAFKA-4340); it blocks time retention of the {hold.newer_segments} newer segments behind "
-                       f"it ({hold.newer_past_retention} of them past retention.ms) until "
-                       f"{_timestamp(hold.deletable_from_ms)}")
+        return False, f"held back: {hold.describe()}"
     return deletable
 
 
@@ -398,29 +400,15 @@ def _validate(rows: tuple[SegmentRow, ...]) -> None:
                              f"[{rows[i - 1].base_offset}, {rows[i - 1].next_offset})")
 
 
-_UNITS = (("y", 365 * 86_400_000), ("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
+def _setting(ms: int) -> str:
+    """A configured duration (retention.ms), to the millisecond: it is what the user wrote."""
+    return format_duration(ms, precise=True)
 
 
-def _duration(ms: int) -> str:
-    """`8d 2h`, `7d 1ms`, `~3y 45d` (two largest units, marked `~` when rounded down)."""
-    sign, rest, parts = "-" if ms < 0 else "", abs(ms), []
-    for unit, size in _UNITS:
-        count, rest = divmod(rest, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    if not parts:
-        return "0ms"
-    return sign + ("" if len(parts) <= 2 else "~") + " ".join(parts[:2])
-
-
-def _timestamp(ms: int) -> str:
-    """ISO-8601 UTC, or the raw number when out of datetime's range (e.g. nanoseconds sent as ms)."""
-    try:
-        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
-    except OverflowError:
-        return str(ms)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
+def _age(age: int, retention: str) -> str:
+    """A segment's age in words, to the millisecond where rounding would make it read as retention.ms."""
+    words = format_duration(age)
+    return format_duration(age, precise=True) if words == retention else words
 
 
 def _limit(value: int, show: Callable[[int], str]) -> str:

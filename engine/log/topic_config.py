@@ -1,8 +1,9 @@
 """Per-topic configuration with Kafka's names, defaults and validation (spec 11), plus klake's opt-ins.
 
-Keys are Kafka's (`segment.bytes`, `retention.ms`, ...); a bad value raises `ConfigError` naming the
-key. Defaults are Kafka 4.0's except where noted: `segment.bytes` accepts values below 4.0's 1 MiB
-minimum (Kafka's pre-4.0 minimum of 14 bytes), so small segments can be tested and back-filled.
+Keys are Kafka's (`segment.bytes`, `retention.ms`, ...); `parse_setting` is each key's one validation,
+and a bad value raises `ConfigError` naming the key. Defaults are Kafka 4.0's except where noted:
+`segment.bytes` accepts values below 4.0's 1 MiB minimum (Kafka's pre-4.0 minimum of 14 bytes), so
+small segments can be tested and back-filled.
 Two klake-only settings, both off by default:
 - `klake.timestamps.allow.negative` (KIP-228, never shipped in Kafka): every int64 is a valid
   timestamp, and "no timestamp" is kept distinct from -1 instead of being -1;
@@ -12,6 +13,7 @@ Two klake-only settings, both off by default:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,57 +29,56 @@ COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
-def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, Any], int]:
-    def parse(key: str, value: Any) -> int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[Any], int]:
+    bounds = f">= {minimum}" if maximum == LONG_MAX else f"from {minimum} to {maximum}"
+
+    def parse(value: Any) -> int:
         try:
             number = int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if isinstance(value, float) and value != number:
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        if not minimum <= number <= maximum:
-            raise ConfigError(f"{key}: {number} is outside [{minimum}, {maximum}]")
+        except (TypeError, ValueError, OverflowError):
+            number = None
+        if (isinstance(value, bool) or number is None or (isinstance(value, float) and value != number)
+                or not minimum <= number <= maximum):
+            raise ConfigError(f"must be an integer {bounds}, got {value!r}")
         return number
     return parse
 
 
-def _ratio(key: str, value: Any) -> float:
+def _ratio(value: Any) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{key}: expected a number in [0, 1], got {value!r}") from None
-    if not 0.0 <= number <= 1.0:
-        raise ConfigError(f"{key}: {number} is outside [0, 1]")
+        number = None
+    if number is None or not 0.0 <= number <= 1.0:
+        raise ConfigError(f"must be a number from 0 to 1, got {value!r}")
     return number
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
-    def parse(key: str, value: Any) -> str:
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
         if value not in options:
-            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(options)}")
+            raise ConfigError(f"must be one of {', '.join(options)}, got {value!r}")
         return value
     return parse
 
 
-def _policy(key: str, value: Any) -> str:
+def _policy(value: Any) -> str:
     items = [v.strip() for v in (value if isinstance(value, list | tuple) else str(value).split(","))]
     if not items or any(v not in CLEANUP_POLICIES for v in items):
-        raise ConfigError(f"{key}: {value!r} must be delete, compact or both (comma separated)")
+        raise ConfigError(f"must be delete, compact or both (comma separated), got {value!r}")
     return ",".join(sorted(set(items), key=["compact", "delete"].index))
 
 
-def _bool(key: str, value: Any) -> bool:
+def _bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     if str(value).lower() in ("true", "false"):
         return str(value).lower() == "true"
-    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    raise ConfigError(f"must be true or false, got {value!r}")
 
 
 # key -> (attribute, parser, default)
-_SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
+_SETTINGS: dict[str, tuple[str, Callable[[Any], Any], Any]] = {
     "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1), 1_073_741_824),
     "segment.ms": ("segment_ms", _int(1), 604_800_000),
     "segment.jitter.ms": ("segment_jitter_ms", _int(0), 0),
@@ -100,6 +101,16 @@ _SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
 }
 KAFKA_KEYS = tuple(_SETTINGS)
 DEFAULTS = {key: default for key, (_, _, default) in _SETTINGS.items()}
+
+
+def parse_setting(key: str, value: Any) -> Any:
+    """The value of the Kafka-named topic setting `key`, or a `ConfigError` saying what is wrong with it
+    (the caller names the key and where it was read): the one validation of each setting, used by
+    `TopicConfig.from_mapping` and by the jobs' configuration file."""
+    if key not in _SETTINGS:
+        close = difflib.get_close_matches(str(key), _SETTINGS, n=1, cutoff=0.8)
+        raise ConfigError("unknown topic setting" + (f" (did you mean {close[0]}?)" if close else ""))
+    return _SETTINGS[key][1](value)
 
 
 @dataclass(frozen=True)
@@ -126,17 +137,17 @@ class TopicConfig:
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any], topic: str = "") -> TopicConfig:
-        """Validate Kafka-named settings; unknown keys and bad values are errors naming the key."""
-        where = f"topic {topic}: " if topic else ""
-        values = {}
+        """Validate Kafka-named settings; unknown keys and bad values are errors naming the key, every
+        bad one in one `ConfigError` (a stored or generated config is checked by the same rules)."""
+        values, problems = {}, []
         for key, value in settings.items():
-            if key not in _SETTINGS:
-                raise ConfigError(f"{where}unknown topic setting {key!r}")
-            attribute, parse, _ = _SETTINGS[key]
             try:
-                values[attribute] = parse(key, value)
+                values[_SETTINGS[key][0]] = parse_setting(key, value)
             except ConfigError as exc:
-                raise ConfigError(f"{where}{exc}") from None
+                problems.append(f"{key}: {exc}")
+        if problems:
+            where = f"topic {topic}: " if topic else ""
+            raise ConfigError(where + "; ".join(problems))
         return cls(**values)
 
     def to_mapping(self) -> dict[str, Any]:

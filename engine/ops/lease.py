@@ -27,12 +27,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
-
-import humanize
 
 from engine.errors import KlakeError
 from engine.names import TopicPartition
+from engine.times import format_duration, format_time
 from layouts.store import StorageOptions, delete_object, join, normalize_uri, put_if_absent, read_bytes
 
 LEASE_DIR = "_leases"
@@ -66,10 +64,9 @@ class Lease:
     def describe(self, now: int | None = None) -> str:
         """Who holds the lease, until when, and how to take it over safely."""
         now = now_ms() if now is None else now
-        until = datetime.fromtimestamp(self.expires_at_ms / 1000, UTC).isoformat(timespec="seconds")
-        left = humanize.naturaldelta(timedelta(milliseconds=max(self.expires_at_ms - now, 0)))
+        left = format_duration(max(self.expires_at_ms - now, 0))
         return (f"{self.topic}-{self.partition} is leased by job {self.job_id!r} (owner {self.owner}) until "
-                f"{until.replace('+00:00', 'Z')} (in {left}); if that job is no longer running, re-run with "
+                f"{format_time(self.expires_at_ms)} (in {left}); if that job is no longer running, re-run with "
                 f"--job-id {self.job_id} to take the lease over at once and finish its work")
 
 

@@ -38,6 +38,7 @@ from engine.format.records import HEADERS_TYPE, decode_records
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
+from engine.times import format_time
 from layouts.metering import metered
 from layouts.store import StorageOptions
 
@@ -69,8 +70,9 @@ class ReadRange:
                 raise KlakeError(f"read range: {name} must be >= 0, got {value}")
         for name in ("from_ms", "to_ms"):
             if (value := getattr(self, name)) is not None and value < self.floor:
-                raise KlakeError(f"read range: {name} {value} is below the topic's smallest timestamp {self.floor}"
-                                 + ("; negative timestamps need klake.timestamps.allow.negative (KIP-228)"
+                raise KlakeError(f"read range: {name} {format_time(value)} is before the topic's earliest "
+                                 f"timestamp {format_time(self.floor)}"
+                                 + ("; times before 1970 need klake.timestamps.allow.negative (KIP-228)"
                                     if self.floor == 0 else ""))
 
     @property

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
+
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import validate_topic
@@ -43,12 +45,17 @@ def load_topic_config(root: str, topic: str, options: StorageOptions | None = No
 def save_topic_config(root: str, topic: str, config: TopicConfig, options: StorageOptions | None = None) -> int:
     """Store `config` as the next version of `topic`'s settings; returns the version written."""
     body = json.dumps(config.to_mapping(), indent=2, sort_keys=True).encode()
-    for _ in range(MAX_SAVE_ATTEMPTS):
+
+    def save_next() -> int:
         versions = _versions(root, topic, options)
         version = versions[-1][0] + 1 if versions else 1
-        try:
-            put_if_absent(join(root, "_topics", topic, f"config-{version:08d}.json"), body, options)
-            return version
-        except FileExistsError:
-            continue
-    raise KlakeError(f"topic {topic}: could not save its configuration after {MAX_SAVE_ATTEMPTS} racing attempts")
+        put_if_absent(join(root, "_topics", topic, f"config-{version:08d}.json"), body, options)
+        return version
+
+    # The loser of a race re-reads at once: the winner's version is already there to build on.
+    retrying = Retrying(stop=stop_after_attempt(MAX_SAVE_ATTEMPTS), retry=retry_if_exception_type(FileExistsError))
+    try:
+        return retrying(save_next)
+    except RetryError:
+        raise KlakeError(f"topic {topic}: could not save its configuration after {MAX_SAVE_ATTEMPTS} racing "
+                         "attempts") from None

@@ -3,6 +3,12 @@
 Storage endpoint and credentials come from the environment (`layouts.store.StorageOptions.from_env`)
 or `--endpoint-url`; secrets are never printed. `import` and `scrub` are jobs (`jobs/import_log.py`,
 `jobs/scrub.py`) with the common job options.
+
+`--from`/`--to` take epoch ms or ISO-8601 (UTC unless they name a zone). A topic's smallest valid
+timestamp is `engine.log.topic_config.min_timestamp` of its settings, stored under the storage root
+(`--root`, by default the directory holding a catalog named `_catalog`): times before 1970 only for
+topics with `klake.timestamps.allow.negative` (KIP-228). The table shows times in ISO-8601 UTC ("-" for
+a segment without timestamps); `--json` keeps the catalog's epoch milliseconds.
 """
 
 from __future__ import annotations
@@ -11,39 +17,75 @@ import argparse
 import json
 import sys
 
+import pyarrow as pa
+
+from engine.errors import KlakeError
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.ops.catalog_table import Catalog
-from layouts.store import StorageOptions
+from engine.ops.topic_store import load_topic_config
+from engine.times import format_time
+from jobs.runtime.job_runner import time_argument
+from layouts.store import StorageOptions, normalize_uri
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")
+_TIME_FIELDS = ("base_timestamp", "largest_timestamp")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    seg = subparsers.add_parser("segments", help="list live segments, pruned by time range")
+    seg = subparsers.add_parser("segments", help="list live segments, pruned by time range",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     seg.add_argument("--catalog", required=True)
+    seg.add_argument("--root", help="storage root holding the topics' settings (default: the catalog's parent "
+                                    "directory when the catalog is {root}/_catalog)")
     seg.add_argument("--topic")
     seg.add_argument("--partition", type=int)
-    seg.add_argument("--from", dest="from_ms", type=int, metavar="MS",
-                     help="keep segments that may hold a record at or after MS")
-    seg.add_argument("--to", dest="to_ms", type=int, metavar="MS",
-                     help="keep segments that may hold a record at or before MS")
-    seg.add_argument("--json", action="store_true", help="one JSON object per segment")
+    seg.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
+                     help="keep segments that may hold a record at or after TIME (epoch ms or ISO-8601)")
+    seg.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
+                     help="keep segments that may hold a record at or before TIME (epoch ms or ISO-8601)")
+    seg.add_argument("--json", action="store_true", help="one JSON object per segment (times in epoch ms)")
     seg.add_argument("--endpoint-url", help="S3-compatible endpoint (default: KLAKE_S3_ENDPOINT_URL or "
                                             "AWS_ENDPOINT_URL)")
     seg.set_defaults(handler=run_segments)
 
 
 def run_segments(args: argparse.Namespace) -> int:
-    catalog = Catalog.open(args.catalog, StorageOptions.from_env(endpoint_url=args.endpoint_url))
-    table = catalog.segments(topic=args.topic, partition=args.partition, from_ms=args.from_ms, to_ms=args.to_ms)
-    rows = table.select(list(SEGMENT_FIELDS)).to_pylist()
+    options = StorageOptions.from_env(endpoint_url=args.endpoint_url)
+    catalog = Catalog.open(args.catalog, options)
+    topics = [args.topic] if args.topic else sorted({tp.topic for tp in catalog.partitions()})
+    floors = {topic: min_timestamp(_topic_config(args, topic, options)) for topic in topics}
+    for topic, floor in floors.items():
+        for flag, value in (("--from", args.from_ms), ("--to", args.to_ms)):
+            if value is not None and value < floor:
+                raise KlakeError(f"{flag} {format_time(value)} is before topic {topic}'s earliest timestamp "
+                                 f"{format_time(floor)}; times before 1970 need "
+                                 "klake.timestamps.allow.negative (KIP-228)")
+    tables = [catalog.segments(topic=topic, partition=args.partition, from_ms=args.from_ms, to_ms=args.to_ms,
+                               min_timestamp=floor) for topic, floor in floors.items()]
+    rows = pa.concat_tables(tables).select(list(SEGMENT_FIELDS)).to_pylist() if tables else []
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return 0
-    widths = {f: max([len(f)] + [len(str(r[f])) for r in rows]) for f in SEGMENT_FIELDS}
+    shown = [{f: _show(row, f, floors[row["topic"]]) for f in SEGMENT_FIELDS} for row in rows]
+    widths = {f: max([len(f)] + [len(r[f]) for r in shown]) for f in SEGMENT_FIELDS}
     print("  ".join(f.ljust(widths[f]) for f in SEGMENT_FIELDS))
-    for row in rows:
-        print("  ".join(str(row[f]).ljust(widths[f]) for f in SEGMENT_FIELDS))
+    for row in shown:
+        print("  ".join(row[f].ljust(widths[f]) for f in SEGMENT_FIELDS))
     print(f"{len(rows)} segments", file=sys.stderr)
     return 0
+
+
+def _topic_config(args: argparse.Namespace, topic: str, options: StorageOptions) -> TopicConfig:
+    """The topic's stored settings; Kafka's defaults when no storage root is known."""
+    catalog = normalize_uri(args.catalog).rstrip("/")
+    root = args.root or (catalog.rsplit("/", 1)[0] if catalog.endswith("/_catalog") else None)
+    return TopicConfig() if root is None else load_topic_config(normalize_uri(root), topic, options)
+
+
+def _show(row: dict, field: str, floor: int) -> str:
+    """A table cell: times in ISO-8601 UTC, "-" below the topic's floor (a segment without timestamps)."""
+    if field not in _TIME_FIELDS:
+        return str(row[field])
+    return format_time(row[field]) if row[field] >= floor else "-"

@@ -25,6 +25,7 @@ from engine.log.lookup import list_offsets
 from engine.log.segment import InMemorySegment
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.verify import record_problems, valid_prefix
+from jobs.offsets_for_times import parse_target
 from layouts.kafka_layout import group_partition_files
 from layouts.store import filesystem, list_objects, normalize_uri, object_info, read_bytes
 
@@ -68,8 +69,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                                              "through segments where Kafka stops), or -1 latest, -2 earliest, "
                                              "-3 max timestamp. No match prints offset -1, timestamp -1.")
     lookup.add_argument("partition_dir", metavar="PARTITION_DIR", help="<topic>-<partition> directory or s3:// prefix")
-    lookup.add_argument("--timestamp", type=int, action="append", required=True, metavar="T",
-                        help="ms since epoch, or -1/-2/-3; repeatable")
+    lookup.add_argument("--timestamp", type=parse_target, action="append", required=True, metavar="T",
+                        help="epoch ms or ISO-8601 (UTC unless it names a zone), or -1/latest, -2/earliest, "
+                             "-3/max; repeatable")
     lookup.add_argument("--log-start-offset", type=int, metavar="N",
                         help="ignore records below this offset (default: the first segment's base offset)")
     lookup.set_defaults(handler=run_lookup)
@@ -278,6 +280,9 @@ def run_lookup(args: argparse.Namespace) -> int:
         for problem in segment.index_problems:
             print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)
     for target in args.timestamp:
-        answer = list_offsets(segments, target, args.log_start_offset)
+        try:
+            answer = list_offsets(segments, target, args.log_start_offset)
+        except ValueError as exc:  # a time before 1970: a broker's log has no KIP-228
+            raise KlakeError(str(exc)) from None
         print(json.dumps({"target": target, "offset": answer.offset, "timestamp": answer.timestamp}))
     return 0

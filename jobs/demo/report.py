@@ -7,22 +7,18 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.catalog.schema import SegmentRow
+from engine.times import format_duration, format_time
 from jobs.demo.checks import Check
-from jobs.demo.generator import CONFIGS, DAY_MS, HOUR_MS, START_MS, TOPICS, BatchFile, DemoPlan
+from jobs.demo.generator import CONFIGS, START_MS, TOPICS, BatchFile, DemoPlan
 from jobs.demo.pipeline import Pipeline, Snapshots, Storage
 from jobs.demo.timeline import SegmentBar, draw_timeline
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def _duration(ms: int) -> str:
-    return "unlimited" if ms < 0 else f"{ms // DAY_MS}d" if ms % DAY_MS == 0 else f"{ms / HOUR_MS:g}h"
+def _retention(ms: int) -> str:
+    return "unlimited" if ms < 0 else format_duration(ms, precise=True)
 
 
 def _size(n: int) -> str:
@@ -43,7 +39,7 @@ def append_lines(plan: DemoPlan, batches: Sequence[BatchFile], pipeline: Pipelin
         rejected.update(report.get("rejected", {}).get("by_reason", {}))
     retried = pipeline.results("append-00-retry").get("already_committed")
     return [
-        f"generated  {plan.days} days from {_iso(START_MS)} UTC: {len(TOPICS)} topics, "
+        f"generated  {plan.days} days from {format_time(START_MS)}: {len(TOPICS)} topics, "
         f"{sum(t.partitions for t in TOPICS)} partitions, {sum(b.records for b in batches):,} records in "
         f"{len(batches)} Parquet batches (keys, tombstones, late and far-future timestamps)",
         f"append     {len(committed)} of {len(batches)} batches committed, "
@@ -60,12 +56,12 @@ def retention_lines(plan: DemoPlan, pipeline: Pipeline, snaps: Snapshots, held: 
     deleted = [r for r in snaps.before_retention if r.segment_id in gone]
     by_topic = Counter(r.topic for r in deleted)
     return [
-        f"roll       {pipeline.results('roll').get('segments_rolled', 0)} idle active segments rolled at {_iso(now)} "
+        f"roll       {pipeline.results('roll').get('segments_rolled', 0)} idle active segments rolled at {format_time(now)} "
         "(the simulated clock of every maintenance job)",
         f"log        {_segments(snaps.before_retention)} before retention",
         f"retention  deleted {len(deleted)} segments, {_size(sum(r.size_bytes for r in deleted))}, "
         f"{sum(r.record_count for r in deleted):,} records ("
-        + ", ".join(f"{t.name} {by_topic[t.name]} past {_duration(CONFIGS[t.name].retention_ms)}" for t in TOPICS) + ")",
+        + ", ".join(f"{t.name} {by_topic[t.name]} past {_retention(CONFIGS[t.name].retention_ms)}" for t in TOPICS) + ")",
         *(held_line(row, now) for row in held),
     ]
 
@@ -73,8 +69,8 @@ def retention_lines(plan: DemoPlan, pipeline: Pipeline, snaps: Snapshots, held: 
 def held_line(row: SegmentRow, now: int) -> str:
     until = row.largest_timestamp + CONFIGS[row.topic].retention_ms + 1
     return (f"held back  {row.topic}-{row.partition} @{row.base_offset}: {row.record_count:,} records since "
-            f"{_iso(row.base_timestamp)} share a segment with one stamped {_iso(row.largest_timestamp)} "
-            f"({(row.largest_timestamp - now) // DAY_MS} days ahead): kept until {_iso(until)} (KAFKA-4340)")
+            f"{format_time(row.base_timestamp)} share a segment with one stamped {format_time(row.largest_timestamp)} "
+            f"({format_duration(row.largest_timestamp - now)} ahead): kept until {format_time(until)} (KAFKA-4340)")
 
 
 def result_lines(plan: DemoPlan, pipeline: Pipeline, snaps: Snapshots, checks: Sequence[Check]) -> list[str]:
@@ -90,7 +86,7 @@ def result_lines(plan: DemoPlan, pipeline: Pipeline, snaps: Snapshots, checks: S
         f"{cleaned.get('records_kept', 0):,} kept (the latest per key), {cleaned.get('records_removed', 0):,} removed",
         f"log        {_segments(snaps.after_compaction)} live now",
         f"lookups    offsets-for-times: {by_name['lookups'].detail}",
-        f"read       {topic} [{_iso(start)}, {_iso(end)}): {read_results.get('segments', {}).get('read', 0)} of "
+        f"read       {topic} [{format_time(start)}, {format_time(end)}): {read_results.get('segments', {}).get('read', 0)} of "
         f"{read_results.get('segments', {}).get('live', 0)} segments read, {by_name['read'].detail}",
         f"scrub      {scrubbed.get('objects_listed', 0)} objects: {len(scrubbed.get('orphans', []))} orphans, "
         f"{len(scrubbed.get('missing', []))} missing, {len(scrubbed.get('size_mismatches', []))} size mismatches",
@@ -112,5 +108,5 @@ def draw(bars: Sequence[SegmentBar], plan: DemoPlan, path: Path) -> Path:
     cutoffs = {t.name: plan.maintenance_now - CONFIGS[t.name].retention_ms for t in TOPICS
                if CONFIGS[t.name].retention_ms >= 0}
     names = [f"{t.name}-{p}" for t in TOPICS for p in range(t.partitions)]
-    labels = {t.name: f"{t.name}: {_duration(CONFIGS[t.name].retention_ms)} retention" for t in TOPICS}
+    labels = {t.name: f"{t.name}: {_retention(CONFIGS[t.name].retention_ms)} retention" for t in TOPICS}
     return draw_timeline(bars, names, cutoffs, plan.maintenance_now, path, labels)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engine.times import format_time
+
 KEPT, RETENTION, COMPACTED, OUTPUT = "kept", "deleted by retention", "replaced by compaction", "written by compaction"
 COLOURS = {KEPT: "#3a923a", RETENTION: "#d62728", COMPACTED: "#ff9f1c", OUTPUT: "#1f77b4"}
 HOUR_MS = 3_600_000
@@ -60,7 +62,7 @@ def draw_timeline(bars: Sequence[SegmentBar], partitions: Sequence[str], cutoffs
             _draw_bar(ax, bar, row, 2, right_ms)
     _draw_cutoffs(ax, cutoffs, partitions, topic_labels or {})
     ax.axvline(_x(now_ms), color="black", linewidth=1.6)
-    ax.text(_x(now_ms), -0.78, f" now\n {_label(now_ms)}", fontsize=9, va="top", ha="left", fontweight="bold")
+    ax.text(_x(now_ms), -0.78, f" now\n {format_time(now_ms)}", fontsize=9, va="top", ha="left", fontweight="bold")
     ax.set_xlim(_x(left_ms), _x(right_ms))
     ax.set_ylim(len(partitions) - 0.4, -0.8)
     ax.set_yticks(range(len(partitions)), partitions, fontsize=10)
@@ -97,7 +99,7 @@ def _draw_bar(ax, bar: SegmentBar, row: int, lane: int, right_ms: int) -> None: 
         ax.annotate("", xy=(_x(right_ms), y), xytext=(_x(right_ms) - 0.12, y),
                     arrowprops={"arrowstyle": "-|>", "color": "black", "linewidth": 1.2})
         ax.text(_x(right_ms) - 0.14, y - height / 2 - 0.03,
-                f"largest timestamp {_label(bar.last_ms)} (far future)", fontsize=8, ha="right", va="bottom")
+                f"largest timestamp {format_time(bar.last_ms)} (far future)", fontsize=8, ha="right", va="bottom")
     if bar.held_back:
         ax.text(_x(bar.first_ms) + 0.05, y, "held back by its far-future timestamp: time retention stops here "
                 "(KAFKA-4340)", fontsize=8, ha="left", va="center", color="#8b0000",
@@ -132,7 +134,3 @@ def _legend(ax) -> None:  # noqa: ANN001
                 Line2D([], [], color="#444444", linestyle="--", label="retention cut-off (now - retention.ms)"),
                 Line2D([], [], color="black", linewidth=1.6, label="now (simulated clock)")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, fontsize=9, frameon=False)
-
-
-def _label(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")

@@ -9,6 +9,10 @@ topic_defaults: {retention.ms: 604800000}  # Kafka's names, for every topic belo
 topics:   {orders: {partitions: 8, cleanup.policy: compact}}
 ```
 
+The file's shape is a pydantic model, so every problem of the file and the overrides is reported at
+once, one line per problem with its key path (`topics.orders.retention.ms: must be an integer >= -1,
+got 'abc'`): a new user fixes them all in one round. Each Kafka topic setting is checked by its one
+rule, `engine.log.topic_config.parse_setting`, and each topic name by `engine.names.validate_topic`.
 Unknown keys anywhere are errors naming the key (a typo must not silently keep a default). Credentials
 are never read from the file: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, and
 KLAKE_S3_ENDPOINT_URL for an endpoint the file does not name (`layouts.store.StorageOptions`).
@@ -19,16 +23,28 @@ KLAKE_S3_ENDPOINT_URL for an endpoint the file does not name (`layouts.store.Sto
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 
-from engine.errors import ConfigError
-from engine.log.topic_config import TopicConfig
-from engine.names import InvalidNameError, validate_topic
+from engine.errors import ConfigError, KlakeError
+from engine.log.topic_config import KAFKA_KEYS, TopicConfig, parse_setting
+from engine.names import validate_topic
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from layouts.store import StorageOptions, join, normalize_uri
 
@@ -40,10 +56,102 @@ JOB_DEFAULTS: dict[str, Any] = {
     "sticky_batch_bytes": 16_384,
     "batch_bytes": 0,
 }
-SPARK_DEFAULTS: dict[str, Any] = {"master": "local[*]", "app_name": "klake", "conf": {}}
-_SECTIONS = {"storage": {"root", "endpoint_url", "region"}, "catalog": {"uri"}, "spark": set(SPARK_DEFAULTS),
-             "jobs": set(JOB_DEFAULTS), "topic_defaults": None, "topics": None}
 _SECRET_KEYS = {"key", "secret", "token", "access_key", "secret_key", "aws_access_key_id", "aws_secret_access_key"}
+_CREDENTIALS = ("credentials are read from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), "
+                "never from the file")
+
+
+def _rule(check: Callable[[Any], Any]) -> AfterValidator:
+    """Run one of klake's own rules as a pydantic validator: its error becomes this key's problem."""
+    def validate(value: Any) -> Any:
+        try:
+            return check(value)
+        except KlakeError as exc:
+            raise PydanticCustomError("klake", "{reason}", {"reason": str(exc)}) from None
+    return AfterValidator(validate)
+
+
+def _whole(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    """A whole number in range, as YAML wrote it (not true/false, not 1.5, not "10")."""
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+
+    def check(value: Any) -> int:
+        if (not isinstance(value, int) or isinstance(value, bool) or value < minimum
+                or (maximum is not None and value > maximum)):
+            raise ConfigError(f"must be an integer {bounds}, got {value!r}")
+        return value
+    return check
+
+
+def _storage_root(value: Any) -> str:
+    if not value:
+        raise ConfigError("required (a local path or s3://bucket/prefix)")
+    if not isinstance(value, str):
+        raise ConfigError(f"must be a local path or s3://bucket/prefix, got {value!r}")
+    return value
+
+
+_partition_count = _whole(1, 100_000)
+
+
+def _partitions(value: Any) -> int | None:
+    return None if value is None else _partition_count(value)
+
+
+def _empty_if_none(value: Any) -> Any:
+    """`topics:` with nothing under it is YAML's null: an empty section, as the user meant."""
+    return {} if value is None else value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Storage(_Section):
+    root: Annotated[Any, _rule(_storage_root)] = Field(None, validate_default=True)
+    endpoint_url: str | None = None
+    region: str | None = None
+
+
+class _Catalog(_Section):
+    uri: str | None = None
+
+
+class _Spark(_Section):
+    master: str = "local[*]"
+    app_name: str = "klake"
+    conf: dict[str, Any] = Field(default_factory=dict)
+
+
+_Jobs = create_model("_Jobs", __base__=_Section,
+                     **{key: (Annotated[Any, _rule(_whole(0))], default) for key, default in JOB_DEFAULTS.items()})
+_TopicDefaults = create_model(
+    "_TopicDefaults", __base__=_Section,
+    **{key.replace(".", "_"): (Annotated[Any, _rule(partial(parse_setting, key))], Field(None, alias=key))
+       for key in KAFKA_KEYS})
+_Topic = create_model("_Topic", __base__=_TopicDefaults, partitions=(Annotated[Any, _rule(_partitions)], None))
+_TopicName = Annotated[str, BeforeValidator(str), _rule(validate_topic)]
+
+
+class _Document(_Section):
+    """The configuration file's shape; every section optional but `storage.root`."""
+
+    storage: Annotated[_Storage, BeforeValidator(_empty_if_none)]
+    catalog: Annotated[_Catalog, BeforeValidator(_empty_if_none)] = Field(default_factory=_Catalog)
+    spark: Annotated[_Spark, BeforeValidator(_empty_if_none)] = Field(default_factory=_Spark)
+    jobs: Annotated[_Jobs, BeforeValidator(_empty_if_none)] = Field(default_factory=_Jobs)
+    topic_defaults: Annotated[_TopicDefaults, BeforeValidator(_empty_if_none)] = Field(default_factory=_TopicDefaults)
+    topics: Annotated[dict[_TopicName, Annotated[_Topic, BeforeValidator(_empty_if_none)]],
+                      BeforeValidator(_empty_if_none)] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storage_is_required(cls, data: Any) -> Any:
+        """Without a `storage` section the missing root is still reported as `storage.root`."""
+        return {"storage": {}, **data} if isinstance(data, dict) else data
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {"storage": _Storage, "catalog": _Catalog, "spark": _Spark, "jobs": _Jobs}
 
 
 @dataclass(frozen=True)
@@ -78,7 +186,8 @@ class KlakeConfig:
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = (), root: str | None = None) -> KlakeConfig:
-    """Read `path` (or start empty), apply `--set` overrides and an explicit `root`, and validate."""
+    """Read `path` (or start empty), apply `--set` overrides and an explicit `root`, and validate:
+    every problem of the file and the overrides in one `ConfigError`."""
     document: dict[str, Any] = {}
     if path is not None:
         try:
@@ -90,11 +199,15 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), root: st
         if not isinstance(document, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping")
     document = copy.deepcopy(document)
+    problems = []
     for item in overrides:
-        apply_override(document, item)
+        try:
+            apply_override(document, item)
+        except ConfigError as exc:
+            problems.append(str(exc))
     if root is not None:
-        document.setdefault("storage", {})["root"] = root
-    return config_from_document(document, source=str(path) if path else "--set")
+        _put(document, ["storage", "root"], root, "--root")
+    return config_from_document(document, source=str(path) if path else "configuration", problems=problems)
 
 
 def apply_override(document: dict[str, Any], item: str) -> None:
@@ -113,63 +226,70 @@ def apply_override(document: dict[str, Any], item: str) -> None:
         path = ["spark", "conf", ".".join(parts[2:])]
     else:
         path = parts
+    _put(document, path, value, f"--set {dotted}")
+
+
+def _put(document: dict[str, Any], path: Sequence[str], value: Any, where: str) -> None:
     node = document
     for part in path[:-1]:
-        node = node.setdefault(part, {})
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
-            raise ConfigError(f"--set {dotted}: {part!r} is not a section")
+            raise ConfigError(f"{where}: {part!r} is not a section")
     node[path[-1]] = value
 
 
-def config_from_document(document: Mapping[str, Any], source: str = "config") -> KlakeConfig:
-    unknown = set(document) - set(_SECTIONS)
-    if unknown:
-        raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)}; expected {sorted(_SECTIONS)}")
-    for section, keys in _SECTIONS.items():
-        body = document.get(section) or {}
-        if not isinstance(body, dict):
-            raise ConfigError(f"{source}: {section} must be a mapping")
-        if secrets := {k for k in body if str(k).lower() in _SECRET_KEYS}:
-            raise ConfigError(f"{source}: {section}.{sorted(secrets)[0]}: credentials are read from the "
-                              "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from the file")
-        if keys is not None and (bad := set(body) - keys):
-            raise ConfigError(f"{source}: unknown key {section}.{sorted(bad)[0]}; expected one of {sorted(keys)}")
-    storage = document.get("storage") or {}
-    if not storage.get("root"):
-        raise ConfigError(f"{source}: storage.root is required (a local path or s3://bucket/prefix)")
-    root = normalize_uri(str(storage["root"]))
-    options = StorageOptions.from_env(endpoint_url=storage.get("endpoint_url"))
-    if storage.get("region"):
-        options = replace(options, region=str(storage["region"]))
-    spark = {**SPARK_DEFAULTS, **(document.get("spark") or {})}
-    if not isinstance(spark["conf"], dict):
-        raise ConfigError(f"{source}: spark.conf must be a mapping of Spark settings")
-    jobs = {**JOB_DEFAULTS, **(document.get("jobs") or {})}
-    for key, value in jobs.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"{source}: jobs.{key} must be a non-negative integer, got {value!r}")
-    defaults = dict(document.get("topic_defaults") or {})
-    TopicConfig.from_mapping(defaults, topic="topic_defaults")
-    topics = {_topic_name(str(name), source): _topic(str(name), defaults, body or {})
-              for name, body in (document.get("topics") or {}).items()}
-    catalog = (document.get("catalog") or {}).get("uri") or join(root, "_catalog")
-    return KlakeConfig(root=root, catalog_uri=normalize_uri(str(catalog)), storage=options,
-                       spark_master=str(spark["master"]), spark_app_name=str(spark["app_name"]),
-                       spark_conf={str(k): str(v) for k, v in spark["conf"].items()}, jobs=jobs,
-                       topic_defaults=defaults, topics=topics)
-
-
-def _topic_name(name: str, source: str) -> str:
+def config_from_document(document: Mapping[str, Any], source: str = "config",
+                         problems: Sequence[str] = ()) -> KlakeConfig:
+    """Validate a configuration document; `problems` found before (bad `--set` items) are reported with
+    the document's own, all in one `ConfigError`."""
     try:
-        return validate_topic(name)
-    except InvalidNameError as exc:
-        raise ConfigError(f"{source}: topics: {exc}") from None
+        model = _Document.model_validate(document)
+    except ValidationError as exc:
+        problems = [*problems, *(_problem(error) for error in exc.errors())]
+    if problems:
+        raise ConfigError(f"{source}: {problems[0]}" if len(problems) == 1 else
+                          f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems))
+    root = normalize_uri(model.storage.root)
+    options = StorageOptions.from_env(endpoint_url=model.storage.endpoint_url)
+    if model.storage.region:
+        options = replace(options, region=model.storage.region)
+    defaults = model.topic_defaults.model_dump(by_alias=True, exclude_unset=True)
+    topics = {name: TopicSettings(TopicConfig.from_mapping(
+                  {**defaults, **body.model_dump(by_alias=True, exclude_unset=True, exclude={"partitions"})},
+                  topic=name), body.partitions)
+              for name, body in model.topics.items()}
+    return KlakeConfig(root=root, catalog_uri=normalize_uri(model.catalog.uri or join(root, "_catalog")),
+                       storage=options, spark_master=model.spark.master, spark_app_name=model.spark.app_name,
+                       spark_conf={str(k): str(v) for k, v in model.spark.conf.items()},
+                       jobs=model.jobs.model_dump(), topic_defaults=defaults, topics=topics)
 
 
-def _topic(name: str, defaults: Mapping[str, Any], body: Mapping[str, Any]) -> TopicSettings:
-    settings = dict(body)
-    partitions = settings.pop("partitions", None)
-    if partitions is not None and (not isinstance(partitions, int) or isinstance(partitions, bool)
-                                   or not 1 <= partitions <= 100_000):
-        raise ConfigError(f"topic {name}: partitions must be an integer from 1 to 100000, got {partitions!r}")
-    return TopicSettings(TopicConfig.from_mapping({**defaults, **settings}, topic=name), partitions)
+def _problem(error: ErrorDetails) -> str:
+    """One pydantic error as `key.path: what is wrong`, in klake's words."""
+    loc = [str(part) for part in error["loc"] if part != "[key]"]
+    where, key, value = ".".join(loc), loc[-1] if loc else "", error.get("input")
+    if error["type"] == "klake":
+        message = error["msg"]
+    elif error["type"] != "extra_forbidden":
+        message = {"string_type": "must be a string", "model_type": "must be a mapping",
+                   "dict_type": "must be a mapping"}.get(error["type"], error["msg"]) + f", got {value!r}"
+    elif key.lower() in _SECRET_KEYS:
+        message = _CREDENTIALS
+    elif len(loc) == 1:
+        message = f"unknown section; expected one of {sorted(_Document.model_fields)}"
+    elif loc[0] in ("topics", "topic_defaults"):
+        message = _unknown_setting(key)
+    else:
+        message = f"unknown key; expected one of {sorted(_SECTIONS[loc[0]].model_fields)}"
+    return f"{where}: {message}"
+
+
+def _unknown_setting(key: str) -> str:
+    """The engine's words for a key that is not a Kafka topic setting (with its "did you mean")."""
+    try:
+        parse_setting(key, None)
+    except ConfigError as exc:
+        return str(exc)
+    raise AssertionError(f"{key} is a topic setting the configuration model does not know")

@@ -10,10 +10,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 FAKE_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "klake-embedded-key",
@@ -30,16 +31,17 @@ def free_port() -> int:
 
 
 def wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def answers() -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"moto_server exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"moto_server did not answer at {url} within {timeout_s} s")
+        with urllib.request.urlopen(url, timeout=1):
+            pass
+
+    polling = Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.1), retry=retry_if_exception_type(OSError))
+    try:
+        polling(answers)
+    except RetryError:
+        raise RuntimeError(f"moto_server did not answer at {url} within {timeout_s} s") from None
 
 
 @contextmanager

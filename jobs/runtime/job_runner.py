@@ -5,9 +5,9 @@ A job is a `JobSpec`: its arguments and a `run(ctx)` that fills the report. The 
 
 Common options: `--conf FILE`, `--set key=value` (repeatable), `--root`/`--catalog` (override the
 file), `--topic` / `--partition` (repeatable; default every catalogued partition), `--now` (epoch ms
-or ISO-8601, default the wall clock), `--dry-run` (jobs that change data), `--report PATH`,
-`--job-id` (stable id: a retried run with the same id finishes the work without duplicating it),
-`--master`, `--no-progress`.
+or ISO-8601, UTC unless it names a zone; default the wall clock), `--dry-run` (jobs that change
+data), `--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
+without duplicating it), `--master`, `--no-progress`.
 Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
 2 bad configuration, usage or input.
 """
@@ -21,7 +21,6 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
 from engine.ops.topic_store import load_topic_config, save_topic_config
+from engine.times import InvalidTimeError, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
@@ -62,19 +62,12 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def parse_now(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names a zone; before 1970 it is negative)."""
+def time_argument(text: str) -> int:
+    """An argparse type: a time as epoch ms or ISO-8601, no zone meaning UTC (`engine.times.parse_time`)."""
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--now {text!r}: expected epoch milliseconds or ISO-8601") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+        return parse_time(text)
+    except InvalidTimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None:
@@ -88,7 +81,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
                        help="only this topic (repeatable; default: every catalogued topic)")
     group.add_argument("--partition", dest="partition_ids", action="append", type=int, default=[], metavar="N",
                        help="only this partition number (repeatable)")
-    group.add_argument("--now", type=parse_now, help="the job's clock: epoch ms or ISO-8601 (default: now)")
+    group.add_argument("--now", type=time_argument, metavar="TIME",
+                       help="the job's clock: epoch ms or ISO-8601, UTC unless it names a zone (default: now)")
     if spec.mutates and spec.dry_run:
         group.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
     group.add_argument("--report", metavar="PATH", help="write the JSON run report here (local path or s3://)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -143,6 +144,25 @@ def test_max_timestamp_ignores_records_below_log_start(tmp_path: Path, capsys: p
     _segment(part, 4, [([400, 500], 4)])
     assert main(["lookup", str(part), "--timestamp", "-3", "--log-start-offset", "2"]) == 0
     assert json.loads(_lines(capsys)[0]) == {"target": -3, "offset": 5, "timestamp": 500}
+
+
+def test_lookup_answers_iso_times_alike_in_every_time_zone() -> None:
+    """A naive ISO time is UTC on every machine: the same command under TZ=America/New_York and TZ=UTC gives
+    the same answers, and an ISO time answers as its epoch milliseconds do."""
+    klake = PROJECT_ROOT / ".venv" / "bin" / "klake"
+    cmd = [str(klake)] if klake.exists() else [sys.executable, "-m", "jobs.cli.main"]
+    targets = ["2025-07-29T19:58:37.913", "2025-07-29T15:58:37.913-04:00", "1753819117913", "2025-07-29", "latest"]
+    outputs = []
+    for zone in ("America/New_York", "UTC"):
+        env = {**os.environ, "TZ": zone}
+        outputs.append(subprocess.run([*cmd, "lookup", str(BROKER), *[a for t in targets for a in ("--timestamp", t)]],
+                                      capture_output=True, text=True, check=True, cwd=PROJECT_ROOT, env=env).stdout)
+    assert outputs[0] == outputs[1]
+    answers = [json.loads(line) for line in outputs[0].splitlines()]
+    golden = {"target": 1753819117913, "offset": 212, "timestamp": 1753819117914}
+    assert answers[:3] == [golden] * 3
+    assert answers[3] == {"target": 1753747200000, "offset": 0, "timestamp": 1753819116820}  # 2025-07-29T00:00Z
+    assert answers[4]["target"] == -1
 
 
 def test_cli_on_s3_and_local_alike(backend: Backend, capsys: pytest.CaptureFixture) -> None:

@@ -30,6 +30,7 @@ from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import lease_uri
+from engine.times import format_time
 from jobs import (
     append,
     catalog_maintenance,
@@ -42,6 +43,7 @@ from jobs import (
     scrub,
 )
 from jobs import truncate as truncate_job
+from jobs.cli.main import main as klake
 from jobs.klake_source import KlakeReader
 from jobs.runtime.job_runner import JobSpec, main
 from layouts.store import StorageOptions, list_objects, object_info, read_bytes
@@ -588,6 +590,12 @@ def test_truncate_delete_records_offsets_for_times_and_catalog_maintenance(spark
         expected = brute_force_list_offsets(jobs.records("t", p), *bounds[p], answer["target"])
         assert (answer["offset"], answer["timestamp"]) == expected, answer
         assert answer["found"] == (expected[0] >= 0)
+    summary = report["summary"].splitlines()  # times in ISO-8601 UTC, special targets by name
+    assert "t-0 @ latest: offset 37" in summary and "t-1 @ earliest: offset 50" in summary
+    hit = next(a for a in answers if a["found"] and a["target"] >= 0)
+    assert (f"t-{hit['partition']} @ {format_time(hit['target'])}: offset {hit['offset']} "
+            f"(timestamp {format_time(hit['timestamp'])})") in summary
+    assert f"t-0 @ {format_time(int(ts.max()) + 1)}: no offset (no record at or after it)" in summary
 
     records = {p: jobs.records("t", p) for p in range(2)}
     version = jobs.catalog.version()
@@ -680,7 +688,8 @@ def test_recover_rebuild_index_and_scrub(spark, tmp_path: Path) -> None:
 # --- 8. KIP-228: negative timestamps, one rule (engine.log.topic_config.min_timestamp) everywhere ---------
 
 
-def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_targets(spark, tmp_path: Path) -> None:
+def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_targets(spark, tmp_path: Path,
+                                                                                    capsys) -> None:
     """A topic with `klake.timestamps.allow.negative`: its own fresh sidecars verify clean (recover is a
     no-op), its catalog rows carry the records' true (negative) base/largest timestamps, and
     offsets-for-times, read and retention treat pre-1970 times as Kafka treats later ones."""
@@ -717,6 +726,17 @@ def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_tar
     assert [a["target"] for a in report["results"]["answers"]] == numbers
     for answer in report["results"]["answers"]:
         assert (answer["offset"], answer["timestamp"]) == brute_force_list_offsets(records, 0, n, answer["target"])
+    first = report["results"]["answers"][0]
+    assert (f"old-0 @ 1969-12-25T00:00:00Z: offset {first['offset']} (timestamp {format_time(first['timestamp'])})"
+            in report["summary"].splitlines())
+
+    # `klake segments` takes pre-1970 ISO times on this topic (its settings are under the catalog's root)
+    before_1970 = [r.base_offset for r in rows if r.largest_timestamp >= christmas and r.base_timestamp <= -1]
+    assert 0 < len(before_1970) < len(rows)
+    capsys.readouterr()
+    assert klake(["segments", "--catalog", f"{jobs.root}/_catalog", "--topic", "old", "--from", "1969-12-25",
+                  "--to", "1969-12-31T23:59:59.999", "--json"]) == 0
+    assert [json.loads(line)["base_offset"] for line in capsys.readouterr().out.splitlines()] == before_1970
 
     out = tmp_path / "read"
     code, report = jobs.run(read.SPEC, "--topic", "old", "--from", "1969-12-25T00:00:00Z",

@@ -799,7 +799,7 @@ def test_max_compaction_lag_forces_a_round() -> None:
     assert not exact.clean and exact.range.max_compaction_delay_ms == 0  # 2500 < 4000 - 1500 is false
     over = should_clean(SEGMENTS, _config(max_compaction_lag_ms=1_499, **low), 4_000, 200)
     assert over.clean and over.range.max_compaction_delay_ms == 1
-    assert over.reasons == ("max.compaction.lag.ms 1499 exceeded by 1 ms",)
+    assert over.reasons == ("max.compaction.lag.ms 1 second and 499 milliseconds exceeded by 1 millisecond",)
     assert not should_clean(SEGMENTS, _config(max_compaction_lag_ms=1, **low), 4_000, 300).clean  # nothing cleanable
     ignored = [_info(0, 10, 50, first=0), _info(10, 11, 5, active=True)]  # first-batch timestamps <= 0 are ignored
     assert cleanable_range(ignored, _config(max_compaction_lag_ms=1), 4_000).max_compaction_delay_ms == 0

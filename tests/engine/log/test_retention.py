@@ -127,9 +127,9 @@ def test_time_pass_deletes_expired_prefix_with_readable_reason() -> None:
     rows = chain((100, NOW - 8 * DAY - 2 * HOUR), (100, NOW - 8 * DAY), (100, NOW - DAY))
     plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("s0", "s1") and plan.new_log_start_offset == 200
-    assert decision(plan, "s0").reason == "largest timestamp 2026-11-01T00:00:00Z is 8d 2h old > retention.ms 7d"
-    assert decision(plan, "s2").reason == ("kept: time: largest timestamp 2026-11-08T02:00:00Z is 1d old <= "
-                                           "retention.ms 7d; the walk stops here")
+    assert decision(plan, "s0").reason == "largest timestamp 2026-11-01T00:00:00Z is 8 days old > retention.ms 7 days"
+    assert decision(plan, "s2").reason == ("kept: time: largest timestamp 2026-11-08T02:00:00Z is a day old <= "
+                                           "retention.ms 7 days; the walk stops here")
     assert decision(plan, "s2").decided_by == TIME
 
 
@@ -147,7 +147,8 @@ def test_time_equality_keeps_kafkas_local_rule_kafka_20091() -> None:
     assert plan.delete_ids == () and "KAFKA-20091" in decision(plan, "s0").reason
     later = plan_retention(rows, config(retention_ms=WEEK), NOW + 1)
     assert later.delete_ids == ("s0",)
-    assert decision(later, "s0").reason == "largest timestamp 2026-11-02T02:00:00Z is 7d 1ms old > retention.ms 7d"
+    assert decision(later, "s0").reason == ("largest timestamp 2026-11-02T02:00:00Z is 7 days and 1 millisecond "
+                                            "old > retention.ms 7 days")
 
 
 def test_time_uses_created_at_as_mtime_when_largest_timestamp_is_missing() -> None:
@@ -157,7 +158,7 @@ def test_time_uses_created_at_as_mtime_when_largest_timestamp_is_missing() -> No
     plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("old",)
     assert decision(plan, "old").reason.startswith("created_at_ms (mtime; largest_timestamp -1) 2026-10-30T02:00:00Z "
-                                                   "is 10d old")
+                                                   "is 10 days old")
     # a real timestamp wins over created_at_ms, however old the row version is
     assert plan_retention([seg("a", 0, 10, largest=NOW, created=0), seg("b", 10, 10, largest=NOW)],
                           config(retention_ms=WEEK), NOW).delete_ids == ()
@@ -173,7 +174,7 @@ def test_future_timestamp_blocks_time_retention_and_is_reported_kafka_4340() -> 
     assert hold.in_future_ms == future - NOW and hold.deletable_from_ms == future + WEEK + 1
     assert (hold.newer_segments, hold.newer_past_retention) == (3, 2)
     reason = decision(plan, "s1").reason
-    assert "held back: largest timestamp 2030-03-17T17:46:40Z (1900000000000) is in the future by ~3y" in reason
+    assert "held back: largest timestamp 2030-03-17T17:46:40Z is in the future by 3 years" in reason
     assert "KAFKA-4340" in reason and "3 newer segments" in reason and "2 of them past retention.ms" in reason
     assert "HELD BACK s1" in plan.describe()
     # until wall time passes largest + retention.ms; then the whole expired prefix goes

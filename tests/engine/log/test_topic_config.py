@@ -30,20 +30,32 @@ def test_round_trip_and_parsing() -> None:
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("segment.bytes", 13, "segment.bytes: 13 is outside"),
-    ("segment.bytes", "lots", "segment.bytes: expected an integer"),
-    ("retention.ms", -2, "retention.ms: -2 is outside"),
-    ("cleanup.policy", "forever", "cleanup.policy: 'forever' must be"),
-    ("compression.type", "brotli", "compression.type: 'brotli' is not one of"),
-    ("min.cleanable.dirty.ratio", 1.5, "min.cleanable.dirty.ratio: 1.5 is outside"),
-    ("message.timestamp.type", "WallClock", "message.timestamp.type: 'WallClock'"),
-    ("segment.ms", 1.5, "segment.ms: expected an integer"),
-    ("klake.timestamps.allow.negative", "maybe", "klake.timestamps.allow.negative: expected true or false"),
-    ("retention.hours", 1, "unknown topic setting 'retention.hours'"),
+    ("segment.bytes", 13, "segment.bytes: must be an integer from 14 to 2147483647, got 13"),
+    ("segment.bytes", "lots", "segment.bytes: must be an integer from 14 to 2147483647, got 'lots'"),
+    ("retention.ms", -2, "retention.ms: must be an integer >= -1, got -2"),
+    ("cleanup.policy", "forever", "cleanup.policy: must be delete, compact or both (comma separated), got 'forever'"),
+    ("compression.type", "brotli", "compression.type: must be one of producer, uncompressed, gzip, snappy, lz4, zstd, "
+                                   "got 'brotli'"),
+    ("min.cleanable.dirty.ratio", 1.5, "min.cleanable.dirty.ratio: must be a number from 0 to 1, got 1.5"),
+    ("message.timestamp.type", "WallClock", "message.timestamp.type: must be one of CreateTime, LogAppendTime, "
+                                            "got 'WallClock'"),
+    ("segment.ms", 1.5, "segment.ms: must be an integer >= 1, got 1.5"),
+    ("segment.ms", True, "segment.ms: must be an integer >= 1, got True"),
+    ("klake.timestamps.allow.negative", "maybe", "klake.timestamps.allow.negative: must be true or false, got 'maybe'"),
+    ("retention.hours", 1, "retention.hours: unknown topic setting (did you mean retention.ms?)"),
+    ("colour", 1, "colour: unknown topic setting"),
 ])
 def test_bad_values_name_the_key(key: str, value, message: str) -> None:
-    with pytest.raises(ConfigError, match=f"topic orders: {message}"):
+    with pytest.raises(ConfigError) as raised:
         TopicConfig.from_mapping({key: value}, topic="orders")
+    assert str(raised.value) == f"topic orders: {message}"
+
+
+def test_every_bad_setting_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as raised:
+        TopicConfig.from_mapping({"retention.ms": "abc", "segment.ms": 0, "cleanup.policy": "compact"}, topic="orders")
+    assert str(raised.value) == ("topic orders: retention.ms: must be an integer >= -1, got 'abc'; "
+                                 "segment.ms: must be an integer >= 1, got 0")
 
 
 def test_compacted_topics_cap_segment_ms_by_max_compaction_lag() -> None:

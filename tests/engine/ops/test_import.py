@@ -343,11 +343,21 @@ def test_segments_command_lists_live_segments_pruned_by_time(backend, broker_src
     assert [s["base_offset"] for s in listed] == [b for b in TIMEINDEX_BASES if any(frm <= t <= to for t in golden[b])]
     assert set(listed[0]) == {"topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                               "base_timestamp", "largest_timestamp", "state", "log_key"}
+    # the same range in ISO-8601: UTC when no zone is named, or any zone
+    code, out = run_klake(capsys, "segments", "--catalog", backend.uri("catalog"), "--topic", "timeindex_test",
+                          "--from", "2025-07-29T19:59:10", "--to", "2025-07-29T21:00:00+01:00", "--json")
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == listed
+    capsys.readouterr()
+    assert klake(["segments", "--catalog", backend.uri("catalog"), "--to", "1969-12-31T00:00:00Z"]) == 2
+    assert "times before 1970 need klake.timestamps.allow.negative" in capsys.readouterr().err
     code, out = run_klake(capsys, "segments", "--catalog", backend.uri("catalog"))
     lines = out.splitlines()
     assert lines[0].split() == ["topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                                 "base_timestamp", "largest_timestamp", "state", "log_key"]
     assert len(lines) == 8 and any(line.startswith("docker-connect-status ") for line in lines)
+    first = next(line.split() for line in lines if line.startswith("timeindex_test "))
+    assert (min(golden[0]), max(golden[0])) == (1753819116820, 1753819153914)
+    assert first[6:8] == ["2025-07-29T19:58:36.820Z", "2025-07-29T19:59:13.914Z"]  # the table prints ISO-8601 UTC
 
 
 def test_an_empty_active_segment_with_preallocated_indexes_is_registered(backend, kafka_fixtures) -> None:

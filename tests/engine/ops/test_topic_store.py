@@ -33,7 +33,7 @@ def test_a_bad_stored_value_is_an_error_naming_topic_and_key(backend: Backend) -
     root = backend.uri("root")
     backend.put(backend.uri("root", "_topics", "orders", "config-00000001.json"),
                 json.dumps({"retention.ms": "soon"}).encode())
-    with pytest.raises(ConfigError, match="topic orders: retention.ms: expected an integer"):
+    with pytest.raises(ConfigError, match="topic orders: retention.ms: must be an integer >= -1, got 'soon'"):
         load_topic_config(root, "orders", backend.options)
     with pytest.raises(InvalidNameError):
         load_topic_config(root, "../etc", backend.options)
