@@ -4,8 +4,9 @@ same run (issue 5): wall time, object-store GET requests, bytes read and segment
 Setup (untimed): ~`--mb` MiB of 100-byte records spread evenly over 24 hours, appended with the
 `append` job into 8 partitions with hourly segments (`segment.ms` 1 h) and 64 KiB batches (a
 producer's `batch.size`; a batch spanning hours would span segments' time ranges), so the catalog can prune.
-Timed: the `read` job counting (a) the records of hour 12 and (b) every record. The window answer is
-checked against the count of generated records whose timestamp falls in the hour.
+Timed: the `read` job counting (a) the records of hour 12 and (b) every record, and (c) klake's decoder
+alone over the same segment files in this process (issue 14: the full scan should reach >= 0.5x of it).
+The window answer is checked against the count of generated records whose timestamp falls in the hour.
 
 Run: .venv/bin/python benchmarks/read_bench.py [--mb 256] [--workdir DIR]
 """
@@ -23,10 +24,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, bench_config, generate_input, run_cli  # noqa: E402
 
+from engine.catalog.schema import table_to_rows  # noqa: E402
+from engine.format.batch import scan_batches  # noqa: E402
+from engine.format.records import decode_records  # noqa: E402
+from engine.ops.catalog_table import Catalog  # noqa: E402
 from jobs import read  # noqa: E402
 from jobs.runtime.config import load_config  # noqa: E402
 from jobs.runtime.job_runner import main  # noqa: E402
 from jobs.runtime.spark_session import spark_session  # noqa: E402
+from layouts.store import read_bytes  # noqa: E402
 
 HOUR_MS = 3_600_000
 
@@ -49,21 +55,42 @@ def run(mb: int, workdir: Path) -> dict:
     start, end = START_MS + 12 * HOUR_MS, START_MS + 13 * HOUR_MS
     window_s, window = _timed_read(conf, workdir / "window.json", ["--from", str(start), "--to", str(end)])
     full_s, full = _timed_read(conf, workdir / "full.json", [])
+    decoder_s, decoded = _decoder_alone(conf)
     expected = sum(1 for i in range(records) if start <= START_MS + i * DAY_MS // records < end)
-    if window["records"] != expected or full["records"] != records:
+    if window["records"] != expected or full["records"] != records or decoded != records:
         raise SystemExit(f"wrong answer: window {window['records']} (expected {expected}), "
                          f"full {full['records']} (expected {records})")
     return {"records": records, "window_records": window["records"],
             "window_s": round(window_s, 2), "full_scan_s": round(full_s, 2),
             "time_ratio_full_over_window": round(full_s / window_s, 2),
+            "decoder_alone_s": round(decoder_s, 2),
+            "full_scan_mb_per_s": round(full["bytes_read"] / full_s / 1e6, 1),
+            "decoder_alone_mb_per_s": round(full["bytes_read"] / decoder_s / 1e6, 1),
+            "full_scan_over_decoder_alone": round(decoder_s / full_s, 2),
             "window_get_requests": window["get_requests"], "full_get_requests": full["get_requests"],
             "window_bytes_read": window["bytes_read"], "full_bytes_read": full["bytes_read"],
             "bytes_ratio_full_over_window": round(full["bytes_read"] / max(window["bytes_read"], 1), 1),
             "window_segments": window["segments"], "full_segments": full["segments"]}
 
 
+def _decoder_alone(conf: Path) -> tuple[float, int]:
+    """klake's decoder alone, in this one process, over the same segment files: read, frame, check
+    the CRCs and decode to Arrow (the reference the full scan's throughput is held against)."""
+    config = load_config(conf)
+    rows = table_to_rows(Catalog.open(config.catalog_uri, config.storage).segments(topic="bench"))
+    started = time.perf_counter()
+    records = 0
+    for row in rows:
+        data = read_bytes(row.log_key, config.storage)
+        headers = scan_batches(data, row.log_key).headers
+        records += decode_records(data, headers, row.log_key).to_arrow(headers).num_rows
+    return time.perf_counter() - started, records
+
+
 def main_bench() -> None:
     result = run_cli(run, 256, __doc__)
+    print(f"full scan {result['full_scan_mb_per_s']} MB/s; klake's decoder alone on the same files "
+          f"{result['decoder_alone_mb_per_s']} MB/s: {result['full_scan_over_decoder_alone']}x (target >= 0.5x)")
     print(f"1 h of 24 h: {result['window_s']} s vs full scan {result['full_scan_s']} s "
           f"({result['time_ratio_full_over_window']}x); GETs {result['window_get_requests']} vs "
           f"{result['full_get_requests']}; bytes {result['bytes_ratio_full_over_window']}x fewer")

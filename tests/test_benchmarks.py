@@ -1,7 +1,8 @@
-"""The benchmarks still run: a tiny codec_bench run prints its table and passes its correctness checks.
+"""The benchmarks still run: each in a tiny "smoke" size, printing its figures and passing its own checks.
 
-Nothing here is timed or compared for speed; it keeps `benchmarks/codec_bench.py` and its JVM side
-(`benchmarks/KafkaCodecBench.java`) from rotting between the runs that fill benchmarks/RESULTS.md.
+Nothing here is timed or compared for speed; it keeps every script in `benchmarks/` (and codec_bench's
+JVM side, `benchmarks/KafkaCodecBench.java`) from rotting between the runs that fill
+benchmarks/RESULTS.md (issue 14: `catalog_bench.py` had broken unnoticed).
 """
 
 from __future__ import annotations
@@ -32,3 +33,28 @@ def test_codec_bench_prints_its_table_and_passes_its_checks() -> None:
         for op in ("decode", "encode"):
             assert re.search(rf"^{codec} +100 {op} +[\d,]+ +[\d,]+ +[\d.]+x  >= 1\.0x (ok|MISSED)$", out, re.M), out
     assert "checks: all passed (4 on kafka-clients, 2 on klake)" in out, out
+
+
+def _bench(script: str, *args: str, timeout: int = 600) -> str:
+    done = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_catalog_bench_runs_on_a_tiny_catalog() -> None:
+    out = _bench("catalog_bench.py", "--rows", "2000", "--commits", "3", "--repeat", "1")
+    assert re.search(r"^catalog: 2000 rows", out, re.M), out
+    assert len(re.findall(r" ms  \(\d+ segments\)$", out, re.M)) == 12, out
+
+
+def test_read_bench_runs_in_smoke_size() -> None:
+    """The read benchmark checks its own answers (window and full scan against the generated records)."""
+    out = _bench("read_bench.py", "--mb", "2")
+    assert re.search(r"^full scan [\d.]+ MB/s; klake's decoder alone on the same files [\d.]+ MB/s", out, re.M), out
+
+
+def test_append_bench_runs_in_smoke_size() -> None:
+    out = _bench("append_bench.py", "--mb", "2")
+    assert re.search(r"^append [\d.]+ MB/s vs Spark Parquet write [\d.]+ MB/s", out, re.M), out
+    assert '"records_appended": 20971' in out, out
