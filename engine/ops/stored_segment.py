@@ -3,8 +3,11 @@
 Its metadata (offsets, largest timestamp and its offset) comes from the catalog row, so choosing the
 segment costs no request. Then, as Kafka reads a segment: the `.timeindex` and the `.index` in one GET
 each, and the `.log` from the indexed position by ranged GETs of `read_window` bytes (grown to fit a
-batch larger than the window). A lookup that finds its record near the indexed position therefore
-costs one ranged read of the log. Sidecars that fail their checks are rebuilt from the whole log.
+batch larger than the window). A lookup's window is what Kafka's index guarantees: the answer's batch
+starts within `index.interval.bytes` of the indexed position, so one ranged read of that much plus two
+average batches usually holds it (`lookup_window`). Ranges already read are kept, so the next target
+of the same task near the same place costs no request. Sidecars that fail their checks are rebuilt
+from the whole log.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from engine.log.topic_config import TopicConfig, min_timestamp
 from layouts.store import StorageOptions, read_bytes
 
 DEFAULT_READ_WINDOW = 256 * 1024
+MIN_LOOKUP_WINDOW = 8 * 1024
 
 
 class StoredSegment:
     def __init__(self, row: SegmentRow, options: StorageOptions | None = None,
                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 read_window: int = DEFAULT_READ_WINDOW, min_timestamp: int = 0) -> None:
-        """`min_timestamp`: the topic's (`engine.log.topic_config.min_timestamp`), for its time index."""
+                 read_window: int = DEFAULT_READ_WINDOW, min_timestamp: int = 0, keep_ranges: bool = False) -> None:
+        """`min_timestamp`: the topic's (`engine.log.topic_config.min_timestamp`), for its time index;
+        `keep_ranges`: keep the log ranges read for later reads (lookups; a scan must not keep them)."""
         self.row = row
         self.min_timestamp = min_timestamp
         self.options = options
@@ -37,6 +42,7 @@ class StoredSegment:
         self.base_offset = row.base_offset
         self.source = row.log_key
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
+        self._ranges: list[tuple[int, bytes]] | None = [] if keep_ranges else None
         self.index_problems: list[str] = []
 
     @property
@@ -80,7 +86,7 @@ class StoredSegment:
         window = self.read_window
         while position < size:
             end = min(size, position + window)
-            data = read_bytes(self.row.log_key, self.options, position, end)
+            data = self._read(position, end)
             scan = scan_batches(data, self.source, strict=False)
             cut = next((p for p in scan.problems if isinstance(p, TruncatedBatchError) and end < size), None)
             others = [p for p in scan.problems if p is not cut]
@@ -97,8 +103,29 @@ class StoredSegment:
             position += cut.position
 
 
-def stored_segment(row: SegmentRow, options: StorageOptions | None, config: TopicConfig | None = None,
-                   read_window: int = DEFAULT_READ_WINDOW) -> StoredSegment:
-    """A `StoredSegment` read with its topic's index settings (interval, KIP-228 minimum timestamp)."""
+    def _read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the log: from a range this segment already read, else one ranged GET
+        (kept for the next target)."""
+        for at, data in self._ranges or ():
+            if at <= start and end <= at + len(data):
+                return data[start - at:end - at]
+        data = read_bytes(self.row.log_key, self.options, start, end)
+        if self._ranges is not None:
+            self._ranges.append((start, data))
+        return data
+
+
+def lookup_window(row: SegmentRow, index_interval_bytes: int) -> int:
+    """Log bytes one lookup reads after the indexed position: the index interval (the answer's batch
+    starts within it, spec 2.5) plus two of the segment's average batches, between 8 KiB and the
+    default window."""
+    average_batch = row.size_bytes // max(row.batch_count, 1)
+    return min(DEFAULT_READ_WINDOW, max(MIN_LOOKUP_WINDOW, index_interval_bytes + 2 * average_batch))
+
+
+def stored_segment(row: SegmentRow, options: StorageOptions | None, config: TopicConfig | None = None) -> StoredSegment:
+    """A `StoredSegment` for lookups, read with its topic's index settings (interval, KIP-228 minimum
+    timestamp) and a `lookup_window` sized read of the log."""
     config = config or TopicConfig()
-    return StoredSegment(row, options, config.index_interval_bytes, read_window, min_timestamp(config))
+    return StoredSegment(row, options, config.index_interval_bytes,
+                         lookup_window(row, config.index_interval_bytes), min_timestamp(config), keep_ranges=True)
