@@ -151,7 +151,7 @@ def test_other_engines_read_the_same_rows(backend, broker_src, tmp_path) -> None
     assert sorted(polars_rows, key=lambda r: (r["topic"], r["base_offset"])) == ours
 
     # DuckDB's own Parquet reader over the files the Delta log lists, partition column from the
-    # hive-style path (its `delta` extension cannot be downloaded in this offline environment)
+    # hive-style path, on S3 too (its `delta_scan` reads local catalogs: test_catalog_engines.py)
     fs, _ = filesystem(catalog.uri, backend.options)
     local_files = []
     for uri in DeltaTable(catalog.uri, storage_options=delta_options).file_uris():
