@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark dist clean crash-sweep
+.PHONY: demo test lint bench bench-spark dist clean crash-sweep cluster-test
 
 $(STAMP): pyproject.toml constraints.txt setup.py engine/format/_codec.pyx
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -60,6 +60,10 @@ dist: $(STAMP)
 	rm -rf dist build && mkdir -p dist
 	$(VENV)/bin/pip wheel -q --no-deps -w dist .
 	@ls -l dist
+
+# A Spark standalone master and worker on loopback, and a job submitted with the wheel alone (also in `make test`).
+cluster-test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q tests/jobs/test_cluster.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
