@@ -81,6 +81,14 @@ class AppendCounters:
     def records_rejected(self) -> int:
         return sum(self.rejected.values())
 
+    def __add__(self, other: AppendCounters) -> AppendCounters:
+        """The counts of two consecutive appends to one partition (a streamed append's chunks)."""
+        rejected = {reason: self.rejected.get(reason, 0) + other.rejected.get(reason, 0)
+                    for reason in dict.fromkeys([*self.rejected, *other.rejected])}
+        return AppendCounters(self.records_in + other.records_in, self.records_accepted + other.records_accepted,
+                              rejected, self.batches + other.batches, self.bytes + other.bytes,
+                              self.segments_rolled + other.segments_rolled)
+
 
 @dataclass
 class ActiveOutput:

@@ -15,11 +15,13 @@ leaves only unreferenced objects (the scrubber removes them) and the re-run appe
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRow, SegmentState
@@ -104,12 +106,17 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
     return outcome
 
 
-def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms: int,
-                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None) -> PartitionStep[PartitionAppendOutcome]:
+def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
+                   options: StorageOptions | None, append_id: str,
+                   batch_bytes: int | None = None) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
-    Writing and committing are separate so that a job over many partitions commits once (ARCHITECTURE,
-    "Execution model"); the caller holds the partition's lease.
+    `records` is one table or a stream of them (consecutive chunks of the partition's input, in order):
+    each chunk is appended where the previous one ended, every segment it closes is uploaded at once,
+    and only the active segment stays in memory, so memory is bounded by `segment.bytes`, not by the
+    partition (issue 14). A chunk boundary ends a batch, as a produce request does. Rejected rows are
+    numbered across the whole stream. Writing and committing are separate so that a job over many
+    partitions commits once (ARCHITECTURE, "Execution model"); the caller holds the partition's lease.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
@@ -119,13 +126,6 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
         resume, resume_log, resumed = resume_state(active, config, tp, options)
     last_append = max((r.largest_timestamp for r in rows), default=None) \
         if config.message_timestamp_type == "LogAppendTime" else None
-    result = append_records(records, config, log_end_offset=log_end, now_ms=now_ms,
-                            last_log_append_time=last_append, resume=resume, resume_log=resume_log,
-                            resume_summary=resumed, segment_key=str(tp), batch_bytes=batch_bytes)
-    outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, result.counters,
-                                     result.rejects, result.log_end_offset)
-    if result.counters.records_accepted == 0:
-        return PartitionStep(outcome)
     # the old ACTIVE segment's next version keeps its raised log start offset, and is written by
     # extending its .log object server-side (only the new bytes are uploaded)
     previous = {active.base_offset: active} if active is not None else {}
@@ -137,8 +137,29 @@ def prepare_append(item: PartitionInput, *, records: pa.Table, root: str, now_ms
                                      log_start_offset=old.log_start_offset if old else -1, extends=old,
                                      summary=summary)
 
-    new_rows = [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, summary)
-                for seg, summary in zip(result.closed, result.summaries, strict=False)]
+    new_rows: list[SegmentRow] = []
+    counters: AppendCounters | None = None
+    rejects: list[pa.Table] = []
+    first_row = 0
+    result = None
+    for chunk in [records] if isinstance(records, pa.Table) else records:
+        result = append_records(chunk, config, log_end_offset=log_end, now_ms=now_ms,
+                                last_log_append_time=last_append, resume=resume, resume_log=resume_log,
+                                resume_summary=resumed, segment_key=str(tp), batch_bytes=batch_bytes)
+        new_rows += [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, summary)
+                     for seg, summary in zip(result.closed, result.summaries, strict=False)]
+        act = result.active
+        resume, resume_log, resumed = act.state, act.log, result.summaries[-1]
+        log_end, last_append = result.log_end_offset, result.last_log_append_time
+        counters = result.counters if counters is None else counters + result.counters
+        rejects.append(result.rejects.set_column(0, "row", pc.add(result.rejects.column("row"), first_row)))
+        first_row += chunk.num_rows
+    if result is None:
+        return PartitionStep(PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, None, None, log_end))
+    outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, counters,
+                                     pa.concat_tables(rejects), log_end)
+    if counters.records_accepted == 0:
+        return PartitionStep(outcome)
     act = result.active
     new_rows.append(store(act.base_offset, act.log, act.offset_index.to_bytes(), act.time_index.to_bytes(),
                           SegmentState.ACTIVE, result.summaries[-1]))

@@ -133,3 +133,34 @@ def test_an_append_never_decodes_what_it_wrote_and_its_rows_equal_a_decode(backe
     for row in rows:
         truth = summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset, row.log_key, floor)
         assert row_summary(row) == truth
+
+
+def test_a_streamed_append_keeps_records_offsets_and_rejects_of_one_append(backend: Backend) -> None:
+    """`prepare_append` over a stream of chunks (issue 14): every closed segment is written as it closes;
+    the records, offsets, rejects (numbered across the stream) and catalog facts are those of one
+    append of the whole input; only batch boundaries may differ, at the chunk boundaries."""
+    records = _records(400, seed=3)
+    late = records.column("timestamp").to_numpy().copy()
+    late[[5, 150, 399]] = NOW - 30 * 86_400_000  # rejected: before message.timestamp.before.max.ms
+    config = TopicConfig.from_mapping({"segment.bytes": 6000, "index.interval.bytes": 500,
+                                       "max.message.bytes": 400, "message.timestamp.before.max.ms": 86_400_000})
+    records = records.set_column(2, "timestamp", pa.array(late, pa.int64()))
+    whole = Catalog.create(backend.uri("whole"), backend.options)
+    one = append_to_partition(whole, backend.uri("root-whole"), TP, records, config, NOW, backend.options)
+    streamed = Catalog.create(backend.uri("streamed"), backend.options)
+    cuts = [0, 90, 91, 250, 400]
+    chunks = (records.slice(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False))
+    step = prepare_append(PartitionInput(TP, (), config), records=chunks, root=backend.uri("root-streamed"),
+                          now_ms=NOW, options=backend.options, append_id="streamed")
+    streamed.apply(step.change, operation="append", job_id="streamed")
+    ours, theirs = step.outcome.counters, one.counters
+    assert (ours.records_in, ours.records_accepted, ours.rejected) == (theirs.records_in, theirs.records_accepted,
+                                                                       theirs.rejected) == (400, 397, ours.rejected)
+    assert sum(ours.rejected.values()) == 3
+    assert step.outcome.rejects.column("row").to_pylist() == one.rejects.column("row").to_pylist() == [5, 150, 399]
+    assert step.outcome.log_end_offset == one.log_end_offset == 397
+    assert _log(streamed, backend)[1] == _log(whole, backend)[1]
+    floor = min_timestamp(config)
+    for row in streamed.live_segments(TP.topic, TP.partition):
+        assert row_summary(row) == summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset,
+                                                     row.log_key, floor)
