@@ -39,6 +39,7 @@ the CRC, as the broker assigns offsets). Each batch is one `Append` (one produce
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import crc32c
@@ -133,12 +134,14 @@ class _Rejects:
             self.reasons.append(reason)
             self.messages.append(messages)
 
-    def table(self, source: pa.Table) -> pa.Table:
+    def table(self, source: pa.Table, carry: Sequence[str] = ()) -> pa.Table:
+        """The rejected rows with their reasons and record columns, plus the `carry` columns of `source`
+        (a caller's provenance: where each row came from)."""
         rows = np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
         reasons = [r for r, m in zip(self.reasons, self.messages, strict=True) for _ in m]
         messages = [x for m in self.messages for x in m]
         order = np.argsort(rows, kind="stable")
-        extra = [c for c in ("key", "value", "timestamp", "headers") if c in source.column_names]
+        extra = [c for c in ("key", "value", "timestamp", "headers", *carry) if c in source.column_names]
         taken = source.select(extra).take(pa.array(rows[order]))
         base = pa.table([pa.array(rows[order], pa.int64()), pa.array(reasons, pa.string()).take(pa.array(order)),
                          pa.array(messages, pa.string()).take(pa.array(order))], schema=pa.schema(REJECT_FIELDS))
@@ -156,14 +159,16 @@ class _Rejects:
 def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int, now_ms: int,
                    last_log_append_time: int | None = None, resume: ActiveSegmentState | None = None,
                    resume_log: bytes | None = None, resume_summary: SegmentSummary | None = None,
-                   segment_key: str = "", leader_epoch: int = -1, batch_bytes: int | None = None) -> AppendResult:
+                   segment_key: str = "", leader_epoch: int = -1, batch_bytes: int | None = None,
+                   carry: Sequence[str] = ()) -> AppendResult:
     """Validate, batch and append `table`'s records after `log_end_offset` (see the module docstring).
 
     `resume` continues the partition's active segment (its `next_offset` must be `log_end_offset`;
     `resume_summary` holds its catalog facts); without it the first segment starts at `log_end_offset`,
     created at `now_ms`. `batch_bytes` is
     an optional packing target below `max.message.bytes`, like the producer's `batch.size`: a record
-    larger than it still gets a batch of its own.
+    larger than it still gets a batch of its own. The rejects table carries the `carry` columns of
+    `table` besides the record's own.
     """
     kip228 = config.allow_negative_timestamps
     min_ts = min_timestamp(config)
@@ -225,7 +230,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
         active=ActiveOutput(active.base_offset, b"".join(active.chunks), active.start_position, *snap,
                             active.state()),
         summaries=summaries,
-        rejects=rejects.table(table),
+        rejects=rejects.table(table, carry),
         offsets=offsets,
         counters=AppendCounters(len(keys), int(rows.shape[0]), counts, len(batches), sum(map(len, batches)),
                                 len(writer.closed)),

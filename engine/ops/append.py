@@ -15,7 +15,7 @@ leaves only unreferenced objects (the scrubber removes them) and the re-run appe
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -89,6 +89,17 @@ def row_summary(row: SegmentRow) -> SegmentSummary:
         timestamp_type=row.timestamp_type, magic=row.magic, valid_bytes=row.size_bytes)
 
 
+def _whole(pieces: list[bytes], log: bytes, start_position: int) -> bytes:
+    """A segment's whole log: what the chunks before this one wrote to it (`pieces`, when the writer
+    continued it from `start_position`), then `log`."""
+    if not start_position:
+        return log
+    if sum(map(len, pieces)) != start_position:
+        raise ValueError(f"the pieces of the continued segment hold {sum(map(len, pieces))} bytes, "
+                         f"not {start_position}")
+    return b"".join([*pieces, log])
+
+
 def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
                         now_ms: int, options: StorageOptions | None = None,
                         append_id: str | None = None) -> PartitionAppendOutcome:
@@ -107,15 +118,16 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
 
 
 def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
-                   options: StorageOptions | None, append_id: str,
-                   batch_bytes: int | None = None) -> PartitionStep[PartitionAppendOutcome]:
+                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
+                   carry: Sequence[str] = ()) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     `records` is one table or a stream of them (consecutive chunks of the partition's input, in order):
     each chunk is appended where the previous one ended, every segment it closes is uploaded at once,
     and only the active segment stays in memory, so memory is bounded by `segment.bytes`, not by the
-    partition (issue 14). A chunk boundary ends a batch, as a produce request does. Rejected rows are
-    numbered across the whole stream. Writing and committing are separate so that a job over many
+    partition (issue 14): the active segment is kept as the pieces each chunk added, joined once when it
+    is written. A chunk boundary ends a batch, as a produce request does. Rejected rows are numbered
+    across the whole stream and carry the input's `carry` columns. Writing and committing are separate so that a job over many
     partitions commits once (ARCHITECTURE, "Execution model"); the caller holds the partition's lease.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
@@ -138,18 +150,21 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
                                      summary=summary)
 
     new_rows: list[SegmentRow] = []
+    pieces = [resume_log] if resume_log else []  # the active segment's bytes so far, chunk by chunk
     counters: AppendCounters | None = None
     rejects: list[pa.Table] = []
     first_row = 0
     result = None
     for chunk in [records] if isinstance(records, pa.Table) else records:
         result = append_records(chunk, config, log_end_offset=log_end, now_ms=now_ms,
-                                last_log_append_time=last_append, resume=resume, resume_log=resume_log,
-                                resume_summary=resumed, segment_key=str(tp), batch_bytes=batch_bytes)
-        new_rows += [store(seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, summary)
-                     for seg, summary in zip(result.closed, result.summaries, strict=False)]
+                                last_log_append_time=last_append, resume=resume, resume_summary=resumed,
+                                segment_key=str(tp), batch_bytes=batch_bytes, carry=carry)
+        for seg, summary in zip(result.closed, result.summaries, strict=False):
+            log = _whole(pieces, seg.log, seg.start_position)
+            new_rows.append(store(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
         act = result.active
-        resume, resume_log, resumed = act.state, act.log, result.summaries[-1]
+        pieces = [*pieces, act.log] if act.start_position else [act.log]
+        resume, resumed = act.state, result.summaries[-1]
         log_end, last_append = result.log_end_offset, result.last_log_append_time
         counters = result.counters if counters is None else counters + result.counters
         rejects.append(result.rejects.set_column(0, "row", pc.add(result.rejects.column("row"), first_row)))
@@ -161,7 +176,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     if counters.records_accepted == 0:
         return PartitionStep(outcome)
     act = result.active
-    new_rows.append(store(act.base_offset, act.log, act.offset_index.to_bytes(), act.time_index.to_bytes(),
+    new_rows.append(store(act.base_offset, b"".join(pieces), act.offset_index.to_bytes(), act.time_index.to_bytes(),
                           SegmentState.ACTIVE, result.summaries[-1]))
     outcome.segments_written = [r.log_key for r in new_rows]
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))
