@@ -12,7 +12,10 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   a re-run with the same input and Spark settings assigns identically. An explicit partition outside
   the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
 - Input order is kept per partition: files in path order, rows in file order (`_metadata`), or
-  Spark's row order for tables.
+  Spark's row order for tables. Spark sorts each partition's rows into that order (one task per
+  partition) and the task streams them through the engine in chunks of `APPEND_CHUNK_BYTES`, uploading
+  each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
+  size (a chunk boundary ends a batch, as a produce request does).
 - `s3://` input is read by the tasks with pyarrow through fsspec (Parquet, JSON lines, CSV), since
   Spark here has no S3 filesystem (hadoop-aws); other formats from S3 need a cluster that has one.
 - Records Kafka would refuse (timestamp outside `message.timestamp.before/after.max.ms`, larger than
@@ -65,6 +68,8 @@ from layouts.store import (
 )
 
 ORDER_COLUMNS = ("_file", "_block", "_seq")
+PROVENANCE = ("topic", "partition", "_file", "_seq")  # what a rejects file says of each record's source
+APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"
@@ -242,9 +247,68 @@ class PartitionAssigner:
         return by_key
 
 
-def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], selected: set[TopicPartition],
-                  counts: dict[str, int], rejects_dir: str, prepare_kwargs: dict) -> pa.Table:
-    """One partition's records (one Spark task): sorted into input order, appended, result pickled.
+class _Runs:
+    """A task's rows, sorted by (topic, partition, input order), as one run per topic-partition: its key
+    and its rows in chunks of about `chunk_bytes` (the engine appends a chunk at a time, so a task
+    holds one chunk and one open segment, never a whole partition)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch], chunk_bytes: int) -> None:
+        self._batches = iter(batches)
+        self._head: pa.Table | None = None
+        self.chunk_bytes = chunk_bytes
+
+    def __iter__(self) -> Iterator[tuple[tuple[str, int], Iterator[pa.Table]]]:
+        while (head := self._peek()) is not None:
+            key = (head.column("topic")[0].as_py(), int(head.column("partition")[0].as_py()))
+            chunks = self._chunks(key)
+            yield key, chunks
+            for _ in chunks:  # whatever the run's consumer left (a failed partition): skip its rows
+                pass
+
+    def _peek(self) -> pa.Table | None:
+        if self._head is not None and self._head.num_rows:
+            return self._head
+        for batch in self._batches:
+            if batch.num_rows:
+                self._head = pa.Table.from_batches([batch])
+                return self._head
+        self._head = None
+        return None
+
+    def _chunks(self, key: tuple[str, int]) -> Iterator[pa.Table]:
+        parts: list[pa.Table] = []
+        size = 0
+        while (head := self._peek()) is not None:
+            same = pc.and_(pc.equal(head.column("topic"), key[0]), pc.equal(head.column("partition"), key[1]))
+            flags = same.to_numpy(zero_copy_only=False)
+            length = head.num_rows if flags.all() else int(np.argmin(flags))
+            if length == 0:
+                break
+            parts.append(head.slice(0, length))
+            size += parts[-1].get_total_buffer_size()
+            self._head = head.slice(length)
+            if size >= self.chunk_bytes:
+                yield pa.concat_tables(parts)
+                parts, size = [], 0
+            if length < head.num_rows:
+                break
+        if parts:
+            yield pa.concat_tables(parts)
+
+
+def _append_stream(batches: Iterator[pa.RecordBatch], items: dict[TopicPartition, PartitionInput],
+                   selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str,
+                   prepare_kwargs: dict) -> Iterator[pa.RecordBatch]:
+    """One task: append each topic-partition run of its sorted rows, a result row per run."""
+    for (topic, partition), chunks in _Runs(batches, APPEND_CHUNK_BYTES):
+        yield from _append_run(topic, partition, chunks, items, selected, counts, rejects_dir,
+                               prepare_kwargs).to_batches()
+
+
+def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput],
+                selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str,
+                prepare_kwargs: dict) -> pa.Table:
+    """One partition's records, in input order and in chunks: appended as a stream, result pickled.
 
     Rejected records are written by the task to `{rejects_dir}/{topic}-{partition}.parquet` before the
     driver's commit (a crash after the commit cannot lose them); records naming a partition the topic
@@ -252,7 +316,6 @@ def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], 
     selected partition this attempt does not append (its lease is held elsewhere, or an earlier
     attempt of the job id appended it) are only counted: they are neither appended nor rejected.
     """
-    topic, partition = table.column("topic")[0].as_py(), int(table.column("partition")[0].as_py())
     options = prepare_kwargs["options"]
     if not 0 <= partition < counts[topic]:
         reason, message = UNKNOWN_PARTITION, f"{topic} has partitions 0..{counts[topic] - 1}"
@@ -261,23 +324,41 @@ def _append_group(table: pa.Table, items: dict[TopicPartition, PartitionInput], 
     else:
         reason = None
     if reason is not None:
-        rejects = _rejected(table.sort_by([(c, "ascending") for c in ORDER_COLUMNS]), reason, message)
+        rejects = _rejected(pa.concat_tables(list(chunks)), reason, message)
         uri = _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
         return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
     item = items.get(tp)
     if item is None:
-        return _result_row(topic, partition, HELD, table.num_rows)
-    table = table.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
-    result = run_prepare(partial(prepare_append, records=table, **prepare_kwargs), item)
+        return _result_row(topic, partition, HELD, sum(chunk.num_rows for chunk in chunks))
+    seen = 0
+
+    def counted() -> Iterator[pa.Table]:
+        nonlocal seen
+        for chunk in chunks:
+            seen += chunk.num_rows
+            yield chunk
+
+    result = run_prepare(partial(prepare_append, records=counted(), carry=PROVENANCE, **prepare_kwargs), item)
+    for rest in chunks:  # a failed append leaves rows unread; they still count as this partition's input
+        seen += rest.num_rows
     if result.step is not None:
         outcome = result.step.outcome
-        rejects = _with_source(outcome.rejects, table)
+        rejects = _provenance(outcome.rejects)
         if rejects is not None and rejects.num_rows:
             _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
         else:  # an earlier attempt's rejects of this partition (another --now) are not true for this one
             delete_object(partition_rejects_uri(rejects_dir, tp), options)
         outcome.rejects = None
-    return _result_row(topic, partition, RESULT, (result, table.num_rows))
+    return _result_row(topic, partition, RESULT, (result, seen))
+
+
+def _provenance(rejects: pa.Table | None) -> pa.Table | None:
+    """Rejects as the rejects file holds them: where each came from (topic, partition, input file and
+    position) instead of its row number in the stream."""
+    if rejects is None or rejects.num_rows == 0:
+        return rejects
+    return rejects.drop_columns(["row"]).rename_columns(
+        [name.lstrip("_") if name in PROVENANCE else name for name in rejects.column_names if name != "row"])
 
 
 def partition_rejects_uri(rejects_dir: str, tp: TopicPartition) -> str:
@@ -367,8 +448,12 @@ def run(ctx: JobContext) -> None:
 
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}
-        grouped = assigned.groupBy("topic", "partition").applyInArrow(
-            lambda table: _append_group(table, by_tp, set(tps), counts, where, prepare_kwargs), RESULT_SCHEMA)
+        # one task per partition (an explicit count: adaptive execution does not coalesce it), rows in
+        # input order; each task streams its partitions' rows through the engine chunk by chunk
+        ordered = assigned.repartition(max(len(tps), 1), "topic", "partition") \
+            .sortWithinPartitions("topic", "partition", *ORDER_COLUMNS)
+        grouped = ordered.mapInArrow(
+            lambda batches: _append_stream(batches, by_tp, set(tps), counts, where, prepare_kwargs), RESULT_SCHEMA)
         rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
         # a partition without input records has no result: it has nothing to append and nothing to finish
         return [pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT]
