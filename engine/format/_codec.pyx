@@ -104,6 +104,29 @@ cdef inline int varint_failure(Failure* f, int64_t batch, int64_t record, int64_
                        0, max_bytes)
 
 
+cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, int64_t* pos, int32_t* length,
+                               int64_t* total, int64_t* nulls, Failure* f, int64_t b, int64_t i, int64_t start,
+                               int length_field, int negative, int data_field, int past_end) noexcept nogil:
+    """A record's key or value: varint length (-1 = null), then that many bytes inside the record;
+    notes where they are. 1 (with `f` filled) if the field is bad."""
+    cdef int64_t n
+    cdef int status = read_varint(buf, p, e, VARINT_MAX, &n)
+    if status:
+        return varint_failure(f, b, i, start, length_field, status, VARINT_MAX)
+    if n < -1:
+        return fail_record(f, b, i, start, length_field, negative, n, 0)
+    pos[0] = p[0]
+    length[0] = <int32_t>n
+    if n > 0:
+        if n > e - p[0]:
+            return fail_record(f, b, i, start, data_field, past_end, n, 0)
+        p[0] += n
+        total[0] += n
+    elif n < 0:
+        nulls[0] += 1
+    return 0
+
+
 cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends, const int64_t* counts,
               const int64_t* base_offset, const int64_t* base_timestamp,
               const int64_t* max_timestamp, const uint8_t* log_append_time,
@@ -114,7 +137,7 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
     Offsets are the batch's base offset plus the delta; timestamps the base timestamp plus the delta, or
     the batch's max timestamp for LogAppendTime batches (spec 1.4). Sums wrap as Java's longs do."""
     cdef Py_ssize_t b
-    cdef int64_t i, p, e, end, count, length, ts, od, kl, vl, hc, h, hkl, hvl, start, n = 0
+    cdef int64_t i, p, e, end, count, length, ts, od, hc, h, hkl, hvl, start, n = 0
     cdef int status
     cdef const uint8_t* buf
     for b in range(batches):
@@ -163,34 +186,12 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
             status = read_varint(buf, &p, e, VARINT_MAX, &od)
             if status:
                 return varint_failure(f, b, i, start, F_OFFSET_DELTA, status, VARINT_MAX)
-            status = read_varint(buf, &p, e, VARINT_MAX, &kl)
-            if status:
-                return varint_failure(f, b, i, start, F_KEY_LENGTH, status, VARINT_MAX)
-            if kl < -1:
-                return fail_record(f, b, i, start, F_KEY_LENGTH, M_NEGATIVE_KEY, kl, 0)
-            key_pos[n] = p
-            key_len[n] = <int32_t>kl
-            if kl > 0:
-                if kl > e - p:
-                    return fail_record(f, b, i, start, F_KEY, M_KEY_PAST_END, kl, 0)
-                p += kl
-                t.key_bytes += kl
-            elif kl < 0:
-                t.key_nulls += 1
-            status = read_varint(buf, &p, e, VARINT_MAX, &vl)
-            if status:
-                return varint_failure(f, b, i, start, F_VALUE_LENGTH, status, VARINT_MAX)
-            if vl < -1:
-                return fail_record(f, b, i, start, F_VALUE_LENGTH, M_NEGATIVE_VALUE, vl, 0)
-            value_pos[n] = p
-            value_len[n] = <int32_t>vl
-            if vl > 0:
-                if vl > e - p:
-                    return fail_record(f, b, i, start, F_VALUE, M_VALUE_PAST_END, vl, 0)
-                p += vl
-                t.value_bytes += vl
-            elif vl < 0:
-                t.value_nulls += 1
+            if nullable_bytes(buf, &p, e, &key_pos[n], &key_len[n], &t.key_bytes, &t.key_nulls, f, b, i, start,
+                              F_KEY_LENGTH, M_NEGATIVE_KEY, F_KEY, M_KEY_PAST_END):
+                return 1
+            if nullable_bytes(buf, &p, e, &value_pos[n], &value_len[n], &t.value_bytes, &t.value_nulls, f, b, i,
+                              start, F_VALUE_LENGTH, M_NEGATIVE_VALUE, F_VALUE, M_VALUE_PAST_END):
+                return 1
             status = read_varint(buf, &p, e, VARINT_MAX, &hc)
             if status:
                 return varint_failure(f, b, i, start, F_HEADER_COUNT, status, VARINT_MAX)
