@@ -36,10 +36,15 @@ CONTROL_ABORT, CONTROL_COMMIT = 0, 1
 HeaderList = Sequence[tuple[str, bytes | None]]
 
 
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it is (combining copies even a single chunk)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def as_binary(values: pa.Array | Sequence[bytes | None]) -> pa.Array:
     """Keys or values as an Arrow binary array (accepts Python lists for convenience)."""
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+        values = _one_array(values)
     if isinstance(values, pa.Array):
         return values if values.type == pa.binary() else values.cast(pa.binary())
     return pa.array(values, pa.binary())
@@ -50,7 +55,7 @@ def as_headers(headers: pa.Array | Sequence[HeaderList] | None) -> pa.Array | No
     if headers is None:
         return None
     if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
+        headers = _one_array(headers)
     if isinstance(headers, pa.Array):
         return headers if headers.type == HEADERS_TYPE else headers.cast(HEADERS_TYPE)
     return pa.array([[{"key": k, "value": v} for k, v in hs] for hs in headers], HEADERS_TYPE)
