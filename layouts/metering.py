@@ -51,6 +51,17 @@ def active_meters() -> tuple[Meter, ...]:
     return _ACTIVE.get()
 
 
+@contextmanager
+def counting_into(meters: Sequence[Meter]) -> Iterator[None]:
+    """Count the block's traffic into `meters` (from `active_meters()`), whichever thread runs it: for
+    callbacks from threads that do not share the caller's context (pyarrow's I/O threads)."""
+    token = _ACTIVE.set(tuple(meters))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
 def record(verb: str, read: int = 0, written: int = 0, meters: Sequence[Meter] | None = None) -> None:
     """Count one request of `verb` (and its body bytes) into `meters`, by default the active ones."""
     for meter in _ACTIVE.get() if meters is None else meters:

@@ -9,7 +9,10 @@ or ISO-8601, UTC unless it names a zone; default the wall clock), `--dry-run` (j
 data), `--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
 without duplicating it), `--master`, `--no-progress`.
 Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
-2 bad configuration, usage or input.
+2 bad configuration, usage or input: one line on stderr naming the key, file, column, bucket or topic
+at fault, and nothing written. What needs no data is checked before the job starts any work
+(`check_before_work`: the --topic names, the root and catalog reachable with the credentials, a
+local root creatable); each job checks its own input before it starts Spark.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
+from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
 from engine.ops.topic_store import load_topic_config, save_topic_config
@@ -34,7 +37,7 @@ from engine.times import InvalidTimeError, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
-from layouts.store import StorageOptions, normalize_uri
+from layouts.store import StorageOptions, check_access, describe_error, normalize_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -134,6 +137,13 @@ class JobContext:
     def execute(self, prepare: Prepare) -> Execute:
         return spark_execute(self.spark, prepare, self.progress())
 
+    def catalogued_partitions(self) -> list[TopicPartition]:
+        """The catalog's partitions; none before an append or import created it (asking creates nothing)."""
+        try:
+            return self.catalog.partitions()
+        except KlakeError:
+            return []
+
     def selected_partitions(self) -> list[TopicPartition]:
         """The catalogued partitions the job's --topic/--partition select (all by default)."""
         found = self.catalog.partitions()
@@ -180,6 +190,21 @@ def print_progress(label: str, done: int, total: int, width: int = 30) -> None:
     sys.stderr.flush()
 
 
+def check_before_work(ctx: JobContext) -> None:
+    """Bad input that needs no data, found before a job reads, writes or starts Spark: an invalid
+    --topic name, and a root or catalog out of reach (S3: credentials, endpoint, bucket; one LIST each)
+    or, for a run that writes, a local root that cannot be created."""
+    for topic in ctx.args.topics:
+        try:
+            validate_topic(topic)
+        except InvalidNameError as exc:
+            raise KlakeError(f"--topic: {exc}") from None
+    write = ctx.spec.mutates and not ctx.dry_run
+    check_access(ctx.config.root, ctx.options, write)
+    if not ctx.config.catalog_uri.startswith(ctx.config.root + "/"):
+        check_access(ctx.config.catalog_uri, ctx.options, write)
+
+
 def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     """Run `spec`: exit code 0, 1 (partitions failed) or 2 (configuration/usage/input error)."""
     try:
@@ -190,11 +215,16 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     except KlakeError as exc:
         print(f"klake {spec.name}: configuration error: {exc}", file=sys.stderr)
         return 2
+    try:
+        check_before_work(ctx)
+    except KlakeError as exc:
+        print(f"klake {spec.name}: error: {exc}", file=sys.stderr)
+        return 2
     code = 0
     try:
         spec.run(ctx)
     except (KlakeError, OSError) as exc:
-        ctx.report.fail("*", f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc))
+        ctx.report.fail("*", f"{type(exc).__name__}: {describe_error(exc)}" if isinstance(exc, OSError) else str(exc))
         code = 2
     except Exception as exc:  # a bug: reported and non-zero, with the traceback for the operator
         traceback.print_exc()
@@ -202,10 +232,10 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     ctx.report.finish()
     if args.report:
         ctx.report.write(args.report, ctx.options)
-    print("\n".join(ctx.report.summary))
-    if code == 2:
+    if code == 2:  # bad input: the one line says it all (the report, if asked for, has the rest)
         print(f"klake {spec.name}: error: {ctx.report.failures[-1]['error']}", file=sys.stderr)
         return 2
+    print("\n".join(ctx.report.summary))
     return 1 if ctx.report.failures else 0
 
 
