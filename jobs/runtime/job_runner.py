@@ -7,7 +7,7 @@ Common options: `--conf FILE`, `--set key=value` (repeatable), `--root`/`--catal
 file), `--topic` / `--partition` (repeatable; default every catalogued partition), `--now` (epoch ms
 or ISO-8601, UTC unless it names a zone; default the wall clock), `--dry-run` (jobs that change
 data), `--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
-without duplicating it), `--master`, `--no-progress`.
+without duplicating it), `--master`, `--no-progress`, `--verbose` (Spark's own log on stderr).
 Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
 2 bad configuration, usage or input: one line on stderr naming the key, file, column, bucket or topic
 at fault, and nothing written. What needs no data is checked before the job starts any work
@@ -92,6 +92,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
     group.add_argument("--job-id", help="stable id of this run; a re-run with the same id never repeats work")
     group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
     group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    group.add_argument("--verbose", action="store_true",
+                       help="show Spark's own log (INFO and up) on stderr; by default only the job's output")
 
 
 class JobContext:
@@ -127,7 +129,7 @@ class JobContext:
 
     @cached_property
     def spark(self) -> SparkSession:
-        return spark_session(self.config, self._master)
+        return spark_session(self.config, self._master, verbose=self.args.verbose)
 
     def progress(self) -> Callable[[int, int], None] | None:
         if self.args.no_progress or not sys.stderr.isatty():
