@@ -51,7 +51,7 @@ from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import prepare_append
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.runtime.job_runner import JobContext, JobSpec, main
-from jobs.runtime.spark_session import run_with_progress
+from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
 from layouts.object_layout import REJECTS_DIR
 from layouts.store import (
     ObjectInfo,
@@ -477,7 +477,7 @@ def run(ctx: JobContext) -> None:
             lambda table: _append_group(table, by_tp, set(tps), counts, where, prepare_kwargs), RESULT_SCHEMA)
         rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
         # a partition without input records has no result: it has nothing to append and nothing to finish
-        return [pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT]
+        return counted_on_the_driver([pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT])
 
     run_ = ctx.run_partitions_with(tps, execute, ledger_idle=True)
     _drop_uncommitted_rejects(ctx, run_, where)

@@ -35,8 +35,6 @@ def run(ctx: JobContext) -> None:
                             index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
                             lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]), log_dir=log_dir)
     ctx.report.results["import"] = report.to_dict()
-    ctx.report.requests.update(report.requests)
-    ctx.report.bytes.update(report.bytes)
     for part in report.partitions:
         ctx.report.partitions.append({"partition": f"{part.topic}-{part.partition}",
                                       "status": "failed" if part.error else "succeeded", "error": part.error,

@@ -37,6 +37,7 @@ from engine.times import InvalidTimeError, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
+from layouts.metering import metered
 from layouts.store import StorageOptions, check_access, describe_error, normalize_uri
 
 if TYPE_CHECKING:
@@ -217,20 +218,24 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     except KlakeError as exc:
         print(f"klake {spec.name}: configuration error: {exc}", file=sys.stderr)
         return 2
-    try:
-        check_before_work(ctx)
-    except KlakeError as exc:
-        print(f"klake {spec.name}: error: {exc}", file=sys.stderr)
-        return 2
     code = 0
-    try:
-        spec.run(ctx)
-    except (KlakeError, OSError) as exc:
-        ctx.report.fail("*", f"{type(exc).__name__}: {describe_error(exc)}" if isinstance(exc, OSError) else str(exc))
-        code = 2
-    except Exception as exc:  # a bug: reported and non-zero, with the traceback for the operator
-        traceback.print_exc()
-        ctx.report.fail("*", f"{type(exc).__name__}: {exc}")
+    with metered() as traffic:  # the driver's requests; Spark tasks' are added as their results arrive
+        try:
+            check_before_work(ctx)
+        except KlakeError as exc:
+            print(f"klake {spec.name}: error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            spec.run(ctx)
+        except (KlakeError, OSError) as exc:
+            ctx.report.fail("*", f"{type(exc).__name__}: {describe_error(exc)}" if isinstance(exc, OSError)
+                            else str(exc))
+            code = 2
+        except Exception as exc:  # a bug: reported and non-zero, with the traceback for the operator
+            traceback.print_exc()
+            ctx.report.fail("*", f"{type(exc).__name__}: {exc}")
+    ctx.report.requests.update(traffic.requests)
+    ctx.report.bytes.update(traffic.bytes)
     ctx.report.finish()
     if args.report:
         ctx.report.write(args.report, ctx.options)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.ops.run import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
 from jobs.runtime.config import KlakeConfig
+from layouts.metering import add_counted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,9 +69,17 @@ def spark_execute(spark: SparkSession, prepare: Prepare, progress: Callable[[int
         if not items:
             return []
         rdd = spark.sparkContext.parallelize(list(items), len(items)).map(lambda item: run_prepare(prepare, item))
-        return run_with_progress(spark, rdd.collect, len(items), progress)
+        return counted_on_the_driver(run_with_progress(spark, rdd.collect, len(items), progress))
 
     return execute
+
+
+def counted_on_the_driver(results: Sequence[PartitionResult]) -> list[PartitionResult]:
+    """The results of tasks that ran in Spark's Python workers (other processes, which metered their own
+    traffic), with that traffic added to the driver's meters: the run's totals count every request."""
+    for result in results:
+        add_counted(result.requests, result.bytes)
+    return list(results)
 
 
 def run_with_progress(spark: SparkSession, action: Callable[[], Any], tasks: int,
