@@ -28,15 +28,18 @@ class InvalidNameError(KlakeError, ValueError):
 
 
 def validate_topic(topic: str) -> str:
-    """Return `topic` if Kafka would accept it as a topic name; raise `InvalidNameError` otherwise."""
+    """Return `topic` if Kafka would accept it as a topic name; raise `InvalidNameError` otherwise.
+
+    Every message starts "invalid topic name", whoever typed the name (`--topic`, a config key, an
+    input's `topic` column, an imported directory)."""
     if not isinstance(topic, str) or not topic:
-        raise InvalidNameError(f"topic name must be a non-empty string, got {topic!r}")
+        raise InvalidNameError(f"invalid topic name {topic!r}: it must be a non-empty string")
     if topic in (".", ".."):
-        raise InvalidNameError(f"topic name cannot be {topic!r}")
+        raise InvalidNameError(f"invalid topic name {topic!r}: '.' and '..' are not allowed")
     if len(topic) > TOPIC_MAX_LENGTH:
-        raise InvalidNameError(f"topic name is {len(topic)} characters long, the maximum is {TOPIC_MAX_LENGTH}")
+        raise InvalidNameError(f"invalid topic name: {len(topic)} characters long, the maximum is {TOPIC_MAX_LENGTH}")
     if not _TOPIC_RE.fullmatch(topic):
-        raise InvalidNameError(f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]")
+        raise InvalidNameError(f"invalid topic name {topic!r}: characters outside [a-zA-Z0-9._-]")
     return topic
 
 

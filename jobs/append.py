@@ -40,7 +40,7 @@ import json
 import pickle
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
 import numpy as np
@@ -50,19 +50,23 @@ import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
 from engine.format.partitioner import murmur2, partition_for_keys
-from engine.names import TopicPartition
+from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import prepare_append
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.runtime.job_runner import JobContext, JobSpec, main
-from jobs.runtime.spark_session import run_with_progress
+from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
 from layouts.object_layout import REJECTS_DIR
 from layouts.store import (
+    ObjectInfo,
     StorageOptions,
     delete_object,
+    describe_error,
     filesystem,
     is_s3,
     join,
     list_objects,
+    object_info,
+    open_ranged,
     read_bytes,
     write_bytes,
 )
@@ -88,39 +92,124 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else {root}/_rejects/{job id}/)")
 
 
-def _read_input(ctx: JobContext):  # noqa: ANN202 - (a pyspark DataFrame, its topics if known without a scan)
-    """The input with Spark's Kafka sink columns normalised and an order key per row; and its topics
-    when the input has no `topic` column (then `--topic` names the only one)."""
-    from pyspark.sql import functions as F
+def _is_text(type_: pa.DataType) -> bool:
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_)
 
-    spark, args = ctx.spark, ctx.args
+
+def _is_bytes(type_: pa.DataType) -> bool:
+    return pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or _is_text(type_)
+
+
+def _is_headers(type_: pa.DataType) -> bool:
+    if not (pa.types.is_list(type_) or pa.types.is_large_list(type_)) or not pa.types.is_struct(type_.value_type):
+        return False
+    fields = {f.name: f.type for f in type_.value_type}
+    return set(fields) == {"key", "value"} and _is_text(fields["key"]) and _is_bytes(fields["value"])
+
+
+# Spark's Kafka sink columns and the Arrow types each may have (the module docstring's input rule, its one
+# home): checked on Parquet footers before Spark starts, and on any other input's schema once Spark has it.
+SINK_COLUMNS: dict[str, tuple[str, Callable[[pa.DataType], bool]]] = {
+    "topic": ("string", _is_text),
+    "partition": ("an integer", pa.types.is_integer),
+    "key": ("binary or string", _is_bytes),
+    "value": ("binary or string", _is_bytes),
+    "headers": ("array<struct<key: string, value: binary>>", _is_headers),
+    "timestamp": ("a timestamp or epoch ms (an integer)", lambda t: pa.types.is_timestamp(t) or pa.types.is_integer(t)),
+}
+
+
+def check_input_schema(schema: pa.Schema, where: str) -> None:
+    """Raise, naming `where` and the column, unless `schema` has a `value` column and every Kafka sink
+    column it has is of a usable type (all-null columns are; other columns are ignored)."""
+    if "value" not in schema.names:
+        raise KlakeError(f"input {where}: no `value` column (found {sorted(schema.names)}); it needs Spark's "
+                         "Kafka sink columns")
+    for field in schema:
+        if field.name in SINK_COLUMNS:
+            expected, accepts = SINK_COLUMNS[field.name]
+            type_ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+            if not (pa.types.is_null(type_) or accepts(type_)):
+                raise KlakeError(f"input {where}: column `{field.name}` is {field.type}; Spark's Kafka sink needs "
+                                 f"{expected}")
+
+
+def _checks_parquet(ctx: JobContext) -> bool:
+    """Parquet files are checked on the driver before Spark starts (footers and the `topic` column)."""
+    return ctx.args.input is not None and ctx.args.format == "parquet"
+
+
+def _check_parquet(ctx: JobContext) -> dict[str, str] | None:
+    """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
+    named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
+    `topic` column (each with a file holding it), read column-only; None if the input has no such column."""
+    found: dict[str, str] = {}
+    with_topic: dict[bool, str] = {}
+    for info in _input_files(ctx):
+        try:
+            parquet = pq.ParquetFile(open_ranged(info.uri, info.size, ctx.options))
+            schema = parquet.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
+        check_input_schema(schema, info.uri)
+        with_topic.setdefault("topic" in schema.names, info.uri)
+        if len(with_topic) > 1:
+            raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
+        for group in range(parquet.num_row_groups if "topic" in schema.names else 0):
+            column = parquet.read_row_group(group, columns=["topic"]).column(0)
+            for topic in pc.unique(column.combine_chunks()).to_pylist():
+                found.setdefault(topic, info.uri)
+    found.pop(None, None)
+    return found if with_topic.get(True) else None
+
+
+def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]:
+    """The topics this run appends: those of the input's `topic` column (only the --topic ones, if
+    named), each checked by Kafka's rule and named with where it was found; without a `topic`
+    column, the one --topic."""
+    if found is None:
+        if len(ctx.args.topics) != 1:
+            raise KlakeError("the input has no `topic` column: name exactly one --topic")
+        return list(ctx.args.topics)
+    topics = sorted(t for t in found if not ctx.args.topics or t in ctx.args.topics)
+    for topic in topics:
+        try:
+            validate_topic(topic)
+        except InvalidNameError as exc:
+            raise KlakeError(f"input {found[topic]}: column `topic`: {exc}") from None
+    return topics
+
+
+def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
+    """The input (this starts Spark) with its schema checked, Spark's Kafka sink columns normalised
+    and an order key per row; its `topic` column only if the input has one."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    args = ctx.args
     if args.table:
-        df = spark.table(args.table)
+        df = ctx.spark.table(args.table)
         df = df.withColumn("_file", F.lit("")).withColumn("_block", F.lit(0).cast("long"))
     elif is_s3(args.input):
         df = _input_over_fsspec(ctx)
     else:
-        _is_dir(args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
-        reader = spark.read.format(args.format)
+        reader = ctx.spark.read.format(args.format)
         for item in args.input_options:
             key, _, value = item.partition("=")
             reader = reader.option(key, value)
         df = reader.load(args.input)
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
+    if not _checks_parquet(ctx):
+        sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
+        try:
+            schema = to_arrow_schema(StructType(sink))
+        except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
+            raise KlakeError(f"input {args.input or args.table}: {exc}") from None
+        check_input_schema(schema, args.input or f"table {args.table}")
     df = df.withColumn("_seq", F.monotonically_increasing_id())
     columns = set(df.columns)
-    topics = None
-    if "value" not in columns:
-        raise KlakeError(f"input has no `value` column (found {sorted(columns - set(ORDER_COLUMNS))}); "
-                         "it needs Spark's Kafka sink columns")
-    if "topic" not in columns:
-        if len(args.topics) != 1:
-            raise KlakeError("the input has no `topic` column: name exactly one --topic")
-        df = df.withColumn("topic", F.lit(args.topics[0]))
-        topics = [args.topics[0]]
-    elif args.topics:
-        df = df.where(F.col("topic").isin(args.topics))
     if "partition" not in columns:
         df = df.withColumn("partition", F.lit(None).cast("int"))
     for name in ("key", "value"):
@@ -128,18 +217,20 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - (a pyspark DataFrame, its to
             df = df.withColumn(name, F.col(name).cast("binary"))
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
-    keep = ["topic", "partition", "key", "value"] + [c for c in ("headers", "timestamp") if c in columns]
-    return df.select(*keep, *ORDER_COLUMNS), topics
+    keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
+    return df.select(*keep, *ORDER_COLUMNS)
 
 
 ARROW_FORMATS = ("parquet", "json", "csv")
 
 
-def _input_files(ctx: JobContext) -> list[str]:
+def _input_files(ctx: JobContext) -> list[ObjectInfo]:
+    """The input's data files in path order (not `_`/`.` files, not empty ones, as Spark reads them)."""
     path = ctx.args.input
     if not _is_dir(path, ctx):
-        return [path]
-    files = sorted(o.uri for o in list_objects(path, ctx.options) if not o.name.startswith(("_", ".")) and o.size)
+        info = object_info(path, ctx.options)
+        return [info] if info is not None else []
+    files = [o for o in list_objects(path, ctx.options) if not o.name.startswith(("_", ".")) and o.size]
     if not files:
         raise KlakeError(f"input {path} holds no data files")
     return files
@@ -163,7 +254,7 @@ def _input_over_fsspec(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
     if fmt not in ARROW_FORMATS:
         raise KlakeError(f"--format {fmt} is read from s3:// only as {'/'.join(ARROW_FORMATS)} (Spark here has no "
                          "S3 filesystem); use --table, a local path, or a cluster with hadoop-aws")
-    files = _input_files(ctx)
+    files = [info.uri for info in _input_files(ctx)]
     schema = read_arrow_file(files[0], fmt, options).schema
     full = schema.append(pa.field("_file", pa.string())).append(pa.field("_block", pa.int64()))
 
@@ -402,7 +493,7 @@ def _with_source(rejects: pa.Table | None, table: pa.Table) -> pa.Table | None:
 def partition_counts(ctx: JobContext, topics: Sequence[str]) -> dict[str, int]:
     """Each topic's partition count: declared (`topics.<t>.partitions`), else what the catalog holds."""
     catalogued: dict[str, int] = {}
-    for tp in ctx.catalog_or_create().partitions():
+    for tp in ctx.catalogued_partitions():
         catalogued[tp.topic] = max(catalogued.get(tp.topic, 0), tp.partition + 1)
     counts = {}
     for topic in topics:
@@ -431,12 +522,27 @@ def rejects_dir(ctx: JobContext) -> str:
 
 
 def run(ctx: JobContext) -> None:
+    from pyspark.sql import functions as F
+
+    if ctx.args.input:
+        _is_dir(ctx.args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
-    df, topics = _read_input(ctx)
+    topics = counts = None
+    if _checks_parquet(ctx):  # bad input fails here, before Spark starts and before anything is written
+        topics = _selected_topics(ctx, _check_parquet(ctx))
+        counts = partition_counts(ctx, topics)
+    df = _read_input(ctx)
     if topics is None:
-        topics = sorted(r["topic"] for r in df.select("topic").distinct().collect() if r["topic"] is not None)
-    counts = partition_counts(ctx, topics)
+        found = ({r["topic"]: ctx.args.input or f"table {ctx.args.table}"
+                  for r in df.select("topic").distinct().collect() if r["topic"] is not None}
+                 if "topic" in df.columns else None)
+        topics = _selected_topics(ctx, found)
+        counts = partition_counts(ctx, topics)
+    if "topic" not in df.columns:
+        df = df.withColumn("topic", F.lit(topics[0]))
+    elif ctx.args.topics:
+        df = df.where(F.col("topic").isin(ctx.args.topics))
     sticky = int(ctx.config.jobs["sticky_batch_bytes"])
     assigned = df.mapInArrow(lambda batches: PartitionAssigner(counts, sticky).assign(batches), df.schema)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
@@ -456,7 +562,7 @@ def run(ctx: JobContext) -> None:
             lambda batches: _append_stream(batches, by_tp, set(tps), counts, where, prepare_kwargs), RESULT_SCHEMA)
         rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
         # a partition without input records has no result: it has nothing to append and nothing to finish
-        return [pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT]
+        return counted_on_the_driver([pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT])
 
     run_ = ctx.run_partitions_with(tps, execute, ledger_idle=True)
     _drop_uncommitted_rejects(ctx, run_, where)

@@ -17,6 +17,7 @@ import sys
 
 from engine.errors import KlakeError
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 
 MIN_SAFE_VACUUM_HOURS = 24
 
@@ -43,7 +44,7 @@ def run(ctx: JobContext) -> None:
     if "optimize" not in args.skip and not ctx.dry_run:
         metrics = catalog.optimize(z_order=args.z_order)
         results["optimize"] = {k: metrics.get(k) for k in ("numFilesAdded", "numFilesRemoved", "totalConsideredFiles")}
-        ctx.report.summary.append(f"optimize: {metrics.get('numFilesRemoved', 0)} files rewritten into "
+        ctx.report.summary.append(f"optimize: {plural(metrics.get('numFilesRemoved', 0), 'file')} rewritten into "
                                   f"{metrics.get('numFilesAdded', 0)}")
     if "checkpoint" not in args.skip and not ctx.dry_run:
         results["checkpoint_version"] = catalog.create_checkpoint()

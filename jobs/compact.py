@@ -11,8 +11,9 @@ import argparse
 import sys
 from functools import partial
 
-from engine.ops.compact import prepare_compaction
+from engine.ops.compact import CompactOutcome, prepare_compaction
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,16 +30,29 @@ def run(ctx: JobContext) -> None:
         if result.step is None:
             continue
         outcome = result.step.outcome
-        cleaned += outcome.cleaned
+        cleaned += outcome.cleaned or (ctx.dry_run and outcome.due)
         read += outcome.stats.get("records_read", 0)
         kept += outcome.stats.get("records_kept", 0)
-        ctx.report.summary.append(f"{result.tp}: {'cleaned' if outcome.cleaned else 'not cleaned'} "
-                                  f"(dirty ratio {outcome.dirty_ratio:.2f}; {', '.join(outcome.reasons) or '-'}), "
-                                  f"segments {outcome.segments_before} -> {outcome.segments_after}")
-    ctx.report.results.update({"partitions_cleaned": cleaned, "records_read": read, "records_kept": kept,
-                               "records_removed": read - kept, "compacted_topics_partitions": len(tps)})
-    ctx.report.summary.append(f"compact: cleaned {cleaned} of {len(tps)} compacted partition(s); "
-                              f"records kept {kept} of {read} read")
+        if outcome.cleaned:
+            what = f"cleaned ({_why(outcome)}), segments {outcome.segments_before} -> {outcome.segments_after}"
+        else:
+            verb = "would clean" if ctx.dry_run and outcome.due else "not cleaned"
+            what = f"{verb} ({_why(outcome)}), {plural(outcome.segments_before, 'segment')}"
+        ctx.report.summary.append(f"{result.tp}: {what}")
+    ctx.report.results.update({"partitions_cleaned": 0 if ctx.dry_run else cleaned,
+                               "partitions_due": cleaned if ctx.dry_run else None, "records_read": read,
+                               "records_kept": kept, "records_removed": read - kept,
+                               "compacted_topics_partitions": len(tps)})
+    if ctx.dry_run:
+        ctx.report.summary.append(f"compact: would clean {cleaned} of {len(tps)} compacted partition(s)")
+    else:
+        ctx.report.summary.append(f"compact: cleaned {cleaned} of {len(tps)} compacted partition(s); "
+                                  f"records kept {kept} of {read} read")
+
+
+def _why(outcome: CompactOutcome) -> str:
+    """Kafka's reasons for the decision (they state the dirty ratio against its threshold)."""
+    return "; ".join(outcome.reasons) or f"dirty ratio {outcome.dirty_ratio:.6g}"
 
 
 SPEC = JobSpec("compact", "compact cleanup.policy=compact topics (Kafka's log cleaner)", run, add_arguments,

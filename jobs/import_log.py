@@ -1,6 +1,9 @@
 """`import`: register a broker's log dirs (Kafka layout: `<topic>-<partition>/<offset>.log|.index|.timeindex`)
 in the catalog, in place or copied (`--copy`) into the object layout; invalid or missing sidecars are
-rebuilt under the root; a corrupt segment is named in the report and its partition fails.
+rebuilt under the root; a corrupt segment is named in the report and its partition fails. A source
+holding directories that are no partition of a valid topic (`..-0`, `a b-0`, `lost+found`) is bad
+input: exit 2 naming them, nothing written (a broker refuses that log dir too; the user moves them
+out and re-runs, where a partial import would leave them to be forgotten).
 
     spark-submit jobs/import_log.py /mnt/kafka-data --copy --conf conf/s3.yaml --report out/import.json
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.ops.importer import ImportReport, default_import_job_id, import_log_dir
+from engine.ops.importer import ImportReport, default_import_job_id, import_log_dir, scan_source
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from layouts.store import normalize_uri
 
@@ -27,12 +30,11 @@ def run(ctx: JobContext) -> None:
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_import_job_id(normalize_uri(ctx.args.source), ctx.config.root,
                                                                ctx.args.copy)
+    log_dir = scan_source(ctx.args.source, ctx.options)  # bad input fails before the catalog is created
     report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
                             index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
-                            lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]))
+                            lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]), log_dir=log_dir)
     ctx.report.results["import"] = report.to_dict()
-    ctx.report.requests.update(report.requests)
-    ctx.report.bytes.update(report.bytes)
     for part in report.partitions:
         ctx.report.partitions.append({"partition": f"{part.topic}-{part.partition}",
                                       "status": "failed" if part.error else "succeeded", "error": part.error,

@@ -46,7 +46,7 @@ from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
-from layouts.metering import metered
+from layouts.metering import add_counted, metered
 from layouts.store import StorageOptions
 
 if TYPE_CHECKING:
@@ -166,17 +166,15 @@ def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: 
     for name, count in by_partition.items():
         ctx.report.partitions.append({"partition": name, "status": "succeeded", "error": None,
                                       "outcome": {"records": count}})
-    for plan in plans:
-        ctx.report.requests.update(plan.requests)
-        ctx.report.bytes.update(plan.bytes)
-    ctx.report.requests["GET"] += tasks["GET"]
-    ctx.report.bytes["read"] += tasks["bytes_read"]
+    add_counted({"GET": tasks["GET"]}, {"read": tasks["bytes_read"]})  # the tasks' GETs, into the job's totals
+    get_requests = sum(plan.requests["GET"] for plan in plans) + tasks["GET"]
+    bytes_read = sum(plan.bytes["read"] for plan in plans) + tasks["bytes_read"]
     segments = {"live": sum(p.live_segments for p in plans), "pruned": sum(p.pruned_segments for p in plans),
                 "read": sum(p.segments_to_read for p in plans), "split": sum(p.split_segments for p in plans)}
     ctx.report.results["read"] = {
         "topics": list(dict.fromkeys(ctx.args.topics)), "range": asdict(rng), "segments": segments, "work_items": work_items, "tasks": task_count,
-        "records": records, "records_by_partition": by_partition, "get_requests": ctx.report.requests["GET"],
-        "bytes_read": ctx.report.bytes["read"], "output": ctx.args.output,
+        "records": records, "records_by_partition": by_partition, "get_requests": get_requests,
+        "bytes_read": bytes_read, "output": ctx.args.output,
         "output_format": ctx.args.output_format if ctx.args.output else None}
     ctx.report.summary.append(
         f"read: {records} record(s) from {segments['read']} of {segments['live']} live segment(s) "

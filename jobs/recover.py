@@ -18,6 +18,7 @@ from functools import partial
 
 from engine.ops.recover import prepare_recovery
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 
 
 def _run(ctx: JobContext, rebuild_all: bool) -> None:
@@ -35,7 +36,9 @@ def _run(ctx: JobContext, rebuild_all: bool) -> None:
             ctx.report.summary.append(f"{result.tp} segment {repair.base_offset}: {verb} {repair.action}: "
                                       f"{'; '.join(repair.reasons)}")
             if repair.quarantine_key:
-                ctx.report.summary.append(f"  {repair.quarantined_bytes} bytes quarantined at {repair.quarantine_key}")
+                moved = plural(repair.quarantined_bytes, "byte")
+                ctx.report.summary.append(f"  would quarantine {moved} at {repair.quarantine_key}" if ctx.dry_run
+                                          else f"  {moved} quarantined at {repair.quarantine_key}")
         repaired += len(report.changes)
         for left in report.left_for_operator:
             ctx.report.fail(str(result.tp), f"segment {left.base_offset} left for the operator: {'; '.join(left.reasons)}")

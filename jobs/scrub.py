@@ -12,6 +12,7 @@ import sys
 from engine.ops.scrub import ScrubReport, scrub
 from engine.times import format_duration
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +26,6 @@ def run(ctx: JobContext) -> None:
     report = scrub(ctx.config.root, ctx.catalog, grace_ms=grace, dry_run=ctx.dry_run, options=ctx.options,
                    now=ctx.now_ms)
     ctx.report.results["scrub"] = report.to_dict()
-    if report.delete_requests:
-        ctx.report.requests["DELETE"] += report.delete_requests
     for missing in report.missing:
         ctx.report.fail(missing.segment, f"{missing.kind} object missing: {missing.key}")
     for bad in report.size_mismatches:
@@ -38,15 +37,16 @@ def run(ctx: JobContext) -> None:
 
 def scrub_summary(report: ScrubReport) -> list[str]:
     lines = []
-    lines.append(f"scrub {report.root} against {report.catalog}: {report.objects_listed} objects, "
-          f"{report.live_segments} live segments")
+    lines.append(f"scrub {report.root} against {report.catalog}: {plural(report.objects_listed, 'object')}, "
+                 f"{plural(report.live_segments, 'live segment')}")
     verb = "would delete" if report.dry_run else "orphan"
     for orphan in report.orphans:
-        lines.append(f"  {verb} {orphan.uri} ({orphan.size} bytes, {format_duration(orphan.age_ms)} old)")
+        lines.append(f"  {verb} {orphan.uri} ({plural(orphan.size, 'byte')}, {format_duration(orphan.age_ms)} old)")
     for item in report.debris:
-        lines.append(f"  {'would delete' if report.dry_run else 'debris'} {item.kind} {item.uri} ({item.size} bytes)")
+        lines.append(f"  {'would delete' if report.dry_run else 'debris'} {item.kind} {item.uri} "
+                     f"({plural(item.size, 'byte')})")
     if report.orphans_within_grace:
-        lines.append(f"  {report.orphans_within_grace} unreferenced objects are younger than "
+        lines.append(f"  {plural(report.orphans_within_grace, 'unreferenced object')} younger than "
                      f"{format_duration(report.grace_ms, precise=True)}: kept")
     for missing in report.missing:
         lines.append(f"  MISSING {missing.kind} of {missing.segment}: {missing.key}")
@@ -55,7 +55,8 @@ def scrub_summary(report: ScrubReport) -> list[str]:
     for uri, reason in sorted(report.delete_failed.items()):
         lines.append(f"  DELETE FAILED {uri}: {reason}")
     if not report.dry_run:
-        lines.append(f"deleted {len(report.deleted)} orphans and debris in {report.delete_requests} delete requests")
+        lines.append(f"deleted {plural(len(report.deleted), 'orphan or debris object', 'orphan and debris objects')} "
+                     f"in {plural(report.delete_requests, 'delete request')}")
     return lines
 
 

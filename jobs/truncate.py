@@ -18,6 +18,7 @@ from functools import partial
 from engine.errors import KlakeError
 from engine.ops.truncate import prepare_delete_records, prepare_truncation
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,7 @@ def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
             continue
         outcome = result.step.outcome
         removed += outcome.records_removed
-        ctx.report.summary.append(f"{result.tp}: {'nothing to do' if outcome.noop else f'{outcome.records_removed} records removed'}; "
+        ctx.report.summary.append(f"{result.tp}: {'nothing to do' if outcome.noop else plural(outcome.records_removed, 'record') + ' removed'}; "
                                   f"log {outcome.log_start_offset}..{outcome.log_end_offset}")
     ctx.report.results["records_removed"] = removed
 

@@ -19,6 +19,8 @@ from layouts.store import ObjectInfo, StorageOptions, join, list_objects, normal
 _KAFKA_FILE_RE = re.compile(r"(?P<offset>[0-9]{20})\.(?P<suffix>log|index|timeindex|txnindex|snapshot)")
 TEMPORARY_SUFFIXES = (".deleted", ".cleaned", ".swap")
 METADATA_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
+NON_LIVE_DIR = "scheduled for deletion, moving or stray"
+NOT_A_PARTITION_DIR = "not a <topic>-<partition> directory"
 
 
 class KafkaFileKind(StrEnum):
@@ -81,6 +83,12 @@ class KafkaLogDir:
     partitions: list[KafkaPartitionDir] = field(default_factory=list)
     skipped_dirs: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def invalid_dirs(self) -> list[str]:
+        """Directories that are neither a partition of a valid topic nor one of Kafka's non-live
+        directories: a broker refuses to load a log dir holding them."""
+        return sorted(name for name, reason in self.skipped_dirs.items() if reason == NOT_A_PARTITION_DIR)
+
 
 def group_partition_files(tp: TopicPartition, uri: str, files: list[ObjectInfo]) -> KafkaPartitionDir:
     """Sort the files of one partition directory into segments, orphan indexes and other files."""
@@ -123,9 +131,8 @@ def scan_log_dir(uri: str, options: StorageOptions | None = None) -> KafkaLogDir
     for dir_name in sorted(by_dir):
         tp = parse_partition_dir(dir_name)
         if tp is None:
-            reason = ("scheduled for deletion, moving or stray" if dir_name.endswith(NON_LIVE_DIR_SUFFIXES)
-                      else "not a <topic>-<partition> directory")
-            log_dir.skipped_dirs[dir_name] = reason
+            log_dir.skipped_dirs[dir_name] = (NON_LIVE_DIR if dir_name.endswith(NON_LIVE_DIR_SUFFIXES)
+                                              else NOT_A_PARTITION_DIR)
             continue
         log_dir.partitions.append(group_partition_files(tp, join(root, dir_name), by_dir[dir_name]))
     log_dir.partitions.sort(key=lambda p: p.tp)

@@ -7,13 +7,15 @@ library user's threads) each see their own figures. Nested blocks all count, so 
 task's share can be measured at once.
 
 Verbs: GET, HEAD, LIST, PUT, DELETE, and S3's multipart calls by operation name (e.g. UploadPartCopy).
-Bytes: `read` (GET bodies) and `written` (PUT and UploadPart bodies).
+Bytes: `read` (GET bodies) and `written` (PUT and UploadPart bodies). Traffic that happened in another
+process (a Spark task) comes back as counts and is added with `add_counted`. The catalog's own
+requests (delta-rs, in Rust) are not seen here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -51,6 +53,17 @@ def active_meters() -> tuple[Meter, ...]:
     return _ACTIVE.get()
 
 
+@contextmanager
+def counting_into(meters: Sequence[Meter]) -> Iterator[None]:
+    """Count the block's traffic into `meters` (from `active_meters()`), whichever thread runs it: for
+    callbacks from threads that do not share the caller's context (pyarrow's I/O threads)."""
+    token = _ACTIVE.set(tuple(meters))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
 def record(verb: str, read: int = 0, written: int = 0, meters: Sequence[Meter] | None = None) -> None:
     """Count one request of `verb` (and its body bytes) into `meters`, by default the active ones."""
     for meter in _ACTIVE.get() if meters is None else meters:
@@ -59,3 +72,10 @@ def record(verb: str, read: int = 0, written: int = 0, meters: Sequence[Meter] |
             meter.bytes["read"] += read
         if written:
             meter.bytes["written"] += written
+
+
+def add_counted(requests: Mapping[str, int], moved: Mapping[str, int]) -> None:
+    """Add traffic counted elsewhere (a task in another process measured it) to the active meters."""
+    for meter in _ACTIVE.get():
+        meter.requests.update(requests)
+        meter.bytes.update(moved)

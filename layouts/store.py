@@ -12,11 +12,17 @@ Credentials follow the standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_
 Objects are written with put-if-absent only (`put_if_absent`): `If-None-Match: *` on S3, a hard link
 of a fully written temporary file locally (atomic, fails if the name exists). Listings are never
 cached, because klake decides what to delete from them.
+
+A job asks `check_access` once before it starts work, so that missing credentials, a missing bucket
+or a root that cannot be created are one line naming the bucket or path, not a botocore or delta-rs
+error chain later; `describe_error` makes any storage error one line (no ANSI escapes, no XML).
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -25,7 +31,8 @@ from typing import BinaryIO
 
 import fsspec
 
-from layouts.metering import record
+from engine.errors import KlakeError
+from layouts.metering import active_meters, counting_into, record
 
 S3_SCHEMES = ("s3://", "s3a://")
 S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
@@ -83,6 +90,54 @@ class StorageOptions:
         if self.region:
             opts["AWS_REGION"] = self.region
         return opts
+
+
+class StorageAccessError(KlakeError):
+    """The store cannot be reached as a job needs it: credentials, bucket, endpoint or local path."""
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_XML_ERROR = re.compile(r"(<\?xml[^>]*>\s*)?<Error>.*?</Error>", re.S)
+_S3_DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+              "AllAccessDisabled")
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an error of the storage stack: delta-rs' chains (`↳` lines with ANSI colours and an
+    S3 XML body) become `what: why: S3 code: message`."""
+    def code_and_message(match: re.Match[str]) -> str:
+        found = [re.search(f"<{tag}>(.*?)</{tag}>", match.group(0), re.S) for tag in ("Code", "Message")]
+        return ": ".join(m.group(1).strip() for m in found if m is not None)
+
+    text = _XML_ERROR.sub(code_and_message, _ANSI_ESCAPE.sub("", str(exc)))
+    return ": ".join(part for line in text.splitlines() if (part := line.strip().lstrip("↳").strip()))
+
+
+def _s3_error_code(exc: BaseException) -> str | None:
+    """The S3 error code of a botocore error, or of the one s3fs translated into an OSError."""
+    for error in (exc, exc.__cause__):
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            return response.get("Error", {}).get("Code")
+    return None
+
+
+def _s3_problem(bucket: str, exc: Exception) -> str:
+    """What is wrong, in the user's terms, when the first request to `bucket` failed."""
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError, PartialCredentialsError
+
+    code = _s3_error_code(exc)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return ("no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN "
+                "for temporary ones) in the environment")
+    if code == "NoSuchBucket":
+        return f"bucket {bucket} does not exist"
+    if code in _S3_DENIED or isinstance(exc, PermissionError):
+        return (f"access denied to bucket {bucket} ({code or type(exc).__name__}: {describe_error(exc)}): check "
+                "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN")
+    if isinstance(exc, EndpointConnectionError):
+        return f"cannot reach the S3 endpoint ({describe_error(exc)}): check KLAKE_S3_ENDPOINT_URL"
+    return describe_error(exc)
 
 
 def is_s3(uri: str) -> bool:
@@ -169,6 +224,9 @@ class FileIO:
     def put_if_absent(self, uri: str, data: bytes) -> None:
         raise ValueError(f"put-if-absent is implemented for s3:// and local paths, not {uri!r}")
 
+    def check_access(self, uri: str, write: bool) -> None:
+        """Raise `StorageAccessError` if `uri` is certainly out of reach (stores that cannot tell pass)."""
+
     def write(self, uri: str, data: bytes) -> None:
         record("PUT", written=len(data))
         self.fs.pipe_file(self.path(uri), data)
@@ -209,6 +267,19 @@ class LocalFileIO(FileIO):
         record("PUT", written=len(data))
         publish_local(self.path(uri), lambda out: out.write(data))
 
+    def check_access(self, uri: str, write: bool) -> None:
+        """To write, the path must be a directory or creatable as one: its nearest existing ancestor is
+        a directory this process may write to."""
+        if not write:
+            return
+        existing = self.path(uri)
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise StorageAccessError(f"{uri} cannot be created: {existing} is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise StorageAccessError(f"{uri} cannot be written: {existing} is not writable by this user")
+
     def write(self, uri: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(self.path(uri)), exist_ok=True)
         super().write(uri, data)
@@ -236,6 +307,16 @@ class S3FileIO(FileIO):
     def put_if_absent(self, uri: str, data: bytes) -> None:
         record("PUT", written=len(data))
         self.fs.pipe_file(self.path(uri), data, mode="create")
+
+    def check_access(self, uri: str, write: bool) -> None:
+        """One LIST of at most one key under `uri`: it proves the credentials, the endpoint and the bucket.
+        (Write permission cannot be proven without writing; a refused write fails its partition later.)"""
+        bucket, _, prefix = self.path(uri).partition("/")
+        record("LIST")
+        try:
+            self.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        except Exception as exc:
+            raise StorageAccessError(f"{uri}: {_s3_problem(bucket, exc)}") from None
 
     def delete_many(self, uris: list[str]) -> DeleteResult:
         """One DeleteObjects request per bucket and batch of at most 1,000 keys. Per-key errors that S3
@@ -295,6 +376,52 @@ def read_bytes(uri: str, options: StorageOptions | None = None, start: int | Non
                end: int | None = None) -> bytes:
     """Read an object, or the byte range [start, end) of it (one ranged GET on S3)."""
     return file_io(uri, options).read(uri, start, end)
+
+
+def check_access(uri: str, options: StorageOptions | None = None, write: bool = False) -> None:
+    """Fail fast, with one line naming the bucket or path, if `uri` cannot be reached (S3: credentials,
+    endpoint, bucket; one LIST) or, with `write`, not created (local: an ancestor is a file or read-only)."""
+    file_io(uri, options).check_access(uri, write)
+
+
+class _RangedObject(io.RawIOBase):
+    """A read-only, seekable view of one object whose every read is one ranged GET, counted into the
+    meters active where it was opened (pyarrow reads through it from its own threads)."""
+
+    def __init__(self, uri: str, size: int, options: StorageOptions | None) -> None:
+        super().__init__()
+        self.uri, self.size, self.options, self.position = uri, size, options, 0
+        self.meters = active_meters()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(base + offset, 0)
+        return self.position
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        end = min(self.position + len(buffer), self.size)
+        if end <= self.position:
+            return 0
+        with counting_into(self.meters):
+            data = read_bytes(self.uri, self.options, self.position, end)
+        buffer[:len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+def open_ranged(uri: str, size: int, options: StorageOptions | None = None) -> BinaryIO:
+    """A file object over the object `uri` of `size` bytes that reads only what is asked for, by ranged
+    GETs: pyarrow reads a Parquet footer or one column through it without fetching the whole object."""
+    return _RangedObject(uri, size, options)  # type: ignore[return-value]
 
 
 def join(base: str, *parts: str) -> str:

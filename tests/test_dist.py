@@ -18,6 +18,7 @@ def test_make_dist_builds_a_wheel_with_the_compiled_codec_that_installs_and_deco
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert any(n.startswith("engine/format/_codec.") and n.endswith(".so") for n in names)
     assert not any(n.endswith((".pyx", ".c")) for n in names)
+    assert "jobs/runtime/log4j2.properties" in names  # what keeps a job's output free of Spark's log lines
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     str(wheels[0])], check=True, timeout=300)

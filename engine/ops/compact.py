@@ -39,11 +39,15 @@ from layouts.store import StorageOptions, normalize_uri, read_bytes
 
 @dataclass
 class CompactOutcome:
+    """One partition's round: `due` when Kafka's trigger (or `force`) picks it and it has cleanable
+    bytes, which is what a dry run reports; `cleaned` when a round was written."""
+
     topic: str
     partition: int
     cleaned: bool
     reasons: tuple[str, ...]
     dirty_ratio: float
+    due: bool = False
     checkpoint: int | None = None
     segments_before: int = 0
     segments_after: int = 0
@@ -66,9 +70,10 @@ def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options:
     tp, rows, config = item.tp, list(item.rows), item.config
     start, dirty = partition_log_start_offset(rows), first_dirty_offset(rows)
     decision = should_clean([_info(r) for r in rows], config, now_ms, dirty, log_start_offset=start)
-    outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio,
+    due = (decision.clean or force) and decision.range.cleanable_bytes > 0
+    outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio, due=due,
                              segments_before=len(rows), segments_after=len(rows))
-    if not (decision.clean or force) or decision.range.cleanable_bytes == 0 or dry_run:
+    if not outcome.due or dry_run:
         return PartitionStep(outcome)
     sources = [SourceSegment(r.base_offset, read_bytes(r.log_key, options), r.state == SegmentState.ACTIVE,
                              r.created_at_ms, r.log_key) for r in rows]

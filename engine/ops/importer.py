@@ -4,6 +4,9 @@ Every `<topic>-<partition>` directory under the source is registered, one row pe
 catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects where they are
 (layout `kafka`); with `copy` each segment is copied into the object layout under the root. Rules:
 
+- the source is checked first (`scan_source`): a directory that is neither a partition of a valid
+  topic nor one of Kafka's non-live (`-delete`, `-future`, `-stray`) directories fails the import
+  before anything is written, naming every such directory, as a broker refuses to load that log dir;
 - the source is never modified: sidecars that are missing or fail validation (`OffsetIndex.load`,
   `TimeIndex.load`, `check_indexes`) are rebuilt with Kafka's recovery rule (`build_indexes`) and
   written under the root in the object layout, and the rebuild is reported;
@@ -27,7 +30,7 @@ from functools import partial
 
 from engine.catalog.changes import CatalogChange, plan_change
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
-from engine.errors import CorruptRecordError
+from engine.errors import CorruptRecordError, KlakeError
 from engine.format.batch import scan_batches
 from engine.index.checks import check_sidecars
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
@@ -39,7 +42,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.ops.versions import segment_row
-from layouts.kafka_layout import KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
+from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
 from layouts.store import StorageOptions, ensure_object, normalize_uri, read_bytes
 
@@ -254,22 +257,42 @@ def prepare_import(item: PartitionInput, parts: Mapping[TopicPartition, KafkaPar
     return PartitionStep(importer.outcome, change)
 
 
+class InvalidSourceError(KlakeError):
+    """The log dir to import holds something no broker would load: nothing of it is imported."""
+
+
+def scan_source(source: str, options: StorageOptions | None = None) -> KafkaLogDir:
+    """List the log dir to import and refuse it, naming them, if it holds directories that are no
+    partition of a valid topic (Kafka's `LogManager` refuses to start on them too); a source with
+    nothing under it is a wrong path."""
+    log_dir = scan_log_dir(source, options)
+    if invalid := log_dir.invalid_dirs:
+        raise InvalidSourceError(
+            f"import source {log_dir.uri}: {len(invalid)} director{'y is' if len(invalid) == 1 else 'ies are'} "
+            f"not <topic>-<partition> with a valid topic name: {', '.join(map(repr, invalid))}; a broker refuses "
+            "such a log dir too: move them out of it, then re-run")
+    if not log_dir.partitions and not log_dir.skipped_dirs:
+        raise InvalidSourceError(f"import source {log_dir.uri}: no <topic>-<partition> directories there")
+    return log_dir
+
+
 def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    options: StorageOptions | None = None, job_id: str | None = None,
-                   lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> ImportReport:
+                   lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, log_dir: KafkaLogDir | None = None) -> ImportReport:
     """Register every partition directory under `source` in `catalog` with one commit, through the
     partition-job protocol every job uses (`engine.ops.run`: lease, plan, check the lease, one commit).
 
     A killed import is finished by a re-run with the same `job_id`, at once: it takes over the dead
     attempt's leases and recognises the segments already registered. The import keeps no job-ledger
     entries: it is idempotent by content (a segment's id is its source key and size), and re-running
-    the same command later must register the segments the broker has written since.
+    the same command later must register the segments the broker has written since. `log_dir` is the
+    source's `scan_source`, when the caller checked it before creating the catalog.
     """
     source, root = normalize_uri(source), normalize_uri(root)
     job_id = job_id or default_import_job_id(source, root, copy)
     report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
-    log_dir = scan_log_dir(source, options)
+    log_dir = log_dir or scan_source(source, options)
     report.skipped_dirs = log_dir.skipped_dirs
     parts = {part.tp: part for part in log_dir.partitions}
     prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,

@@ -25,6 +25,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.topic_store import load_topic_config
 from engine.times import format_time
 from jobs.runtime.job_runner import time_argument
+from jobs.runtime.report import plural
 from layouts.store import StorageOptions, normalize_uri
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
@@ -73,7 +74,7 @@ def run_segments(args: argparse.Namespace) -> int:
     print("  ".join(f.ljust(widths[f]) for f in SEGMENT_FIELDS))
     for row in shown:
         print("  ".join(row[f].ljust(widths[f]) for f in SEGMENT_FIELDS))
-    print(f"{len(rows)} segments", file=sys.stderr)
+    print(plural(len(rows), "segment"), file=sys.stderr)
     return 0
 
 

@@ -26,6 +26,7 @@ from engine.log.segment import InMemorySegment
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.verify import record_problems, valid_prefix
 from jobs.offsets_for_times import parse_target
+from jobs.runtime.report import plural
 from layouts.kafka_layout import group_partition_files
 from layouts.store import filesystem, list_objects, normalize_uri, object_info, read_bytes
 
@@ -228,7 +229,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if problems:
             failed = True
         else:
-            print(f"ok: {path}: {n_batches} batches", file=sys.stderr)
+            print(f"ok: {path}: {plural(n_batches, 'batch', 'batches')}", file=sys.stderr)
     return 1 if failed else 0
 
 

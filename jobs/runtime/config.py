@@ -195,7 +195,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), root: st
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {path}: not valid YAML{_yaml_where(exc)}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping")
     document = copy.deepcopy(document)
@@ -208,6 +208,14 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), root: st
     if root is not None:
         _put(document, ["storage", "root"], root, "--root")
     return config_from_document(document, source=str(path) if path else "configuration", problems=problems)
+
+
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    """Where and what PyYAML found wrong, on one line (its own message draws the line with a caret)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{where}: {problem}"
 
 
 def apply_override(document: dict[str, Any], item: str) -> None:

@@ -7,9 +7,12 @@ Common options: `--conf FILE`, `--set key=value` (repeatable), `--root`/`--catal
 file), `--topic` / `--partition` (repeatable; default every catalogued partition), `--now` (epoch ms
 or ISO-8601, UTC unless it names a zone; default the wall clock), `--dry-run` (jobs that change
 data), `--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
-without duplicating it), `--master`, `--no-progress`.
+without duplicating it), `--master`, `--no-progress`, `--verbose` (Spark's own log on stderr).
 Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
-2 bad configuration, usage or input.
+2 bad configuration, usage or input: one line on stderr naming the key, file, column, bucket or topic
+at fault, and nothing written. What needs no data is checked before the job starts any work
+(`check_before_work`: the --topic names, the root and catalog reachable with the credentials, a
+local root creatable); each job checks its own input before it starts Spark.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
+from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
 from engine.ops.topic_store import load_topic_config, save_topic_config
@@ -34,7 +37,8 @@ from engine.times import InvalidTimeError, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
-from layouts.store import StorageOptions, normalize_uri
+from layouts.metering import metered
+from layouts.store import StorageOptions, check_access, describe_error, normalize_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,6 +93,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
     group.add_argument("--job-id", help="stable id of this run; a re-run with the same id never repeats work")
     group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
     group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    group.add_argument("--verbose", action="store_true",
+                       help="show Spark's own log (INFO and up) on stderr; by default only the job's output")
 
 
 class JobContext:
@@ -124,7 +130,7 @@ class JobContext:
 
     @cached_property
     def spark(self) -> SparkSession:
-        return spark_session(self.config, self._master)
+        return spark_session(self.config, self._master, verbose=self.args.verbose)
 
     def progress(self) -> Callable[[int, int], None] | None:
         if self.args.no_progress or not sys.stderr.isatty():
@@ -133,6 +139,13 @@ class JobContext:
 
     def execute(self, prepare: Prepare) -> Execute:
         return spark_execute(self.spark, prepare, self.progress())
+
+    def catalogued_partitions(self) -> list[TopicPartition]:
+        """The catalog's partitions; none before an append or import created it (asking creates nothing)."""
+        try:
+            return self.catalog.partitions()
+        except KlakeError:
+            return []
 
     def selected_partitions(self) -> list[TopicPartition]:
         """The catalogued partitions the job's --topic/--partition select (all by default)."""
@@ -180,6 +193,21 @@ def print_progress(label: str, done: int, total: int, width: int = 30) -> None:
     sys.stderr.flush()
 
 
+def check_before_work(ctx: JobContext) -> None:
+    """Bad input that needs no data, found before a job reads, writes or starts Spark: an invalid
+    --topic name, and a root or catalog out of reach (S3: credentials, endpoint, bucket; one LIST each)
+    or, for a run that writes, a local root that cannot be created."""
+    for topic in ctx.args.topics:
+        try:
+            validate_topic(topic)
+        except InvalidNameError as exc:
+            raise KlakeError(f"--topic: {exc}") from None
+    write = ctx.spec.mutates and not ctx.dry_run
+    check_access(ctx.config.root, ctx.options, write)
+    if not ctx.config.catalog_uri.startswith(ctx.config.root + "/"):
+        check_access(ctx.config.catalog_uri, ctx.options, write)
+
+
 def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     """Run `spec`: exit code 0, 1 (partitions failed) or 2 (configuration/usage/input error)."""
     try:
@@ -191,21 +219,30 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
         print(f"klake {spec.name}: configuration error: {exc}", file=sys.stderr)
         return 2
     code = 0
-    try:
-        spec.run(ctx)
-    except (KlakeError, OSError) as exc:
-        ctx.report.fail("*", f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc))
-        code = 2
-    except Exception as exc:  # a bug: reported and non-zero, with the traceback for the operator
-        traceback.print_exc()
-        ctx.report.fail("*", f"{type(exc).__name__}: {exc}")
+    with metered() as traffic:  # the driver's requests; Spark tasks' are added as their results arrive
+        try:
+            check_before_work(ctx)
+        except KlakeError as exc:
+            print(f"klake {spec.name}: error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            spec.run(ctx)
+        except (KlakeError, OSError) as exc:
+            ctx.report.fail("*", f"{type(exc).__name__}: {describe_error(exc)}" if isinstance(exc, OSError)
+                            else str(exc))
+            code = 2
+        except Exception as exc:  # a bug: reported and non-zero, with the traceback for the operator
+            traceback.print_exc()
+            ctx.report.fail("*", f"{type(exc).__name__}: {exc}")
+    ctx.report.requests.update(traffic.requests)
+    ctx.report.bytes.update(traffic.bytes)
     ctx.report.finish()
     if args.report:
         ctx.report.write(args.report, ctx.options)
-    print("\n".join(ctx.report.summary))
-    if code == 2:
+    if code == 2:  # bad input: the one line says it all (the report, if asked for, has the rest)
         print(f"klake {spec.name}: error: {ctx.report.failures[-1]['error']}", file=sys.stderr)
         return 2
+    print("\n".join(ctx.report.summary))
     return 1 if ctx.report.failures else 0
 
 

@@ -2,7 +2,8 @@
 
 Fields: job, job_id, status (succeeded/failed), dry_run, now_ms, started_at, duration_s, config (secrets
 hidden), partitions (one entry per partition: status, error, outcome, requests, bytes, seconds),
-failures, requests (object-store requests by verb), bytes (read/written), commit (version, attempts,
+failures, requests (object-store requests by verb: every request of the run, the driver's own and its
+tasks', but not the catalog's, which delta-rs makes in Rust), bytes (read/written), commit (version, attempts,
 conflicts), rejected (count, by reason, where the rejected records were written), anomalies, results
 (job-specific answers such as lookups), summary (the lines printed on stdout).
 """
@@ -20,6 +21,11 @@ from engine.ops.run import JobRun
 from layouts.store import StorageOptions, write_bytes
 
 SUCCEEDED, FAILED = "succeeded", "failed"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 segment`, `2 segments` (`nouns` when the plural is not noun + "s"): counts in output read right."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 @dataclass
@@ -46,10 +52,15 @@ class RunReport:
         return FAILED if self.failures else SUCCEEDED
 
     def fail(self, where: str, error: str) -> None:
+        """Record a failure; a partition already reported as succeeded becomes failed (never both)."""
         self.failures.append({"partition": where, "error": error})
+        for entry in self.partitions:
+            if entry["partition"] == where and entry["status"] == SUCCEEDED:
+                entry["status"], entry["error"] = FAILED, error
 
     def add_run(self, run: JobRun) -> None:
-        """Fold an engine `JobRun` in: per-partition outcomes and failures, traffic, the commit."""
+        """Fold an engine `JobRun` in: per-partition outcomes (with each task's traffic), failures, the commit.
+        The run's total traffic is the job's meter's (`job_runner.run_job`), which already holds it."""
         by_tp = {str(r.tp): r for r in run.results}
         for name, error in run.failures.items():
             if name not in by_tp:
@@ -62,8 +73,6 @@ class RunReport:
                                     "seconds": round(result.seconds, 3)})
         for name, error in sorted(run.failures.items()):
             self.fail(name, error)
-        self.requests.update(run.requests)
-        self.bytes.update(run.bytes)
         if run.commit is not None:
             self.commit = {"version": run.commit.version, "attempts": run.commit.attempts,
                            "conflicts": max(run.commit.attempts - 1, 0), "added": run.commit.added,
@@ -89,10 +98,11 @@ class RunReport:
     def finish(self) -> None:
         self.duration_s = round(time.time() - self.started, 3)
         touched = sum(1 for p in self.partitions if p["status"] == SUCCEEDED)
+        failed = len({f["partition"] for f in self.failures})
         verbs = ", ".join(f"{n} {verb}" for verb, n in sorted(self.requests.items())) or "none"
         self.summary.append(
             f"{self.job} {self.status}{' (dry run)' if self.dry_run else ''}: {touched} partition(s) ok, "
-            f"{len(self.failures)} failed; read {self.bytes.get('read', 0):,} B, wrote {self.bytes.get('written', 0):,} B; "
+            f"{failed} failed; read {self.bytes.get('read', 0):,} B, wrote {self.bytes.get('written', 0):,} B; "
             f"requests: {verbs}; {self.duration_s:.1f} s; job id {self.job_id}")
         self.summary += [f"FAILED {f['partition']}: {f['error']}" for f in self.failures]
         self.summary += [f"anomaly: {a}" for a in self.anomalies]

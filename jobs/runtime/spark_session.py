@@ -3,6 +3,10 @@
 ARCHITECTURE "Execution model": the driver plans, one Spark task per topic-partition does the segment
 I/O through fsspec with `engine/`, and returns its step (catalog rows, counters) to the driver, which
 commits once. No hadoop-aws or Delta jar is needed: tasks never touch Spark's own filesystems.
+
+A session klake starts logs through the package's `log4j2.properties`: warnings and errors, minus the
+ones every local run prints, so a job's output is its summary; `verbose` lowers its level to INFO.
+Under spark-submit the JVM is configured already: its log4j2 setup rules, at WARN unless `verbose`.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.ops.run import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
 from jobs.runtime.config import KlakeConfig
+from layouts.metering import add_counted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,9 +31,13 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def spark_session(config: KlakeConfig, master: str | None = None) -> SparkSession:
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
+
+
+def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool = False) -> SparkSession:
     """The job's session: `spark.master`/`app_name`/`conf` from the config (spark-submit's own
-    options win when run under it); local masters bind to loopback and run tasks in this venv's Python."""
+    options win when run under it); local masters bind to loopback and run tasks in this venv's Python.
+    Quiet unless `verbose` (module docstring); `KLAKE_SPARK_LOG_LEVEL` sets the level otherwise."""
     from pyspark.sql import SparkSession
 
     master = master or config.spark_master
@@ -35,14 +45,19 @@ def spark_session(config: KlakeConfig, master: str | None = None) -> SparkSessio
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(config.spark_app_name)
-    if not under_spark_submit():
-        builder = builder.master(master)
     settings = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
                 "spark.sql.execution.arrow.pyspark.enabled": "true", **config.spark_conf}
+    if not under_spark_submit():
+        builder = builder.master(master)
+        logging = (f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} "  # read by the JVM this process
+                   f"-Dklake.spark.log.level={'info' if verbose else 'warn'}")  # launches, before it logs
+        settings["spark.driver.extraJavaOptions"] = " ".join(
+            filter(None, [settings.get("spark.driver.extraJavaOptions"), logging]))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("KLAKE_SPARK_LOG_LEVEL", "WARN"))
+    if not verbose:  # also quiets a session that was already running, and one spark-submit configured
+        spark.sparkContext.setLogLevel(os.environ.get("KLAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark
 
 
@@ -54,9 +69,17 @@ def spark_execute(spark: SparkSession, prepare: Prepare, progress: Callable[[int
         if not items:
             return []
         rdd = spark.sparkContext.parallelize(list(items), len(items)).map(lambda item: run_prepare(prepare, item))
-        return run_with_progress(spark, rdd.collect, len(items), progress)
+        return counted_on_the_driver(run_with_progress(spark, rdd.collect, len(items), progress))
 
     return execute
+
+
+def counted_on_the_driver(results: Sequence[PartitionResult]) -> list[PartitionResult]:
+    """The results of tasks that ran in Spark's Python workers (other processes, which metered their own
+    traffic), with that traffic added to the driver's meters: the run's totals count every request."""
+    for result in results:
+        add_counted(result.requests, result.bytes)
+    return list(results)
 
 
 def run_with_progress(spark: SparkSession, action: Callable[[], Any], tasks: int,

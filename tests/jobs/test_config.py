@@ -58,7 +58,7 @@ def test_documented_defaults_are_the_code_defaults() -> None:
     (["jobs.lease_ttl_ms=-1"], "jobs.lease_ttl_ms: must be an integer >= 0, got -1"),
     (["jobs.lease_ttl_ms=true"], "jobs.lease_ttl_ms: must be an integer >= 0, got True"),
     (["nonsense=1"], "nonsense: unknown section"),
-    (["topics.bad/name.partitions=1"], "topics.bad/name: topic name 'bad/name' has characters outside"),
+    (["topics.bad/name.partitions=1"], "topics.bad/name: invalid topic name 'bad/name': characters outside"),
     (["spark.conf=8"], "spark.conf: must be a mapping, got 8"),
 ])
 def test_bad_configuration_is_an_error_naming_the_key(overrides: list[str], message: str) -> None:
@@ -83,7 +83,7 @@ BAD_FILE_PROBLEMS = [
     "topics.orders.retention.ms: must be an integer >= -1, got 'abc'",
     "topics.orders.cleanup.policy: must be delete, compact or both (comma separated), got 'forever'",
     "topics.orders.partitions: must be an integer from 1 to 100000, got 0",
-    "topics.bad/name: topic name 'bad/name' has characters outside [a-zA-Z0-9._-]",
+    "topics.bad/name: invalid topic name 'bad/name': characters outside [a-zA-Z0-9._-]",
     "--set 'spark.master': expected key=value",
     "topics.clicks.segment.bytes: must be an integer from 14 to 2147483647, got 13",
 ]

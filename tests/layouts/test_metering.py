@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from layouts.metering import metered
 from layouts.store import (
@@ -13,6 +17,7 @@ from layouts.store import (
     StorageOptions,
     file_io,
     list_objects,
+    open_ranged,
     put_if_absent,
     read_bytes,
 )
@@ -67,3 +72,22 @@ def test_the_store_is_chosen_by_scheme(tmp_path: Path) -> None:
     assert s3.uri("bucket/key") == "s3://bucket/key"
     memory = file_io("memory://klake/x")
     assert isinstance(memory, FsspecFileIO) and memory.protocol == "memory"
+
+
+def test_pyarrow_reads_a_parquet_column_by_ranged_gets_counted_into_the_opener_meter(tmp_path: Path) -> None:
+    """`open_ranged`: pyarrow's I/O threads read the footer and one column chunk per row group, and every
+    GET counts into the meter of the block that opened the object, though those threads have no context of it."""
+    path = tmp_path / "in.parquet"
+    rows, noise = 40_000, random.Random(7)
+    values = [noise.randbytes(100) for _ in range(rows)]  # incompressible: the file is ~4 MB
+    pq.write_table(pa.table({"topic": ["a", "b"] * (rows // 2), "value": values}), path, row_group_size=rows // 4)
+    size = path.stat().st_size
+    with metered() as meter:
+        parquet = pq.ParquetFile(open_ranged(str(path), size))
+        topics = {t for g in range(parquet.num_row_groups)
+                  for t in parquet.read_row_group(g, columns=["topic"]).column(0).to_pylist()}
+    assert topics == {"a", "b"}
+    assert meter.requests["GET"] == 1 + parquet.num_row_groups  # the footer, then one chunk per row group
+    footer_and_topics = min(size, 65_536) + sum(parquet.metadata.row_group(g).column(0).total_compressed_size
+                                               for g in range(parquet.num_row_groups))
+    assert meter.bytes["read"] <= footer_and_topics < size
