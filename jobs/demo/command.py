@@ -86,7 +86,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="keep the data in OUT/store (kept between runs), with OUT/demo.yaml to run jobs on "
                            "it, instead of an embedded S3 (moto_server, gone at exit)")
     demo.add_argument("--out", default="demo-output", metavar="DIR",
-                      help="input files, config, reports, timeline.png (default demo-output/)")
+                      help="input files, reports, timeline.png and, with --local, the store and its demo.yaml "
+                           "(default demo-output/)")
     demo.add_argument("--days", type=at_least(2), default=4, help="days of data to generate (default 4)")
     demo.add_argument("--records-per-day", type=at_least(10), default=3000,
                       help="records per topic per day (default 3000)")
