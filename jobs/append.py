@@ -28,7 +28,7 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   exactly the partitions no attempt committed, and nothing twice. A partition this attempt could not
   append (its lease held by another job) is "not yet appended": the run exits 1 and says so.
 
-    spark-submit jobs/append.py --conf conf/s3.yaml --input s3://landing/2026-11-22/ --format parquet --topic clicks
+    spark-submit jobs/append.py --conf conf/s3.example.yaml --input s3://landing/2026-11-22/ --format parquet --topic clicks
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ The retention defaults to 168 hours (`jobs.vacuum_retention_hours`), like Delta'
 readers running on an older snapshot and time travel over the last week keep working; going below
 24 hours needs `--allow-short-vacuum`. `--dry-run` lists what vacuum would delete.
 
-    spark-submit jobs/catalog_maintenance.py --conf conf/s3.yaml --report out/maintenance.json
+    spark-submit jobs/catalog_maintenance.py --conf conf/s3.example.yaml --report out/maintenance.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 until their delete horizon, transactions, small segments merged), old and new segments swapped in one
 commit. Partitions run only when Kafka's trigger says so (dirty ratio, compaction lags) unless `--force`.
 
-    spark-submit jobs/compact.py --conf conf/s3.yaml --report out/compact.json
+    spark-submit jobs/compact.py --conf conf/s3.example.yaml --report out/compact.json
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ holding directories that are no partition of a valid topic (`..-0`, `a b-0`, `lo
 input: exit 2 naming them, nothing written (a broker refuses that log dir too; the user moves them
 out and re-runs, where a partial import would leave them to be forgotten).
 
-    spark-submit jobs/import_log.py /mnt/kafka-data --copy --conf conf/s3.yaml --report out/import.json
+    spark-submit jobs/import_log.py /mnt/kafka-data --copy --conf conf/s3.example.yaml --report out/import.json
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Each lookup reads at most one `.timeindex`, one `.index` and a ranged part of on
 Answers are in the report (`results.answers`), in `--output` (JSON lines), and, from Python, a
 DataFrame: `offsets_for_times(spark, config, topics, timestamps)`.
 
-    spark-submit jobs/offsets_for_times.py --conf conf/s3.yaml --topic orders --timestamp 2026-11-21T10:00:00Z
+    spark-submit jobs/offsets_for_times.py --conf conf/s3.example.yaml --topic orders --timestamp 2026-11-21T10:00:00Z
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ timestamps included; here such records are left out); `--from-offset`/`--to-offs
 into tasks of ~128 MiB, read) are `engine.ops.read`'s.
 The report counts live, pruned and read segments, work items, bytes read, GET requests and records.
 
-    spark-submit jobs/read.py --conf conf/s3.yaml --topic orders --from 2026-11-21T10:00:00Z \\
+    spark-submit jobs/read.py --conf conf/s3.example.yaml --topic orders --from 2026-11-21T10:00:00Z \\
         --to 2026-11-21T11:00:00Z --output out/orders --output-format parquet
 """
 

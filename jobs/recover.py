@@ -7,8 +7,8 @@ needs repair. `rebuild-index` rewrites every segment's sidecars (e.g. after chan
 `index.interval.bytes`). Problems recovery must not decide alone (a missing `.log`, a log that
 disagrees with its catalog row) are left for the operator and make the job exit 1.
 
-    spark-submit jobs/recover.py --conf conf/s3.yaml --report out/recover.json
-    spark-submit jobs/recover.py --rebuild-index --conf conf/s3.yaml --topic orders
+    spark-submit jobs/recover.py --conf conf/s3.example.yaml --report out/recover.json
+    spark-submit jobs/recover.py --rebuild-index --conf conf/s3.example.yaml --topic orders
 """
 
 from __future__ import annotations

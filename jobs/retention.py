@@ -1,7 +1,7 @@
 """`retention`: delete whole segments by Kafka's three passes (log start offset, retention.bytes,
 retention.ms), oldest first, through the catalog's two-phase delete; `--dry-run` prints the plan.
 
-    spark-submit jobs/retention.py --conf conf/s3.yaml --report out/retention.json
+    spark-submit jobs/retention.py --conf conf/s3.example.yaml --report out/retention.json
 """
 
 from __future__ import annotations

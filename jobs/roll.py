@@ -2,7 +2,7 @@
 (segment.ms with jitter from the first batch's timestamp, or a full index), so quiet partitions reach
 their final segment shape and can be compacted.
 
-    spark-submit jobs/roll.py --conf conf/s3.yaml --report out/roll.json
+    spark-submit jobs/roll.py --conf conf/s3.example.yaml --report out/roll.json
 """
 
 from __future__ import annotations

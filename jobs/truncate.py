@@ -5,8 +5,8 @@ are kept, where Kafka drops the whole batch); `delete-records --offset N` is Kaf
 (KIP-107): the log start offset rises to N and whole segments below it are retired. Both need the
 partitions named: `--topic` and `--partition`, or `--all-partitions`.
 
-    spark-submit jobs/truncate.py --conf conf/s3.yaml --topic orders --partition 3 --offset 1200
-    spark-submit jobs/truncate.py --delete-records --conf conf/s3.yaml --topic orders --all-partitions --offset 500
+    spark-submit jobs/truncate.py --conf conf/s3.example.yaml --topic orders --partition 3 --offset 1200
+    spark-submit jobs/truncate.py --delete-records --conf conf/s3.example.yaml --topic orders --all-partitions --offset 500
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Keys are `{root}/{topic}-{partition}/{base_offset:020d}-{segment_id}.{log|index|timeindex}`. A new
 version of a segment (append, roll, compaction) gets a new `segment_id`, so no object is ever
-overwritten; every object is created with put-if-absent (ARCHITECTURE.md, storage model).
+overwritten; every object is created with put-if-absent (README, "Storage layouts").
 """
 
 from __future__ import annotations

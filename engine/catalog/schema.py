@@ -1,4 +1,4 @@
-"""The catalog's row: one segment version, with the fields ARCHITECTURE.md lists.
+"""The catalog's row: one segment version: its objects, offsets, counts, size, timestamps and state.
 
 Times are int64 ms since the epoch. `base_timestamp` is the smallest record timestamp >= 0 in the
 segment (-1 if none), so that `base_timestamp <= to` is a correct pruning bound even when timestamps

@@ -3,7 +3,7 @@
 `plan_retention` reads nothing and writes nothing: given one partition's live segments, the topic's
 config and an explicit `now_ms`, it says which segments go, which pass removed each, why each one
 stays, the new log start offset, and whether a new empty active segment must be rolled first. The
-retention job applies the plan with the catalog's two-phase delete (ARCHITECTURE, "The catalog").
+retention job applies the plan with the catalog's two-phase delete (`engine.ops.deletion`).
 
 Kafka's rules, kept exactly:
 - Passes, in KAFKA-12177's order: log-start-offset breach, size (`retention.bytes`), time
@@ -29,7 +29,7 @@ Kafka's rules, kept exactly:
 - The log start offset becomes the base offset of the first remaining segment (the log end offset
   after a roll) and never decreases.
 
-klake's addition (ARCHITECTURE, "Semantics"): a segment whose largest timestamp is in the future
+klake's addition (README, "Kafka compatibility"): a segment whose largest timestamp is in the future
 stops the time walk for as long as `now - largest <= retention.ms` (KAFKA-4340/KAFKA-5344); instead
 of stalling silently the plan reports it in `held_back_by_future_timestamp`, with how far in the
 future it is and how many newer segments it holds back.

@@ -128,7 +128,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     partition (issue 14): the active segment is kept as the pieces each chunk added, joined once when it
     is written. A chunk boundary ends a batch, as a produce request does. Rejected rows are numbered
     across the whole stream and carry the input's `carry` columns. Writing and committing are separate so that a job over many
-    partitions commits once (ARCHITECTURE, "Execution model"); the caller holds the partition's lease.
+    partitions commits once (`engine.ops.run`); the caller holds the partition's lease.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None

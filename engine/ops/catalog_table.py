@@ -1,6 +1,6 @@
 """The segment catalog: a Delta table written and read with delta-rs (`deltalake`), never Delta jars.
 
-It is the source of truth for which segments are live (ARCHITECTURE.md, "The catalog"). Every
+It is the source of truth for which segments are live (only import and scrub list storage). Every
 mutation is ONE Delta commit made with MERGE, so that concurrent writers on a partition conflict
 (delta-rs raises `CommitFailedError`) instead of silently duplicating rows as blind appends would;
 on a conflict the change is re-planned from a fresh read and retried. Reads go through delta-rs'

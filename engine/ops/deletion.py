@@ -1,4 +1,4 @@
-"""The two-phase delete of segments (ARCHITECTURE, "The catalog"), shared by retention, truncation
+"""The two-phase delete of segments (README, "Kafka compatibility"), shared by retention, truncation
 and compaction: rows are marked DELETE_STARTED (they leave the live log at that commit), the objects
 klake owns are deleted, then the rows are removed. A crash in between leaves DELETE_STARTED rows that
 the next job on the partition finishes (`engine.ops.run`). Kafka-layout `.log` objects imported

@@ -1,6 +1,6 @@
 """Per-partition leases that serialize mutating jobs: `{root}/_leases/{topic}-{partition}.lease`.
 
-A lease is a JSON object created with put-if-absent (ARCHITECTURE.md, commit protocol), holding the
+A lease is a JSON object created with put-if-absent (of two racing jobs exactly one wins), holding the
 owner, the job id, a random token and the expiry time in ms. Rules:
 
 - acquiring fails with `LeaseHeldError`, naming the holder, while an unexpired lease of another job

@@ -9,7 +9,7 @@ Records below the log start offset (DeleteRecords) are never returned, nor are c
 (transaction markers). Records of aborted transactions are returned: Spark's Kafka source reads with
 `read_uncommitted` by default, and the archive keeps no transaction index to do otherwise.
 
-How the work is cut (ARCHITECTURE "Reading records"):
+How the work is cut:
 1. prune: the catalog returns only live segments whose time and offset ranges can hold a match;
    segments wholly below the log start offset are dropped too;
 2. seek: a segment read starts at the `.index` position of the greatest of the `.timeindex` floor

@@ -1,6 +1,6 @@
 """Apply a retention plan to partitions through the catalog's two-phase delete.
 
-Steps, each safe to crash after (a re-run finishes the work, ARCHITECTURE "The catalog"):
+Steps, each safe to crash after (a re-run finishes the work, `engine.ops.deletion`):
 1. under the partitions' leases, plan each with `plan_retention` (pure, explicit `now`);
 2. when every segment of a partition goes, a new empty ACTIVE segment is written at the log end
    offset (Kafka rolls before deleting, so a partition always has a segment and its log end offset

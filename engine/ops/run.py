@@ -1,4 +1,4 @@
-"""One log operation over many partitions, committed to the catalog once (ARCHITECTURE, "Execution model").
+"""One log operation over many partitions, committed to the catalog once (README, "The jobs").
 
 The driver side of every mutating job, with the per-partition work pluggable (`execute`): serially in
 this process for the engine's single-partition functions, one Spark task per partition in `jobs/`.

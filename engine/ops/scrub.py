@@ -5,7 +5,7 @@ references, older than a grace period, (2) live rows whose objects are missing o
 size differs from the row, and (3) debris of killed jobs older than the grace period: lease
 temporaries and takeover markers under `_leases/`, and rejects files under `_rejects/{job id}/` of
 partitions the job ledger says that job id never committed (a later attempt writes its own). It
-reports all three and deletes orphans and debris (ARCHITECTURE.md: a killed job leaves at worst
+reports all three and deletes orphans and debris (README, "The jobs": a killed job leaves at worst
 unreferenced objects, which scrub removes; it never leaves a live row without its objects). Rules
 that keep it from deleting anything it should not:
 

@@ -34,11 +34,14 @@ _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    dump = commands.add_parser("dump", help="print the records or batch headers of a .log / record-set file",
-                               description="Print every record (or batch header) of a .log or record-set file. "
-                                           "Problems (CRC, partial trailing batch, ...) go to stderr and make "
-                                           "the exit code 1; the valid records before them are printed.")
-    dump.add_argument("path", help="a .log or record-set file: local path or s3:// URI")
+    dump = commands.add_parser("dump", help="print the records or batch headers of .log / record-set files",
+                               description="Print every record (or batch header) of each .log or record-set "
+                                           "file, in the order given. With several files, each table starts "
+                                           "with a `Dumping PATH` line (kafka-dump-log's) and each --json "
+                                           "object carries its `file`. Problems (CRC, partial trailing batch, "
+                                           "a missing file, ...) go to stderr and make the exit code 1; the "
+                                           "valid records before them, and the other files, are printed.")
+    dump.add_argument("paths", nargs="+", metavar="PATH", help=".log or record-set files: local paths or s3:// URIs")
     dump.add_argument("--json", action="store_true", help="one JSON object per record (or batch)")
     dump.add_argument("--batches", action="store_true", help="print batch headers instead of records")
     dump.set_defaults(handler=run_dump)
@@ -135,20 +138,36 @@ def _decode_valid(data: bytes, batches: BatchHeaders, source: str) -> tuple[Batc
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    data, scan, problems = _read_log(args.path)
+    several = len(args.paths) > 1
+    failed = False
+    for path in args.paths:
+        if several and not args.json:
+            sys.stdout.write(f"Dumping {path}\n")
+        try:
+            problems = _dump_file(path, args, source=path if several else None)
+        except (FileNotFoundError, IsADirectoryError) as exc:  # a glob that matched nothing, a typo
+            problems = [f"{path}: {exc.strerror or exc}"]
+        for problem in problems:
+            print(f"problem: {problem}", file=sys.stderr)
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
+def _dump_file(path: str, args: argparse.Namespace, source: str | None) -> list[str]:
+    """Print one file's records (or batch headers), each JSON object tagged with `file: source` when
+    given (one of several files, so JSON lines stay one object per record); return its problems."""
+    data, scan, problems = _read_log(path)
     batches = scan.headers
-    out = sys.stdout
+    tag = {} if source is None else {"file": source}
     if args.batches:
-        for row in batch_dicts(batches):
-            out.write((json.dumps(row, sort_keys=True) if args.json else _batch_line(row)) + "\n")
+        rows, line = batch_dicts(batches), _batch_line
     else:
-        batches, records, record_problems = _decode_valid(data, batches, args.path)
+        batches, records, record_problems = _decode_valid(data, batches, path)
         problems += record_problems
-        for row in record_dicts(records, batches):
-            out.write((json.dumps(row, sort_keys=True) if args.json else _record_line(row)) + "\n")
-    for problem in sorted(problems, key=lambda p: p.position):
-        print(f"problem: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+        rows, line = record_dicts(records, batches), _record_line
+    for row in rows:
+        sys.stdout.write((json.dumps({**row, **tag}, sort_keys=True) if args.json else line(row)) + "\n")
+    return [str(problem) for problem in sorted(problems, key=lambda p: p.position)]
 
 
 def _batch_line(b: dict) -> str:

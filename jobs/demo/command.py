@@ -8,7 +8,9 @@ window's end on a simulated clock), a retried append, then at noon after the las
 Storage is an embedded S3 (a `moto_server` started and stopped by the command, a fresh bucket each
 run), or a directory OUT/store with `--local`. Every figure is checked against a recomputation from
 the generated input. Output: OUT/reports/*.json (one per job, with its stdout in *.log),
-OUT/demo-report.json, and OUT/timeline.png (each partition's segments along time, by fate).
+OUT/demo-report.json, and OUT/timeline.png (each partition's segments along time, by fate); with
+`--local`, OUT/store and the jobs' configuration for it, OUT/demo.yaml, stay for the README's tour
+(the embedded S3, and a configuration pointing at it, end with the run).
 
 Idempotent: the data is a function of the seed and the clock is simulated, so a re-run writes the same
 input files; each append's job id is its file's hash, so a re-run (or retry) appends nothing, and roll,
@@ -26,7 +28,7 @@ from pathlib import Path
 from jobs.demo.checks import run_checks
 from jobs.demo.expected import build_model
 from jobs.demo.generator import DemoPlan, generate, write_batches
-from jobs.demo.pipeline import Pipeline, demo_storage, run_pipeline, spark_for, write_config
+from jobs.demo.pipeline import Pipeline, Storage, demo_config, demo_storage, run_pipeline, spark_for
 from jobs.demo.report import append_lines, draw, result_lines, retention_lines, write_report
 from jobs.demo.state import claim_store, merge_bars, save_state, segment_bars
 from jobs.runtime.config import load_config
@@ -44,7 +46,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     with ExitStack() as stack:
         storage = stack.enter_context(demo_storage(args.local, out))
-        config = load_config(write_config(out / "demo.yaml", storage, args.master))
+        config_path = stack.enter_context(demo_config(storage, out, args.master))
+        config = load_config(config_path)
         previous = claim_store(storage, config.storage, plan)
         progress(f"klake demo: storage {storage.label}" + ("; it holds this demo already: a re-run" if previous
                                                             is not None else ""))
@@ -52,7 +55,7 @@ def run_demo(args: argparse.Namespace) -> int:
         batches = write_batches(table, plan, out / "input")
         model = build_model(table, plan)
         stack.enter_context(spark_for(config))
-        pipeline = Pipeline(out / "demo.yaml", out / "reports", progress)
+        pipeline = Pipeline(config_path, out / "reports", progress)
         snaps = run_pipeline(pipeline, batches, plan, config, out)
         checks, held = run_checks(model, pipeline, plan, snaps, out)
         bars = merge_bars(previous or [], segment_bars(snaps, held))
@@ -62,19 +65,29 @@ def run_demo(args: argparse.Namespace) -> int:
              *result_lines(plan, pipeline, snaps, checks)]
     elapsed = round(time.monotonic() - started, 1)
     lines += [f"output     {out / 'reports'}/*.json, {out / 'demo-report.json'}, timeline {picture}",
-              f"done in {elapsed} s; storage: {storage.label}"]
+              f"explore    {explore(storage, config_path)}", f"done in {elapsed} s; storage: {storage.label}"]
     write_report(out / "demo-report.json", plan, storage, pipeline, checks, lines, elapsed)
     print("\n".join(["", "klake demo summary", *lines]))
     return 0 if all(c.ok for c in checks) else 1
+
+
+def explore(storage: Storage, config_path: Path) -> str:
+    """Where the README's tour goes on from here: this run's store, or how to get one that outlives the run."""
+    tour = '(README, "A five-minute tour")'
+    if storage.endpoint_url is None:
+        return f"the jobs with --conf {config_path}, the catalog {storage.root}/_catalog {tour}"
+    return f"the embedded S3 ended with this run; `klake demo --local` keeps a store and its demo.yaml {tour}"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="run the main job end to end on embedded storage (no external services)",
                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--local", action="store_true",
-                      help="keep the data in OUT/store (kept between runs) instead of an embedded S3 (moto_server)")
+                      help="keep the data in OUT/store (kept between runs), with OUT/demo.yaml to run jobs on "
+                           "it, instead of an embedded S3 (moto_server, gone at exit)")
     demo.add_argument("--out", default="demo-output", metavar="DIR",
-                      help="input files, config, reports, timeline.png (default demo-output/)")
+                      help="input files, reports, timeline.png and, with --local, the store and its demo.yaml "
+                           "(default demo-output/)")
     demo.add_argument("--days", type=at_least(2), default=4, help="days of data to generate (default 4)")
     demo.add_argument("--records-per-day", type=at_least(10), default=3000,
                       help="records per topic per day (default 3000)")

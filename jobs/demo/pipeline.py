@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stdout
@@ -80,6 +81,18 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
+@contextmanager
+def demo_config(storage: Storage, out: Path, master: str) -> Iterator[Path]:
+    """The jobs' configuration file: OUT/demo.yaml for a local store, kept so that the README's tour
+    runs on it afterwards; for the embedded S3, a temporary file removed at exit with the bucket (an
+    endpoint stopped at exit makes no usable config, and a local run's OUT/demo.yaml stays as it was)."""
+    if storage.endpoint_url is None:
+        yield write_config(out / "demo.yaml", storage, master)
+        return
+    with tempfile.TemporaryDirectory(prefix="klake-demo-") as folder:
+        yield write_config(Path(folder) / "demo.yaml", storage, master)
+
+
 def write_config(path: Path, storage: Storage, master: str) -> Path:
     """The jobs' YAML configuration: storage root, local Spark (quiet), and the demo topics' settings."""
     log4j = path.with_name("log4j2.properties")
@@ -93,7 +106,8 @@ def write_config(path: Path, storage: Storage, master: str) -> Path:
         "topics": {t.name: {"partitions": t.partitions, **t.settings} for t in TOPICS},
     }
     header = (f"# Written by `klake demo` for {storage.label}.\n"
-              f"# Run a job on it, e.g.: klake retention --conf {path} --dry-run --now <epoch ms>\n")
+              f"# Run a job on it, e.g.: klake retention --conf {path} --dry-run --now <epoch ms or ISO-8601>\n"
+              "# (the README's \"A five-minute tour\" runs more)\n")
     path.write_text(header + yaml.safe_dump(document, sort_keys=False))
     return path
 

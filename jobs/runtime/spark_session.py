@@ -1,6 +1,6 @@
 """The Spark side of a job: the session, and running per-partition work as Spark tasks.
 
-ARCHITECTURE "Execution model": the driver plans, one Spark task per topic-partition does the segment
+The execution model (README, "The jobs"): the driver plans, one Spark task per topic-partition does the segment
 I/O through fsspec with `engine/`, and returns its step (catalog rows, counters) to the driver, which
 commits once. No hadoop-aws or Delta jar is needed: tasks never touch Spark's own filesystems.
 

@@ -48,6 +48,29 @@ def test_dump_batches_json_and_table(capsys: pytest.CaptureFixture) -> None:
     assert "control: true" in table[-1]
 
 
+def test_dump_of_several_files_dumps_each_in_order_under_its_name(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    first, second = (KAFKA_FIXTURES / "kafka-clients" / name for name in ("m2-zstd.records", "m0-gzip.records"))
+    missing = tmp_path / "no-such.log"
+
+    def golden(path: Path) -> list[dict]:
+        return [json.loads(line) for line in Path(f"{path}.golden.jsonl").read_text().splitlines()]
+
+    assert main(["dump", "--json", str(first), str(missing), str(second)]) == 1
+    captured = capsys.readouterr()
+    assert [json.loads(line) for line in captured.out.splitlines()] == \
+        [{**row, "file": str(first)} for row in golden(first)] + [{**row, "file": str(second)} for row in golden(second)]
+    assert captured.err == f"problem: {missing}: No such file or directory\n"
+
+    assert main(["dump", str(first), str(second)]) == 0
+    table = _lines(capsys)
+    headers = [i for i, line in enumerate(table) if line.startswith("Dumping ")]
+    assert [table[i] for i in headers] == [f"Dumping {first}", f"Dumping {second}"]
+    assert headers[0] == 0 and headers[1] - 1 == len(golden(first))
+    assert [line.split()[2] for line in table if line.startswith("| offset: ")] == \
+        [str(row["offset"]) for row in golden(first) + golden(second)]
+
+
 def test_dump_reports_partial_trailing_batch_after_printing_valid_records(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture) -> None:
     src = (KAFKA_FIXTURES / "kafka-clients" / "m2-none.records").read_bytes()

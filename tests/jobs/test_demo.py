@@ -163,6 +163,9 @@ def test_the_demo_succeeds_with_a_short_summary(local_run: DemoRun) -> None:
     lines = local_run.stdout.strip().splitlines()
     assert 15 <= len(lines) <= 25, local_run.stdout
     assert "every figure equals a recomputation from the generated input" in local_run.stdout
+    # OUT/demo.yaml outlives the run: it names the local store the jobs ran on
+    assert Path(local_run.config.root) == (local_run.out / "store" / "klake").resolve()
+    assert f"--conf {(local_run.out / 'demo.yaml').resolve()}" in local_run.stdout
 
 
 def test_appends_and_rejects_equal_the_input(local_run: DemoRun) -> None:
@@ -279,8 +282,13 @@ def test_a_store_with_foreign_data_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.s3
 def test_the_default_embedded_s3_run(tmp_path: Path, spark) -> None:  # noqa: ANN001 - the Spark session
+    local_config = b"# a --local run's configuration\n"
+    (tmp_path / "demo.yaml").write_bytes(local_config)
     run = run_demo(tmp_path)
     assert run.code == 0, run.stdout
     assert "embedded S3 (moto_server" in run.stdout
+    # the endpoint is stopped at exit: no configuration pointing at it is left, a local run's stays
+    assert (tmp_path / "demo.yaml").read_bytes() == local_config
+    assert "`klake demo --local` keeps a store and its demo.yaml" in run.stdout
     assert all(check["ok"] for check in run.summary["checks"]), run.summary["checks"]
     assert (tmp_path / "timeline.png").stat().st_size > 30_000
