@@ -303,43 +303,32 @@ cdef void fill_headers(const uint8_t** chunks, const int32_t* rec_batch, int64_t
         list_offsets[i + 1] = <int32_t>slot
 
 
+MESSAGES = (  # by `Message`; {count} and {region} are the caller's to fill (batch figures it holds)
+    "batch declares {{count}} records but its data ends after fewer",
+    "bad record length varint: {varint}",
+    "negative record length {value}",
+    "Incorrect declared batch size: {{count}} records end at byte {position} of the records but the batch "
+    "holds {{region}}",
+    "varint runs past the end of its data",
+    "varint longer than {max_bytes} bytes",
+    "record shorter than its fixed fields",
+    "negative key length other than -1",
+    "key runs past the end of the record",
+    "negative value length other than -1",
+    "value runs past the end of the record",
+    "header count is negative or exceeds the remaining bytes",
+    "null or negative header key length",
+    "negative header value length other than -1",
+    "header runs past the end of the record",
+    "record length does not match its fields",
+)
+
+
 def _describe(Failure f):
     """(kind, batch, record, position, field name, message) of a failure, in the Python decoder's words."""
-    cdef str message
-    if f.message == M_FEWER_RECORDS:
-        message = "batch declares {count} records but its data ends after fewer"
-    elif f.message == M_BAD_LENGTH_VARINT:
-        message = "bad record length varint: " + (
-            "varint runs past the end of its data" if f.value == 1 else f"varint longer than {f.max_bytes} bytes")
-    elif f.message == M_NEGATIVE_LENGTH:
-        message = f"negative record length {f.value}"
-    elif f.message == M_SIZE_MISMATCH:
-        message = ("Incorrect declared batch size: {count} records end at byte " + str(f.position)
-                   + " of the records but the batch holds {region}")
-    elif f.message == M_VARINT_PAST_END:
-        message = "varint runs past the end of its data"
-    elif f.message == M_VARINT_TOO_LONG:
-        message = f"varint longer than {f.max_bytes} bytes"
-    elif f.message == M_SHORT_RECORD:
-        message = "record shorter than its fixed fields"
-    elif f.message == M_NEGATIVE_KEY:
-        message = "negative key length other than -1"
-    elif f.message == M_KEY_PAST_END:
-        message = "key runs past the end of the record"
-    elif f.message == M_NEGATIVE_VALUE:
-        message = "negative value length other than -1"
-    elif f.message == M_VALUE_PAST_END:
-        message = "value runs past the end of the record"
-    elif f.message == M_BAD_HEADER_COUNT:
-        message = "header count is negative or exceeds the remaining bytes"
-    elif f.message == M_BAD_HEADER_KEY:
-        message = "null or negative header key length"
-    elif f.message == M_BAD_HEADER_VALUE:
-        message = "negative header value length other than -1"
-    elif f.message == M_HEADER_PAST_END:
-        message = "header runs past the end of the record"
-    else:
-        message = "record length does not match its fields"
+    varint = MESSAGES[M_VARINT_PAST_END] if f.value == 1 else MESSAGES[M_VARINT_TOO_LONG]
+    message = MESSAGES[f.message].format(value=f.value, position=f.position, max_bytes=f.max_bytes,
+                                         varint=varint.format(max_bytes=f.max_bytes))
     return f.kind, f.batch, f.record, f.position, FIELD_NAMES[f.field], message
 
 
