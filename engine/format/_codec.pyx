@@ -85,17 +85,28 @@ cdef inline int read_varint(const uint8_t* buf, int64_t* pos, int64_t end, int m
     return 2
 
 
-cdef inline int fail_record(Failure* f, int64_t batch, int64_t record, int64_t start, int field, int message,
-                            int64_t value, int max_bytes) noexcept nogil:
-    f.kind = RECORD_FAILURE
+cdef inline int fail(Failure* f, int kind, int64_t batch, int64_t record, int64_t position, int field,
+                     int message, int64_t value, int max_bytes) noexcept nogil:
+    """Fill `f` and return 1: the one way a failure leaves the C code."""
+    f.kind = kind
     f.batch = batch
     f.record = record
-    f.position = start
+    f.position = position
     f.field = field
     f.message = message
     f.value = value
     f.max_bytes = max_bytes
     return 1
+
+
+cdef inline int fail_record(Failure* f, int64_t batch, int64_t record, int64_t start, int field, int message,
+                            int64_t value, int max_bytes) noexcept nogil:
+    return fail(f, RECORD_FAILURE, batch, record, start, field, message, value, max_bytes)
+
+
+cdef inline int fail_batch(Failure* f, int64_t batch, int field, int message, int64_t value, int64_t position,
+                           int max_bytes) noexcept nogil:
+    return fail(f, BATCH_FAILURE, batch, 0, position, field, message, value, max_bytes)
 
 
 cdef inline int varint_failure(Failure* f, int64_t batch, int64_t record, int64_t start, int field, int status,
@@ -147,37 +158,17 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
         count = counts[b]
         for i in range(count):
             if p >= end:
-                f.kind = BATCH_FAILURE
-                f.batch = b
-                f.field = F_RECORDS_COUNT
-                f.message = M_FEWER_RECORDS
-                return 1
+                return fail_batch(f, b, F_RECORDS_COUNT, M_FEWER_RECORDS, 0, 0, 0)
             start = p
             status = read_varint(buf, &p, end, VARINT_MAX, &length)
             if status:
-                f.kind = BATCH_FAILURE
-                f.batch = b
-                f.field = F_RECORD_LENGTH
-                f.message = M_BAD_LENGTH_VARINT
-                f.max_bytes = VARINT_MAX
-                f.value = status
-                return 1
+                return fail_batch(f, b, F_RECORD_LENGTH, M_BAD_LENGTH_VARINT, status, 0, VARINT_MAX)
             if length < 0:
-                f.kind = BATCH_FAILURE
-                f.batch = b
-                f.field = F_RECORD_LENGTH
-                f.message = M_NEGATIVE_LENGTH
-                f.value = length
-                return 1
+                return fail_batch(f, b, F_RECORD_LENGTH, M_NEGATIVE_LENGTH, length, 0, 0)
             if length < MIN_RECORD_BODY:
                 return fail_record(f, b, i, start, F_RECORD_LENGTH, M_SHORT_RECORD, length, 0)
             if length > end - p:
-                f.kind = BATCH_FAILURE
-                f.batch = b
-                f.field = F_SIZE
-                f.message = M_SIZE_MISMATCH
-                f.position = p + length - starts[b]
-                return 1
+                return fail_batch(f, b, F_SIZE, M_SIZE_MISMATCH, 0, p + length - starts[b], 0)
             e = p + length
             p += 1  # attributes: unused
             status = read_varint(buf, &p, e, VARLONG_MAX, &ts)
@@ -229,12 +220,7 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
             offset[n] = <int64_t>(<uint64_t>base_offset[b] + <uint64_t>od)
             n += 1
         if p != end:
-            f.kind = BATCH_FAILURE
-            f.batch = b
-            f.field = F_SIZE
-            f.message = M_SIZE_MISMATCH
-            f.position = p - starts[b]
-            return 1
+            return fail_batch(f, b, F_SIZE, M_SIZE_MISMATCH, 0, p - starts[b], 0)
     t.records = n
     return 0
 
@@ -410,10 +396,10 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
         status = 0
         for b in range(batches):
             if counts[b] != 0 or starts[b] != ends[b]:
-                status = 1
-                f.kind, f.batch, f.field = BATCH_FAILURE, b, F_RECORDS_COUNT if counts[b] > 0 else F_SIZE
-                f.message = M_FEWER_RECORDS if counts[b] > 0 else M_SIZE_MISMATCH
-                f.position = 0
+                if counts[b] > 0:
+                    status = fail_batch(&f, b, F_RECORDS_COUNT, M_FEWER_RECORDS, 0, 0, 0)
+                else:
+                    status = fail_batch(&f, b, F_SIZE, M_SIZE_MISMATCH, 0, 0, 0)
                 break
     if status:
         return _describe(f), None
