@@ -66,3 +66,14 @@ def partition_segments(catalog: Catalog, topic: str, partition: int, options: St
                        config: TopicConfig | None = None) -> list[StoredSegment]:
     """The live segments of one partition, in offset order, as lazily read `StoredSegment`s."""
     return [stored_segment(row, options, config) for row in catalog.live_segments(topic, partition)]
+
+
+def kafka_time_retention(rows: list[SegmentRow], now_ms: int, retention_ms: int) -> list[SegmentRow]:
+    """Kafka's retention.ms pass, by brute force: oldest first, delete while now - largest timestamp >
+    retention.ms (the oracle the retention jobs are held to)."""
+    doomed = []
+    for row in rows:
+        if now_ms - row.largest_timestamp <= retention_ms:
+            break
+        doomed.append(row)
+    return doomed

@@ -47,7 +47,7 @@ from jobs.cli.main import main as klake
 from jobs.klake_source import KlakeReader
 from jobs.runtime.job_runner import JobSpec, main
 from layouts.store import StorageOptions, list_objects, object_info, read_bytes
-from tests.catalog_rows import offset_bounds
+from tests.catalog_rows import kafka_time_retention, offset_bounds
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 
@@ -304,15 +304,6 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
 
 # --- 4. retention ------------------------------------------------------------------------------------
 
-
-def kafka_time_retention(rows: list[SegmentRow], now_ms: int, retention_ms: int) -> list[SegmentRow]:
-    """Kafka's retention.ms pass: oldest first, delete while now - largest timestamp > retention.ms."""
-    doomed = []
-    for row in rows:
-        if now_ms - row.largest_timestamp <= retention_ms:
-            break
-        doomed.append(row)
-    return doomed
 
 
 def test_retention_dry_run_plans_and_the_run_deletes_exactly_kafkas_segments(

@@ -17,9 +17,10 @@ import pytest
 import yaml
 from kafka.partitioner.default import murmur2
 
-from engine.catalog.schema import SegmentRow, table_to_rows
+from engine.catalog.schema import table_to_rows
 from engine.ops.catalog_table import Catalog
 from layouts.store import object_info, read_bytes
+from tests.catalog_rows import kafka_time_retention
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 
@@ -40,15 +41,6 @@ def submit(job: str, *args: str) -> subprocess.CompletedProcess:
                "--conf", "spark.sql.shuffle.partitions=4", str(PROJECT_ROOT / "jobs" / f"{job}.py"), *args]
     return subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=420)
 
-
-def kafka_retention(rows: list[SegmentRow], now_ms: int, retention_ms: int) -> list[SegmentRow]:
-    """Kafka's retention.ms pass: oldest first, delete while now - largest timestamp > retention.ms."""
-    doomed = []
-    for row in rows:
-        if now_ms - row.largest_timestamp <= retention_ms:
-            break
-        doomed.append(row)
-    return doomed
 
 
 @pytest.fixture
@@ -88,7 +80,7 @@ def test_spark_submit_append_then_retention_on_s3(s3_backend: Backend, conf: Pat
         assert [(r[1], r[2], r[3]) for r in records] == [(timestamps[i], keys[i], values[i]) for i in rows]
     assert sum(r.record_count for rows in before.values() for r in rows) == n
 
-    expected = {p: kafka_retention(before[p], NOW, HOUR) for p in range(PARTITIONS)}
+    expected = {p: kafka_time_retention(before[p], NOW, HOUR) for p in range(PARTITIONS)}
     assert all(0 < len(expected[p]) < len(before[p]) for p in range(PARTITIONS))
     local_report = tmp_path / "retention.json"
     done = submit("retention", "--conf", str(conf), "--now", "2026-09-21T14:13:20Z", "--report", str(local_report))
