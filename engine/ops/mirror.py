@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import LIVE_STATES, Layout, SegmentRow, SegmentState
+from engine.catalog.schema import LIVE_STATES, Layout, SegmentRow, SegmentState, partition_log_start_offset
 from engine.errors import KlakeError
 from engine.format.batch import scan_batches
 from engine.log.append import log_append_time
@@ -175,8 +175,8 @@ def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int,
     if maps:  # the last committed map says where the previous runs stopped
         last_map = pq.read_table(io.BytesIO(read_bytes(maps[-1][1], options)))
         from_offset = int(last_map.column("source_last_offset").to_numpy().max()) + 1
-    if source:
-        from_offset = max(from_offset, source[0].base_offset, *(r.log_start_offset for r in source))
+    if source:  # records below the source's log start offset are deleted (KIP-107): not copied
+        from_offset = max(from_offset, partition_log_start_offset(source))
     todo = [s for s in source if s.next_offset > from_offset]
     if not todo:
         return PartitionStep(outcome)

@@ -127,6 +127,43 @@ def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(ba
     assert "message.timestamp.type" in run.failures[str(TP)] and run.commit is None
 
 
+@pytest.mark.parametrize("kind", ["CreateTime", "LogAppendTime"])
+def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_and_follows_the_broker(
+        tmp_path: Path, backend: Backend, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker writes a second segment after the first import: re-importing demotes the first one to
+    ROLLED (the same version, a state change), and the replica follows with a transition and one copy."""
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(a, TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact",
+                                                             "message.timestamp.type": kind}), options)
+    broker = _compacted_log_dir(tmp_path / "broker")
+    later = broker / TP.dir_name / f"{20:020d}.log"
+    held = later.read_bytes()
+    later.unlink()
+    import_log_dir(str(broker), a, cat_a, copy=True, options=options)
+    with monkeypatch.context() as patch:
+        patch.setattr(Catalog, "apply", _killing)
+        with pytest.raises(RuntimeError, match="killed"):
+            mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert cat_b.live_segments(TP.topic, TP.partition) == []
+    done = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)  # the objects are there
+    assert _copied(done) == 1 and done.results[0].step.outcome.mode == "preserve"
+    assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
+
+    later.write_bytes(held)
+    import_log_dir(str(broker), a, cat_a, copy=True, options=options)
+    assert [r.state for r in cat_a.live_segments(TP.topic, TP.partition)] == ["ROLLED", "ACTIVE"]
+    again = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert _copied(again) == 1 and again.commit.transitioned == 1
+    assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
+    assert _read(b, cat_b, TP, options) == _read(a, cat_a, TP, options)
+
+
+def _killing(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
+    raise RuntimeError(f"driver killed during the {operation} commit")
+
+
 def _strict(prepare, item):
     from engine.ops.run import run_prepare
     return run_prepare(prepare, item, catch=False)
