@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.catalog.schema import SegmentRef, SegmentRow, SegmentState
-from engine.errors import CorruptRecordError, KlakeError
+from engine.errors import KlakeError
 from engine.format.batch import LOG_APPEND_TIME, BatchHeaders, with_base_offset, with_max_timestamp
 from engine.log.segment_writer import Append
 
@@ -112,9 +112,9 @@ def relocate_batches(data: bytes, headers: BatchHeaders, from_offset: int, next_
     take = np.flatnonzero(headers.last_offset >= from_offset)
     picked = headers.take(take)
     if (legacy := picked.magic != 2).any():
-        raise CorruptRecordError(source, int(picked.position[legacy][0]), "magic",
-                                 f"a magic-{int(picked.magic[legacy][0])} message cannot move to another offset "
-                                 "in place (the broker would convert it); mirror with offsets preserved")
+        raise KlakeError(f"{source} at byte {int(picked.position[legacy][0])}: a magic-{int(picked.magic[legacy][0])} "
+                         "message cannot move to another offset in place (a broker would convert it to v2); mirror "
+                         "it with --offsets preserve")
     spans = picked.last_offset - picked.base_offset + 1
     dest_base = next_offset + np.cumsum(spans) - spans
     appends = []

@@ -295,3 +295,20 @@ def test_unknown_topic_and_bad_mode_are_bad_input(backend: Backend) -> None:
     with pytest.raises(KlakeError, match="same root"):
         mirror_partitions(a, cat, a, cat, [TP], now_ms=NOW, options=backend.options)
     assert list_objects(b, backend.options) == []
+
+
+def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtures: Path) -> None:
+    """Magic-1 messages (written by Apache kafka-clients) copy byte for byte; moving them would need the
+    broker's conversion, so a remap of them fails its partition, naming the segment, and writes nothing."""
+    options = StorageOptions()
+    part = tmp_path / "broker" / TP.dir_name
+    part.mkdir(parents=True)
+    (part / f"{1000:020d}.log").write_bytes((kafka_fixtures / "kafka-clients" / "m1-none.records").read_bytes())
+    a, b, c = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")
+    cat_a, cat_b, cat_c = (Catalog.create(f"{root}/_catalog", options) for root in (a, b, c))
+    import_log_dir(str(tmp_path / "broker"), a, cat_a, copy=True, options=options)
+    replica = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert replica.failures == {} and _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
+    moved = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
+    assert "magic-1" in moved.failures[str(TP)] and f"{1000:020d}" in moved.failures[str(TP)]
+    assert moved.commit is None and not (tmp_path / "c" / TP.dir_name).exists()
