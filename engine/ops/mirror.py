@@ -12,9 +12,10 @@ offsets are (the rules: `engine.log.mirror`):
   `{dest_root}/_mirror/{topic}-{partition}/{first destination offset:020d}.parquet` with one row per
   batch: `source_base_offset`, `source_last_offset`, `destination_base_offset` (a source offset o of
   that batch is destination offset `destination_base_offset + o - source_base_offset`);
-- `auto` (default): `remap` where a partition already has offset maps, or its destination holds
-  segments that are no replica, or the two topics' `message.timestamp.type` differ (a LogAppendTime
-  destination re-stamps); `preserve` otherwise (an empty destination or a replica).
+- `auto` (default): `preserve` for an empty destination or a replica (one the mirror has made a
+  replica stays one, marked by `{dest_root}/_mirror/{topic}-{partition}/replica`), if the two topics
+  have the same `message.timestamp.type`; `remap` otherwise (a destination with segments of its own, a
+  partition with offset maps, a LogAppendTime destination of a CreateTime source, which re-stamps).
 
 Incremental and idempotent by content, as import is (no job-ledger entries): a replica copies the
 versions the destination lacks; a remap continues after the last source offset the committed maps
@@ -61,7 +62,16 @@ from engine.ops.run import (
 from engine.ops.topic_store import load_topic_config, save_topic_config, stored_topic_config
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import object_segment_keys, write_segment
-from layouts.store import StorageOptions, join, list_objects, normalize_uri, read_bytes, write_bytes
+from layouts.store import (
+    StorageOptions,
+    ensure_object,
+    join,
+    list_objects,
+    normalize_uri,
+    object_info,
+    read_bytes,
+    write_bytes,
+)
 
 MODES = ("auto", "preserve", "remap")
 MAP_DIR = "_mirror"
@@ -134,10 +144,21 @@ def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition,
                          f"{source_config[item.tp.topic].message_timestamp_type} at the source and "
                          f"{item.config.message_timestamp_type} at the destination; mirror with --offsets remap")
     if mode == "auto":
-        mode = "preserve" if same_time and not maps and is_replica(source, dest) else "remap"
+        replica = same_time and not maps and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
+        mode = "preserve" if replica else "remap"
     if mode == "preserve":
         return _replicate(item.tp, source, dest, dest_root, options, job_id)
     return _remap(item, source, maps, dest_root, now_ms, options, job_id)
+
+
+def _replica_marker(dest_root: str, tp: TopicPartition) -> str:
+    return join(offset_map_prefix(dest_root, tp), "replica")
+
+
+def _was_replica(dest_root: str, tp: TopicPartition, options: StorageOptions | None) -> bool:
+    """Whether the partition was mirrored as a replica: `auto` keeps it one (a source compacted or
+    truncated since then fails it, naming the segment) rather than appending the whole source again."""
+    return object_info(_replica_marker(dest_root, tp), options) is not None
 
 
 def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentRow], dest_root: str,
@@ -149,6 +170,8 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
         if read_bytes(s.log_key, options, 0, d.size_bytes) != read_bytes(d.log_key, options):
             raise NotAReplicaError(f"destination segment {d.log_key} is not a prefix of source segment {s.log_key}")
     added = []
+    if plan.copy:
+        ensure_object(_replica_marker(dest_root, tp), b"", options)
     for s in plan.copy:
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
         log = read_bytes(s.log_key, options)

@@ -25,6 +25,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.mirror import committed_offset_maps, mirror_partitions
 from engine.ops.topic_store import load_topic_config, save_topic_config
+from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import StorageOptions, list_objects, read_bytes
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -162,6 +163,26 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
 
 def _killing(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
     raise RuntimeError(f"driver killed during the {operation} commit")
+
+
+def test_a_replica_follows_delete_records_and_stays_a_replica_when_the_source_is_truncated(backend: Backend) -> None:
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    append_to_partition(cat_a, a, TP, _records(200), CONFIG, NOW, options)
+    mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    rows = cat_a.live_segments(TP.topic, TP.partition)
+    delete_records(cat_a, a, TP, rows[1].base_offset + 1, NOW, options)  # a new version of segment 1
+    followed = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert followed.results[0].step.outcome.segments_replaced == 1
+    kept = _replica_facts(cat_b, TP, options)  # the destination keeps segment 0, which the source deleted
+    assert kept[1:] == _replica_facts(cat_a, TP, options) and kept[0][0]["base_offset"] == rows[0].base_offset
+
+    truncate_partition(cat_a, a, TP, rows[-1].base_offset - 5, CONFIG, NOW, options)
+    before = cat_b.version
+    cut = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert "no version of a source segment" in cut.failures[str(TP)] and cat_b.version == before
+    assert _replica_facts(cat_b, TP, options) == kept  # auto did not append the source again after it
 
 
 def _strict(prepare, item):
