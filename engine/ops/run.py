@@ -207,7 +207,7 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            rows = _rows_by_partition(catalog, tps)
+            rows = rows_by_partition(catalog, tps)
             if mutate:
                 _finish_earlier_deletes(catalog, root, rows, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
@@ -248,7 +248,8 @@ def _driver_io(run: JobRun) -> Iterator[None]:
     run.bytes.update(meter.bytes)
 
 
-def _rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:
+def rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:
+    """Every row of `tps` (any state), per partition in base-offset order, from one catalog read."""
     by_tp: dict[TopicPartition, list[SegmentRow]] = {}
     if tps:
         for row in catalog.rows_of([(tp.topic, tp.partition) for tp in tps]).values():

@@ -13,6 +13,7 @@ try:
         catalog_maintenance,
         compact,
         import_log,
+        mirror,
         offsets_for_times,
         read,
         recover,
@@ -35,7 +36,7 @@ except ImportError as exc:  # a broken install (the compiled codec not built) is
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo, cli_submit]
 JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,
         recover.REBUILD_INDEX, import_log.SPEC, scrub.SPEC, catalog_maintenance.SPEC, offsets_for_times.SPEC,
-        read.SPEC]
+        read.SPEC, mirror.SPEC]
 
 
 def build_parser() -> argparse.ArgumentParser:
