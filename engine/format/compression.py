@@ -77,7 +77,8 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | 
             out = _xerial_decompress(data)
             return out if magic == 2 else bytes(out)
         if codec == LZ4:
-            return lz4.frame.decompress(_fix_kafka_3160_checksum(bytes(data)) if magic == 0 else data)
+            out = _lz4_decompress(_fix_kafka_3160_checksum(bytes(data)) if magic == 0 else data)
+            return out if magic == 2 else bytes(out)
         if codec == ZSTD:
             return _zstd_decompress(data)
     except CompressionError:
@@ -149,6 +150,50 @@ def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
     descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
     checksum = (xxhash.xxh32_intdigest(frame[4:descriptor_end]) >> 8) & 0xFF
     return frame[:descriptor_end] + bytes([checksum]) + frame[descriptor_end + 1:]
+
+
+def _lz4_decompress(data: bytes | memoryview) -> bytes | memoryview:
+    """One LZ4 frame, decompressed by liblz4 (cramjam) straight into one buffer from Arrow's pool, sized by
+    the frame's own block headers; python-lz4 would grow its output and copy it twice more. Anything the
+    walk does not recognise goes to python-lz4, whose reading of the frame is the reference (it reads the
+    first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    view = memoryview(data).cast("B")
+    extent = _lz4_frame_extent(view)
+    if extent is not None:
+        end, room = extent
+        out = _writable(room)
+        try:
+            return out[:cramjam.lz4.decompress_into(view[:end], out)]
+        except cramjam.DecompressionError:
+            pass  # python-lz4 decides, and names the problem
+    return lz4.frame.decompress(data)
+
+
+def _lz4_frame_extent(view: memoryview) -> tuple[int, int] | None:
+    """(end of the frame, bound on its decompressed size) from its header and block headers (LZ4 frame
+    format: magic, FLG, BD, [content size], [dict id], HC; blocks of a 4-byte little-endian size whose
+    top bit marks a stored block, [block checksum]; a zero size ends it, then [content checksum]);
+    None if it is not a plain frame this walk understands."""
+    if len(view) < 7 or view[:4] != _LZ4_MAGIC:
+        return None
+    flg, bd = view[4], view[5]
+    if flg >> 6 != 1 or flg & 0x03 or not 4 <= (bd >> 4) & 0x07 <= 7:  # version 01, no dict id
+        return None
+    block_max = 1 << (8 + 2 * ((bd >> 4) & 0x07))
+    pos = 7 + (8 if flg & 0x08 else 0)
+    block_checksum = 4 if flg & 0x10 else 0
+    blocks = 0
+    while True:
+        if pos + 4 > len(view):
+            return None
+        (size,) = struct.unpack_from("<I", view, pos)
+        pos += 4
+        if size == 0:
+            break
+        pos += (size & 0x7FFFFFFF) + block_checksum
+        blocks += 1
+    end = pos + (4 if flg & 0x04 else 0)
+    return (end, blocks * block_max) if end <= len(view) else None
 
 
 def _zstd_decompress(data: bytes | memoryview) -> bytes:
