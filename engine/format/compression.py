@@ -137,6 +137,13 @@ def _xerial_decompress(data: bytes | memoryview) -> bytes | memoryview:
     return out
 
 
+def _fitted(out: memoryview, size: int) -> bytes | memoryview:
+    """The first `size` bytes of a buffer sized by a frame's block bound, copied out when they fill less
+    than half of it: a small batch must not hold on to a maximum-block-sized buffer (many chunks live at
+    once while a segment is decoded, and Arrow's pool backs what it hands out in large pages)."""
+    return out[:size] if 2 * size >= len(out) else bytes(out[:size])
+
+
 def _writable(size: int) -> memoryview:
     """An uninitialised byte buffer from Arrow's memory pool, which keeps freed memory for the next
     call (fresh pages from the OS cost a page fault per 4 KiB)."""
@@ -163,7 +170,7 @@ def _lz4_decompress(data: bytes | memoryview) -> bytes | memoryview:
         end, room = extent
         out = _writable(room)
         try:
-            return out[:cramjam.lz4.decompress_into(view[:end], out)]
+            return _fitted(out, cramjam.lz4.decompress_into(view[:end], out))
         except cramjam.DecompressionError:
             pass  # python-lz4 decides, and names the problem
     return lz4.frame.decompress(data)
@@ -196,12 +203,60 @@ def _lz4_frame_extent(view: memoryview) -> tuple[int, int] | None:
     return (end, blocks * block_max) if end <= len(view) else None
 
 
-def _zstd_decompress(data: bytes | memoryview) -> bytes:
+def _zstd_decompress(data: bytes | memoryview) -> bytes | memoryview:
+    """One zstd frame, decompressed by libzstd (cramjam) straight into one buffer from Arrow's pool, sized
+    by the frame's own block headers; the streaming reader would return its output in chunks and join
+    them. Anything the walk does not recognise (dictionaries, skippable frames, truncation) or that
+    cramjam rejects goes to the streaming reader, whose result and error text stay the reference (it
+    reads the first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    view = memoryview(data).cast("B")
+    extent = _zstd_frame_extent(view)
+    if extent is not None:
+        end, room = extent
+        out = _writable(room)
+        try:
+            return _fitted(out, cramjam.zstd.decompress_into(view[:end], out))
+        except cramjam.DecompressionError:
+            pass
     reader = _zstd().decompressor.decompressobj()
     out = reader.decompress(data)
     if not reader.eof:
         raise CompressionError("zstd frame is incomplete")
     return out
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_BLOCK_MAX = 128 * 1024
+
+
+def _zstd_frame_extent(view: memoryview) -> tuple[int, int] | None:
+    """(end of the frame, bound on its decompressed size) from its header and block headers (RFC 8878:
+    magic, descriptor, [window], [dictionary id], [content size]; blocks of a 3-byte little-endian header
+    (last flag, type raw/RLE/compressed, size), a compressed block holding at most 128 KiB; then
+    [checksum]); None if it is not a plain frame this walk understands."""
+    if len(view) < 6 or view[:4] != _ZSTD_MAGIC:
+        return None
+    descriptor = view[4]
+    if descriptor & 0x08 or descriptor & 0x03:  # reserved bit, or a dictionary id
+        return None
+    single_segment = descriptor & 0x20
+    size_field = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    pos = 5 + (0 if single_segment else 1) + size_field
+    room = 0
+    while True:
+        if pos + 3 > len(view):
+            return None
+        header = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+        pos += 3
+        kind, size = (header >> 1) & 0x03, header >> 3
+        if kind == 3:
+            return None
+        pos += 1 if kind == 1 else size
+        room += _ZSTD_BLOCK_MAX if kind == 2 else size
+        if header & 1:
+            break
+    end = pos + (4 if descriptor & 0x04 else 0)
+    return (end, room) if end <= len(view) else None
 
 
 T = TypeVar("T")
