@@ -204,14 +204,17 @@ class Catalog:
 
     def rows_of(self, partitions: Iterable[tuple[str, int]]) -> dict[SegmentRef, SegmentRow]:
         """Every row (any state) of the given partitions, by reference."""
+        return {row.ref: row for row in table_to_rows(self.rows_table(partitions))}
+
+    def rows_table(self, partitions: Iterable[tuple[str, int]]) -> pa.Table:
+        """Every row (any state) of the given partitions as Arrow, in (topic, partition, offset) order."""
         wanted = sorted(set(partitions))
         if not wanted:
-            return {}
+            return CATALOG_SCHEMA.empty_table()
         topics = sorted({validate_topic(t) for t, _ in wanted})
-        table = self._query([f"topic IN ({', '.join(_sql_string(t) for t in topics)})"])
+        table = self._query([f"topic IN ({', '.join(_sql_string(t) for t in topics)})"], _ORDER)
         keys = pc.binary_join_element_wise(table["topic"], pc.cast(table["partition"], pa.string()), "\x00")
-        table = table.filter(pc.is_in(keys, pa.array([f"{t}\x00{p}" for t, p in wanted])))
-        return {row.ref: row for row in table_to_rows(table)}
+        return table.filter(pc.is_in(keys, pa.array([f"{t}\x00{p}" for t, p in wanted])))
 
     def partitions(self) -> list[TopicPartition]:
         """Every partition with at least one live segment."""
