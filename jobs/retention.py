@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from engine.ops.retention import RetentionOutcome, prepare_retention, retention_planner
+from engine.ops.retention import RetentionOutcome, RetentionPlanner, prepare_retention
 from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
@@ -25,7 +25,7 @@ def run(ctx: JobContext) -> None:
     prepare = partial(prepare_retention, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
                       job_id=ctx.job_id, dry_run=ctx.dry_run)
     execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
-    run = ctx.run_partitions_with(ctx.selected_partitions(), execute, planner=retention_planner(ctx.now_ms))
+    run = ctx.run_partitions_with(ctx.selected_partitions(), execute, planner=RetentionPlanner(ctx.now_ms))
     deleted = kept = size = records = 0
     verbose: list[str] = []
     for result in run.results:
@@ -33,8 +33,8 @@ def run(ctx: JobContext) -> None:
         if outcome is None or outcome.plan is None:
             continue
         plan = outcome.plan
-        deleted += len(plan.delete_ids)
-        kept += plan.info["segments"] - len(plan.delete_ids)
+        deleted += plan.info["delete_segments"]
+        kept += plan.info["segments"] - plan.info["delete_segments"]
         size += plan.bytes_to_delete
         records += plan.records_to_delete
         for hold in plan.held_back_by_future_timestamp:

@@ -120,7 +120,7 @@ PARTITION_PLAN_SCHEMA = pa.schema([
     ("size_stop", pa.int64()), ("size_why", _WORDS), ("time_stop", pa.int64()), ("time_why", _WORDS),
     ("delete_segments", pa.int64()), ("delete_bytes", pa.int64()), ("delete_records", pa.int64()),
 ])
-_INPUT = ("topic", "partition", "segment_id", "base_offset", "next_offset", "size_bytes", "record_count", "state",
+RETENTION_INPUT_COLUMNS = ("topic", "partition", "segment_id", "base_offset", "next_offset", "size_bytes", "record_count", "state",
           "largest_timestamp", "created_at_ms", "log_start_offset")
 
 
@@ -174,18 +174,23 @@ class FutureTimestampHold:
 
 @dataclass(frozen=True)
 class PassOutcome:
-    """One pass: whether it ran, what it deleted, where its walk stopped and why (or why it was skipped)."""
+    """One pass: whether it ran, what it deleted (`segments`: their ids), where its walk stopped and why
+    (or why it was skipped)."""
 
     name: RetentionPass
     ran: bool
-    deleted: tuple[str, ...]
+    segments: pa.ChunkedArray
     stopped_at: str | None
     note: str
 
+    @property
+    def deleted(self) -> tuple[str, ...]:
+        return tuple(self.segments.to_pylist())
+
     def to_dict(self) -> dict[str, Any]:
         """The report's form: the deleted segments are counted (they are listed in the plan's side file)."""
-        return {"name": str(self.name), "ran": self.ran, "deleted": len(self.deleted), "stopped_at": self.stopped_at,
-                "note": self.note}
+        return {"name": str(self.name), "ran": self.ran, "deleted": len(self.segments),
+                "stopped_at": self.stopped_at, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -305,36 +310,38 @@ class PartitionRetention:
     def _columns(self) -> dict[str, list[Any]]:
         return self.rows.to_pydict()
 
+    def _at(self, column: str, i: int) -> Any:
+        """One value: from the Python columns once every decision was rendered, else from Arrow."""
+        columns = self.__dict__.get("_columns")
+        return columns[column][i] if columns is not None else self.rows[column][i].as_py()
+
     def _upper(self, i: int) -> int:
-        bases = self._columns["base_offset"]
-        return bases[i + 1] if i + 1 < len(bases) else self.log_end_offset
+        return self._at("base_offset", i + 1) if i + 1 < self.info["segments"] else self.log_end_offset
 
     def _stops(self) -> list[tuple[RetentionPass, int | None, Why | None]]:
         return [(name, self.info[f"{key}_stop"], None if self.info[f"{key}_why"] is None else Why(self.info[f"{key}_why"]))
                 for name, key in zip(_PASSES, ("log_start", "size", "time"), strict=True)]
 
     def _deleted_why(self, name: RetentionPass, i: int) -> str:
-        c = self._columns
-        start, size = self.log_start_offset, c["size_bytes"][i]
+        start, size = self.log_start_offset, self._at("size_bytes", i)
         if name == RetentionPass.LOG_START_OFFSET:
             return f"wholly below the log start offset: the next segment starts at {self._upper(i)} <= {start}"
         if name == RetentionPass.SIZE:
-            over, limit = c["log_over_bytes"][i], self.config.retention_bytes
+            over, limit = self._at("log_over_bytes", i), self.config.retention_bytes
             return (f"the log is {over} B over retention.bytes {limit} B; dropping its {size} B leaves it "
                     f"{over - size} B over")
         what, age, retention = self._aged(i)
         return f"{what} is {_age(age, retention)} old > retention.ms {retention}"
 
     def _aged(self, i: int) -> tuple[str, int, str]:
-        c = self._columns
-        largest = c["retention_timestamp"][i]
-        what = (f"created_at_ms (mtime; largest_timestamp {c['largest_timestamp'][i]}) {format_time(largest)}"
-                if c["from_mtime"][i] else f"largest timestamp {format_time(largest)}")
+        largest = self._at("retention_timestamp", i)
+        what = (f"created_at_ms (mtime; largest_timestamp {self._at('largest_timestamp', i)}) {format_time(largest)}"
+                if self._at("from_mtime", i) else f"largest timestamp {format_time(largest)}")
         return what, self.now_ms - largest, _setting(self.config.retention_ms)
 
     def _stop_why(self, name: RetentionPass, why: Why, i: int) -> str:
         """The sentence for a pass that stopped at segment `i` for `why`, with its numbers."""
-        c, start = self._columns, self.log_start_offset
+        start = self.log_start_offset
         if why == Why.HIGH_WATERMARK:
             return (f"held back by the high watermark {self.high_watermark} < {self._upper(i)}, the offset after it "
                     "(KAFKA-5634)")
@@ -346,7 +353,7 @@ class PartitionRetention:
             nxt = self._upper(i)
             return f"holds the log start offset {start} (the next segment starts at {nxt} > {start})"
         if why == Why.UNDER_RETENTION_BYTES:
-            over, size = c["log_over_bytes"][i], c["size_bytes"][i]
+            over, size = self._at("log_over_bytes", i), self._at("size_bytes", i)
             return (f"the log is only {over} B over retention.bytes {self.config.retention_bytes} B; dropping "
                     f"its {size} B would leave it {size - over} B under")
         what, age, retention = self._aged(i)
@@ -384,26 +391,27 @@ class PartitionRetention:
     @cached_property
     def passes(self) -> tuple[PassOutcome, ...]:
         """Each pass: ran or skipped (and why), what it deleted, where and why it stopped."""
-        ids, n, out, begin = self._columns["segment_id"], self.info["segments"], [], 0
+        ids, n, out, begin = self.rows["segment_id"], self.info["segments"], [], 0
+        none = ids.slice(0, 0)
         for name, stop, why in self._stops():
             status = PassStatus.RAN if name == RetentionPass.LOG_START_OFFSET else PassStatus(
                 self.info[f"{'size' if name == RetentionPass.SIZE else 'time'}_pass"])
             if status != PassStatus.RAN:
-                out.append(PassOutcome(name, False, (), None, self._skipped(name, status)))
+                out.append(PassOutcome(name, False, none, None, self._skipped(name, status)))
                 continue
             if begin == n:
-                out.append(PassOutcome(name, True, (), None, "nothing to walk: only the new empty active segment "
+                out.append(PassOutcome(name, True, none, None, "nothing to walk: only the new empty active segment "
                                        "remains (last and empty, never deleted)"))
                 continue
-            deleted = tuple(ids[begin:n if stop is None else stop])
+            deleted = ids.slice(begin, (n if stop is None else stop) - begin)
             if stop is None:
                 out.append(PassOutcome(name, True, deleted, None, f"every segment goes: roll a new empty active "
                                        f"segment at {self.log_end_offset} first"))
                 begin = n
             else:
                 assert why is not None
-                out.append(PassOutcome(name, True, deleted, ids[stop],
-                                       f"stopped at {ids[stop]}: {self._stop_why(name, why, stop)}"))
+                sid = ids[stop].as_py()
+                out.append(PassOutcome(name, True, deleted, sid, f"stopped at {sid}: {self._stop_why(name, why, stop)}"))
                 begin = stop
         return tuple(out)
 
@@ -424,8 +432,11 @@ class PartitionRetention:
     def to_dict(self) -> dict[str, Any]:
         """The run report's per-partition summary: offsets, passes, holds, totals, first and last segment
         deleted, counts by reason. Every segment's decision is in the plan's `segments` (a Parquet side file)."""
-        info, ids = self.info, self._columns["segment_id"]
-        deleted = info["delete_segments"]
+        info, deleted = self.info, self.info["delete_segments"]
+
+        def sid(i: int) -> str | None:
+            return self._at("segment_id", i) if 0 <= i < info["segments"] else None
+
         return {
             "topic": self.topic, "partition": self.partition, "now_ms": self.now_ms,
             "cleanup_policy": self.config.cleanup_policy, "retention_ms": self.config.retention_ms,
@@ -433,8 +444,7 @@ class PartitionRetention:
             "high_watermark": self.high_watermark, "log_end_offset": self.log_end_offset,
             "new_log_start_offset": self.new_log_start_offset, "roll_new_active_at": self.roll_new_active_at,
             "segments": info["segments"],
-            "first_deleted": ids[0] if deleted else None, "last_deleted": ids[deleted - 1] if deleted else None,
-            "first_kept": ids[deleted] if deleted < len(ids) else None,
+            "first_deleted": sid(0) if deleted else None, "last_deleted": sid(deleted - 1), "first_kept": sid(deleted),
             "held_back_by_future_timestamp": [h.to_dict() for h in self.held_back_by_future_timestamp],
             "passes": [p.to_dict() for p in self.passes],
             "reasons": self.reasons(),
@@ -473,7 +483,7 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     start offset is the catalog's; `high_watermarks` defaults to each log end offset. Raises ValueError
     for rows that are not live logs in order, a HW outside [log start, LEO], or a topic without config.
     """
-    table = segments.select(list(_INPUT))
+    table = segments.select(list(RETENTION_INPUT_COLUMNS))
     topic_codes = pc.dictionary_encode(table["topic"]).combine_chunks()
     key = (np.asarray(topic_codes.indices, dtype=np.int64) << 32) | _np(table["partition"])
     if np.any(key[1:] < key[:-1]):

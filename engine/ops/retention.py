@@ -2,7 +2,7 @@
 
 Steps, each safe to crash after (a re-run finishes the work, `engine.ops.deletion`):
 1. under the partitions' leases, the driver plans every partition at once with `plan_retention`
-   (pure, vectorised over the live rows as Arrow, explicit `now`): `retention_planner`;
+   (pure, vectorised over the live rows as Arrow, explicit `now`): `RetentionPlanner`;
 2. each partition's task gets its slice of the plan; when every segment of a partition goes, it
    writes a new empty ACTIVE segment at the log end offset (Kafka rolls before deleting, so a partition
    always has a segment and its log end offset survives), added in the same commit that retires the
@@ -27,12 +27,12 @@ import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentState, table_to_rows
-from engine.log.retention import PartitionRetention, RetentionPlan, plan_retention
+from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, Planner, run_single_partition
+from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.store import StorageOptions, normalize_uri
 
@@ -52,11 +52,15 @@ class RetentionOutcome:
                 **asdict(self.cleanup)}
 
 
-def retention_planner(now_ms: int) -> Planner:
-    """The driver's plan of every partition's retention at `now_ms` (topic settings by partition)."""
-    def plan(live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> RetentionPlan:
-        return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, now_ms)
-    return plan
+@dataclass(frozen=True)
+class RetentionPlanner:
+    """The driver's plan of every partition's retention at `now_ms` (a `Planner`: it reads no object key)."""
+
+    now_ms: int
+    columns: tuple[str, ...] = RETENTION_INPUT_COLUMNS
+
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> RetentionPlan:
+        return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
 def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
@@ -86,7 +90,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     root = normalize_uri(root)
     prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
-                               options=options, mutate=not dry_run, planner=retention_planner(now_ms))
+                               options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms))
     outcome: RetentionOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState, owned, table_to_rows
+from engine.catalog.schema import COLUMNS, LIVE_STATES, SegmentRow, SegmentState, owned, table_to_rows
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -81,7 +81,13 @@ class DriverPlan(Protocol):
     def partition(self, tp: TopicPartition) -> Any: ...
 
 
-Planner = Callable[[pa.Table, Mapping[TopicPartition, TopicConfig]], DriverPlan]
+class Planner(Protocol):
+    """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
+    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those)."""
+
+    columns: Sequence[str]
+
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
 
 
 class StepOutcome(Protocol):
@@ -232,13 +238,14 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            table = catalog.rows_table([(tp.topic, tp.partition) for tp in tps])
             if mutate:
-                _finish_earlier_deletes(catalog, root, table, options, run)
+                earlier = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], [SegmentState.DELETE_STARTED])
+                _finish_earlier_deletes(catalog, root, earlier, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
-        live = table.filter(pc.is_in(table["state"], pa.array([str(s) for s in LIVE_STATES])))
+            columns = COLUMNS if planner is None or mutate else planner.columns
+            live = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
         if planner is None:
             rows = _rows_by_partition(live)
             items = [PartitionInput(tp, tuple(rows.get(tp, [])), configs[tp]) for tp in tps]
@@ -294,9 +301,8 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
     """Each partition's rows of a table in (topic, partition, offset) order, as zero-copy slices."""
     if not live.num_rows:
         return {}
-    live = live.combine_chunks()
-    topic = np.asarray(pc.dictionary_encode(live["topic"]).combine_chunks().indices, np.int64)
-    key = (topic << 32) | np.asarray(live["partition"].to_numpy(), np.int64)
+    topic = pc.dictionary_encode(live["topic"].combine_chunks()).indices.to_numpy().astype(np.int64)
+    key = (topic << 32) | live["partition"].combine_chunks().to_numpy().astype(np.int64)
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     ends = np.r_[starts[1:], live.num_rows]
     topics, partitions = live["topic"].take(starts).to_pylist(), live["partition"].take(starts).to_pylist()
@@ -306,7 +312,7 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
 
 def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
                             run: JobRun) -> None:
-    earlier = table_to_rows(table.filter(pc.equal(table["state"], str(SegmentState.DELETE_STARTED))))
+    earlier = table_to_rows(table)
     if earlier:
         delete_and_forget(catalog, root, earlier, options, run.job_id, run.cleanup)
         run.finished_from_earlier_run = dict(Counter(f"{r.topic}-{r.partition}" for r in earlier))
