@@ -105,6 +105,8 @@ _WHYS = list(Why)
 _PASSES = (RetentionPass.LOG_START_OFFSET, RetentionPass.SIZE, RetentionPass.TIME)
 _DELETED_BY = (Why.BELOW_LOG_START, Why.OVER_RETENTION_BYTES, Why.PAST_RETENTION_MS)
 _STATUSES = list(PassStatus)
+_RAN, _POLICY, _UNLIMITED, _UNDER = (_STATUSES.index(s) for s in (PassStatus.RAN, PassStatus.POLICY,
+                                                                 PassStatus.UNLIMITED, PassStatus.UNDER))
 _WORDS = pa.dictionary(pa.int32(), pa.string())
 SEGMENT_PLAN_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("segment_id", pa.string()), ("base_offset", pa.int64()),
@@ -479,7 +481,8 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     """Plan Kafka's retention for the live segments of every partition in `segments` (catalog columns).
 
     Each partition's rows must be in offset order (ACTIVE last if any); partitions may come in any
-    order, each one's rows together or not (the plan keeps the partitions' first-seen order). Its log
+    order, each one's rows together or not (the plan groups them: topics in first-seen order, partition
+    numbers ascending). Its log
     start offset is the catalog's; `high_watermarks` defaults to each log end offset. Raises ValueError
     for rows that are not live logs in order, a HW outside [log start, LEO], or a topic without config.
     """
@@ -539,10 +542,11 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     # pass 2: retention.bytes, over the segments pass 1 left
     sizes0 = np.r_[0, np.cumsum(size)]
     log_size = sizes0[ends] - sizes0[stop1]
-    size_status = np.where(~deletes, 1, np.where(retention_bytes < 0, 2, np.where(log_size < retention_bytes, 3, 0)))
+    size_status = np.where(~deletes, _POLICY, np.where(retention_bytes < 0, _UNLIMITED,
+                                                      np.where(log_size < retention_bytes, _UNDER, _RAN)))
     over = (log_size - retention_bytes)[gid] - (sizes0[:n] - sizes0[stop1][gid])
     size_ok = hw_ok & (over - size >= 0) & ~last_empty
-    ran2 = size_status == 0
+    ran2 = size_status == _RAN
     stop2 = np.where(ran2, first_stop(~size_ok, stop1), stop1)
     # pass 3: retention.ms, aging by the largest timestamp or the mtime fallback
     largest, created = _np(table["largest_timestamp"]), _np(table["created_at_ms"])
@@ -550,8 +554,8 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     aged_by = np.where(from_mtime, created, largest)
     age = now_ms - aged_by
     past = age > retention_ms[gid]
-    time_status = np.where(~deletes, 1, np.where(retention_ms < 0, 2, 0))
-    ran3 = time_status == 0
+    time_status = np.where(~deletes, _POLICY, np.where(retention_ms < 0, _UNLIMITED, _RAN))
+    ran3 = time_status == _RAN
     stop3 = np.where(ran3, first_stop(~(hw_ok & past & ~last_empty), stop2), stop2)
 
     rolled = stop3 == ends
