@@ -127,4 +127,5 @@ class RunReport:
             write_bytes(path, buffer.getvalue(), options)
             self.results.setdefault("files", {})[name] = {"path": path, "rows": table.num_rows,
                                                           "bytes": buffer.tell()}
+            self.summary.append(f"{name}: {plural(table.num_rows, 'row')} in {path}")
         write_bytes(uri, json.dumps(self.to_dict(), indent=2, default=str).encode(), options)
