@@ -1,13 +1,16 @@
 """`append` of ~1 GB of 100-byte records into 8 partitions on local[2], against Spark writing the same
-DataFrame to Parquet, in the same run and the same session (issue 5).
+DataFrame to Parquet, in the same run and the same session (issues 5 and 14).
 
 The input (keys k0..k99999, 100-byte values, timestamps over one day) is generated once as Parquet
 files, untimed. Timed: (a) Spark reads the input and writes it as Parquet (snappy, Spark's default);
 (b) the klake `append` job reads the same input, assigns partitions (murmur2 of the key), encodes v2
 batches, rolls segments (segment.bytes 256 MiB), writes `.log`/`.index`/`.timeindex` and commits once.
-Prints MB/s of input for both and the ratio append/parquet (time), plus the append report's figures.
+Prints MB/s of input for both and the ratio append/parquet (time), plus the append report's figures,
+and the peak RSS of the largest Spark Python worker during the append (each worker's VmHWM, sampled
+until the job ends) against issue 14's bound, 4 x segment.bytes + 300 MB.
 
-Run: .venv/bin/python benchmarks/append_bench.py [--mb 1024] [--workdir DIR]
+Run: .venv/bin/python benchmarks/append_bench.py [--mb 1024] [--partitions 8] [--segment-mb 256] [--workdir DIR]
+(issue 14's memory target: --mb 1024 --partitions 1 --segment-mb 128)
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,13 +52,13 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def bench_config(workdir: Path, topic_settings: str, jobs: str = "{}") -> Path:
-    """The benchmarks' klake config: local[2], a store under `workdir`, topic `bench` with 8 partitions."""
+def bench_config(workdir: Path, topic_settings: str, jobs: str = "{}", partitions: int = 8) -> Path:
+    """The benchmarks' klake config: local[2], a store under `workdir`, topic `bench` with `partitions`."""
     conf = workdir / "bench.yaml"
     conf.write_text(f"storage: {{root: {workdir / 'store'}}}\nspark: {{master: 'local[2]', conf: "
                     f"{{spark.ui.enabled: 'false', spark.sql.shuffle.partitions: '8'}}}}\njobs: {jobs}\n"
                     f"topic_defaults: {{message.timestamp.before.max.ms: 9223372036854775807, {topic_settings}}}\n"
-                    "topics: {bench: {partitions: 8}}\n")
+                    f"topics: {{bench: {{partitions: {partitions}}}}}\n")
     return conf
 
 
@@ -67,25 +71,90 @@ def append_input(conf: Path, source: Path, report: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def run_cli(run: Callable[[int, Path], dict], default_mb: int, description: str) -> dict:
-    """`--mb` and `--workdir` (a temporary one, removed, by default); prints and returns the figures."""
+def run_cli(run: Callable[..., dict], default_mb: int, description: str,
+            add_options: Callable[[argparse.ArgumentParser], None] | None = None) -> dict:
+    """`--mb` and `--workdir` (a temporary one, removed, by default), and the script's own options
+    (`add_options`, then passed to `run` as keywords); prints and returns the figures."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=default_mb, help=f"MiB of 100-byte values (default {default_mb})")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
-    args = parser.parse_args()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-bench-"))
+    if add_options:
+        add_options(parser)
+    args = vars(parser.parse_args())
+    mb, given = args.pop("mb"), args.pop("workdir")
+    workdir = given or Path(tempfile.mkdtemp(prefix="klake-bench-"))
     try:
-        result = run(args.mb, workdir)
+        result = run(mb, workdir, **args)
     finally:
-        if args.workdir is None:
+        if given is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
     return result
 
 
-def run(mb: int, workdir: Path) -> dict:
+class WorkerPeaks:
+    """The largest peak RSS (VmHWM) of this process's Spark Python workers (descendants running
+    `pyspark.daemon` or `pyspark.worker`), sampled every `every_s` until `stop`: VmHWM is each process's
+    own high-water mark, so a sample misses nothing of a worker alive at that moment."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.peak_kib = 0
+        self._every = every_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> WorkerPeaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            for pid in _descendants(os.getpid()):
+                self.peak_kib = max(self.peak_kib, _python_worker_hwm_kib(pid))
+            if self._done.wait(self._every):
+                return
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _python_worker_hwm_kib(pid: int) -> int:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"pyspark.daemon" not in command and b"pyspark.worker" not in command:  # not the JVM
+            return 0
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic (default 8)")
+    parser.add_argument("--segment-mb", type=int, default=256, help="segment.bytes in MiB (default 256)")
+
+
+def run(mb: int, workdir: Path, partitions: int = 8, segment_mb: int = 256) -> dict:
     records = mb * 1024 * 1024 // VALUE_BYTES
-    conf = bench_config(workdir, "segment.bytes: 268435456")
+    conf = bench_config(workdir, f"segment.bytes: {segment_mb << 20}", partitions=partitions)
     spark = spark_session(load_config(conf))
     source = workdir / "input"
     generate_input(spark, source, records)
@@ -96,9 +165,13 @@ def run(mb: int, workdir: Path) -> dict:
     parquet_s = time.perf_counter() - started
 
     started = time.perf_counter()
-    figures = append_input(conf, source, workdir / "append.json")
+    with WorkerPeaks() as peaks:
+        figures = append_input(conf, source, workdir / "append.json")
     append_s = time.perf_counter() - started
-    return {"records": records, "input_mb": round(input_bytes / 2**20, 1),
+    bound_mb = 4 * segment_mb + 300
+    return {"records": records, "input_mb": round(input_bytes / 2**20, 1), "partitions": partitions,
+            "segment_mb": segment_mb, "worker_peak_rss_mb": round(peaks.peak_kib / 1024, 1),
+            "worker_peak_rss_bound_mb": bound_mb,
             "parquet_s": round(parquet_s, 2), "parquet_mb_s": round(input_bytes / 2**20 / parquet_s, 1),
             "parquet_out_mb": round(_dir_bytes(workdir / "parquet-out") / 2**20, 1),
             "append_s": round(append_s, 2), "append_mb_s": round(input_bytes / 2**20 / append_s, 1),
@@ -109,9 +182,12 @@ def run(mb: int, workdir: Path) -> dict:
 
 
 def main_bench() -> None:
-    result = run_cli(run, 1024, __doc__)
+    result = run_cli(run, 1024, __doc__, add_options)
     print(f"append {result['append_mb_s']} MB/s vs Spark Parquet write {result['parquet_mb_s']} MB/s: "
-          f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time")
+          f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time (target <= 1.5x)")
+    peak, bound = result["worker_peak_rss_mb"], result["worker_peak_rss_bound_mb"]
+    print(f"largest Python worker peak RSS {peak} MB; bound 4 x segment.bytes + 300 MB = {bound} MB: "
+          f"{'ok' if 0 < peak <= bound else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ query, as the tests do.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -53,7 +56,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, KlakeError
 from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.read import (
@@ -94,11 +97,36 @@ class KlakeDataSource(DataSource):
 def register(spark: Any, storage: StorageOptions | None = None) -> None:
     """Register "klake" bound to `storage` (default: the driver's environment) and enable filter pushdown.
 
-    The bound class is created here, so cloudpickle ships it (with its storage settings) by value.
+    The bound class is created here, so cloudpickle ships it (with its storage settings) by value. On a
+    local master, a worker Python that cannot import klake is one error line saying what to set, here,
+    rather than `No module named 'pyarrow'` from deep inside the first query.
     """
+    problem = worker_python_problem(spark)
+    if problem:
+        raise KlakeError(problem)
     bound = type("BoundKlakeDataSource", (KlakeDataSource,), {"storage": storage or StorageOptions.from_env()})
     spark.dataSource.register(bound)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def worker_python_problem(spark: Any) -> str | None:
+    """Why Spark's local Python workers cannot run klake's reader, or None.
+
+    They run `spark.pyspark.python`, else PYSPARK_PYTHON as it was when the session started, else the
+    first `python3` on PATH (Spark's rule), which is not this virtualenv's unless it is on PATH. A remote
+    master's executors are not this machine's, so only a local master is checked (one `python -c`)."""
+    if not str(spark.sparkContext.master).startswith("local"):
+        return None
+    configured = spark.conf.get("spark.pyspark.python", None) or spark.sparkContext.pythonExec
+    found = shutil.which(configured)
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return None
+    probe = "import pyarrow, engine.format.compiled, jobs.klake_source"
+    if found and subprocess.run([found, "-c", probe], capture_output=True, timeout=120).returncode == 0:
+        return None
+    return (f"Spark's Python workers run {configured!r} ({found or 'not found'}), which cannot import klake: "
+            f"set PYSPARK_PYTHON={sys.executable} before the Spark session starts (or build the session with "
+            f".config('spark.pyspark.python', {sys.executable!r}))")
 
 
 class KlakeInputPartition(InputPartition):

@@ -264,3 +264,26 @@ def _offset_problems(h: BatchHeaders, source: str) -> list[CorruptRecordError]:
     return [CorruptRecordError(source, int(p), "lastOffsetDelta/recordsCount",
                                "negative lastOffsetDelta or record count")
             for p in h.position[bad].tolist()]
+
+
+def with_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
+    """A v2 batch moved to `base_offset`: the field is outside the CRC (spec 1.3), so the broker assigns
+    offsets in place and every record keeps its offsetDelta (and the batch its lastOffsetDelta)."""
+    out = bytearray(batch)
+    struct.pack_into(">q", out, 0, base_offset)
+    return bytes(out)
+
+
+def with_max_timestamp(batch: bytes | memoryview, max_timestamp: int, timestamp_type: int | None = None) -> bytes:
+    """A v2 batch with a new maxTimestamp (and, if given, timestamp type bit) and its CRC-32C recomputed:
+    the broker's in-place LogAppendTime stamp (`setMaxTimestamp`, spec 2.2), which leaves the records'
+    deltas alone, as a reader of a LogAppendTime batch ignores them."""
+    out = bytearray(batch)
+    if timestamp_type is not None:
+        attributes = struct.unpack_from(">h", out, 21)[0]
+        attributes = attributes | ATTR_TIMESTAMP_TYPE if timestamp_type == LOG_APPEND_TIME \
+            else attributes & ~ATTR_TIMESTAMP_TYPE
+        struct.pack_into(">h", out, 21, attributes)
+    struct.pack_into(">q", out, 35, max_timestamp)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
+    return bytes(out)

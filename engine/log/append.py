@@ -42,13 +42,19 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.format import compression
-from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, V2_HEADER_SIZE
+from engine.format.batch import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    NO_TIMESTAMP,
+    V2_HEADER_SIZE,
+    with_base_offset,
+    with_max_timestamp,
+)
 from engine.format.builder import as_binary, as_headers, encode_batches
 from engine.format.records import HEADERS_TYPE
 from engine.format.varint import encoded_size
@@ -193,16 +199,13 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
         rejects.add(rows[too_big], RECORD_TOO_LARGE, [_too_large(int(s), config, limit) for s in solo[too_big]])
         rows, fixed = rows[~too_big], fixed[~too_big]
 
-    lat: int | None = None
-    if config.message_timestamp_type == "LogAppendTime":
-        lat = now_ms if not config.monotonic_log_append_time or last_log_append_time is None \
-            else max(last_log_append_time, now_ms)
+    lat = log_append_time(config, now_ms, last_log_append_time)
     lengths = plan_batches(fixed, ts[rows], min(limit, batch_bytes or limit), cut_on_delta_overflow=kip228)
     batches, lengths, rows = _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat,
                                      log_end_offset, leader_epoch, rejects, config)
     max_ts = _batch_max_timestamps(ts[rows], lengths, lat, kip228)
     if kip228 and lat is None:
-        batches = [_with_max_timestamp(b, int(m)) if m < NO_TIMESTAMP else b
+        batches = [with_max_timestamp(b, int(m)) if m < NO_TIMESTAMP else b
                    for b, m in zip(batches, max_ts.tolist(), strict=True)]
 
     if resume is not None:
@@ -237,6 +240,17 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
         log_end_offset=offset,
         last_log_append_time=lat if batches else last_log_append_time,
     )
+
+
+def log_append_time(config: TopicConfig, now_ms: int, last_log_append_time: int | None) -> int | None:
+    """The time one append stamps into every batch of a LogAppendTime topic (None for CreateTime):
+    the clock read once per append (spec 2.2), or `max(last appended, now)` when the topic opts in
+    to monotonic append times (`klake.log.append.time.monotonic`, the KIP-32 draft's rule)."""
+    if config.message_timestamp_type != "LogAppendTime":
+        return None
+    if not config.monotonic_log_append_time or last_log_append_time is None:
+        return now_ms
+    return max(last_log_append_time, now_ms)
 
 
 # ------------------------------------------------------------------------------------------ input
@@ -435,9 +449,7 @@ def _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat, base_of
         offset = base_offset
         for i, (data, count) in enumerate(zip(out, out_counts, strict=True)):
             if struct.unpack_from(">q", data)[0] != offset:
-                patched = bytearray(data)
-                struct.pack_into(">q", patched, 0, offset)  # outside the CRC
-                out[i] = bytes(patched)
+                out[i] = with_base_offset(data, offset)
             offset += count
     return out, np.asarray(out_counts, np.int64), rows[keep]
 
@@ -499,9 +511,3 @@ def _batch_max_timestamps(ts: np.ndarray, lengths: np.ndarray, lat: int | None, 
     return top if kip228 else np.maximum(top, NO_TIMESTAMP)
 
 
-def _with_max_timestamp(batch: bytes, max_timestamp: int) -> bytes:
-    """Rewrite a v2 batch's maxTimestamp and its CRC-32C (KIP-228: a max below -1)."""
-    out = bytearray(batch)
-    struct.pack_into(">q", out, 35, max_timestamp)
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
-    return bytes(out)

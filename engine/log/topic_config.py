@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
 from engine.log.segment_writer import RollPolicy
 
 LONG_MAX = 2**63 - 1
@@ -77,30 +78,29 @@ def _bool(value: Any) -> bool:
     raise ConfigError(f"must be true or false, got {value!r}")
 
 
-# key -> (attribute, parser, default)
-_SETTINGS: dict[str, tuple[str, Callable[[Any], Any], Any]] = {
-    "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1), 1_073_741_824),
-    "segment.ms": ("segment_ms", _int(1), 604_800_000),
-    "segment.jitter.ms": ("segment_jitter_ms", _int(0), 0),
-    "segment.index.bytes": ("segment_index_bytes", _int(12, 2**31 - 1), 10_485_760),
-    "index.interval.bytes": ("index_interval_bytes", _int(0, 2**31 - 1), 4096),
-    "retention.ms": ("retention_ms", _int(-1), 604_800_000),
-    "retention.bytes": ("retention_bytes", _int(-1), -1),
-    "cleanup.policy": ("cleanup_policy", _policy, "delete"),
-    "compression.type": ("compression_type", _choice(COMPRESSION_TYPES), "producer"),
-    "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1), 1_048_588),
-    "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES), "CreateTime"),
-    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0), LONG_MAX),
-    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0), 3_600_000),
-    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio, 0.5),
-    "delete.retention.ms": ("delete_retention_ms", _int(0), 86_400_000),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0), 0),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1), LONG_MAX),
-    "klake.timestamps.allow.negative": ("allow_negative_timestamps", _bool, False),
-    "klake.log.append.time.monotonic": ("monotonic_log_append_time", _bool, False),
+# key -> (attribute, parser)
+_SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {  # defaults: the TopicConfig fields
+    "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1)),
+    "segment.ms": ("segment_ms", _int(1)),
+    "segment.jitter.ms": ("segment_jitter_ms", _int(0)),
+    "segment.index.bytes": ("segment_index_bytes", _int(12, 2**31 - 1)),
+    "index.interval.bytes": ("index_interval_bytes", _int(0, 2**31 - 1)),
+    "retention.ms": ("retention_ms", _int(-1)),
+    "retention.bytes": ("retention_bytes", _int(-1)),
+    "cleanup.policy": ("cleanup_policy", _policy),
+    "compression.type": ("compression_type", _choice(COMPRESSION_TYPES)),
+    "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1)),
+    "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "delete.retention.ms": ("delete_retention_ms", _int(0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1)),
+    "klake.timestamps.allow.negative": ("allow_negative_timestamps", _bool),
+    "klake.log.append.time.monotonic": ("monotonic_log_append_time", _bool),
 }
 KAFKA_KEYS = tuple(_SETTINGS)
-DEFAULTS = {key: default for key, (_, _, default) in _SETTINGS.items()}
 
 
 def parse_setting(key: str, value: Any) -> Any:
@@ -118,8 +118,8 @@ class TopicConfig:
     segment_bytes: int = 1_073_741_824
     segment_ms: int = 604_800_000
     segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10_485_760
-    index_interval_bytes: int = 4096
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
@@ -152,7 +152,7 @@ class TopicConfig:
 
     def to_mapping(self) -> dict[str, Any]:
         """Kafka-named settings, every key present."""
-        return {key: getattr(self, attribute) for key, (attribute, _, _) in _SETTINGS.items()}
+        return {key: getattr(self, attribute) for key, (attribute, _) in _SETTINGS.items()}
 
     @property
     def compacted(self) -> bool:
@@ -167,6 +167,9 @@ class TopicConfig:
         segment_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
         return RollPolicy(self.segment_bytes, segment_ms, self.segment_jitter_ms, self.segment_index_bytes,
                           self.index_interval_bytes)
+
+
+DEFAULTS = TopicConfig().to_mapping()  # Kafka's default of every topic setting, by its Kafka name
 
 
 def min_timestamp(config: TopicConfig) -> int:

@@ -89,6 +89,14 @@ def row_summary(row: SegmentRow) -> SegmentSummary:
         timestamp_type=row.timestamp_type, magic=row.magic, valid_bytes=row.size_bytes)
 
 
+def last_log_append_time(rows: Sequence[SegmentRow], config: TopicConfig) -> int | None:
+    """The last append time of a LogAppendTime partition (its largest timestamp), which a monotonic
+    append time must not go below; None for CreateTime topics."""
+    if config.message_timestamp_type != "LogAppendTime":
+        return None
+    return max((r.largest_timestamp for r in rows), default=None)
+
+
 def _whole(pieces: list[bytes], log: bytes, start_position: int) -> bytes:
     """A segment's whole log: what the chunks before this one wrote to it (`pieces`, when the writer
     continued it from `start_position`), then `log`."""
@@ -136,8 +144,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     resume = resume_log = resumed = None
     if active is not None:
         resume, resume_log, resumed = resume_state(active, config, tp, options)
-    last_append = max((r.largest_timestamp for r in rows), default=None) \
-        if config.message_timestamp_type == "LogAppendTime" else None
+    last_append = last_log_append_time(rows, config)
     # the old ACTIVE segment's next version keeps its raised log start offset, and is written by
     # extending its .log object server-side (only the new bytes are uploaded)
     previous = {active.base_offset: active} if active is not None else {}

@@ -49,6 +49,7 @@ for the same reason: the state must not grow forever)."""
 TABLE_CONFIGURATION = {"delta.checkpointInterval": "10",
                        "delta.setTransactionRetentionDuration": f"interval {JOB_LEDGER_RETENTION_DAYS} days"}
 OPTIMIZE_ROW_GROUP_ROWS = 16_384
+DEFAULT_VACUUM_RETENTION_HOURS = 168  # Delta's own default, 7 days
 COMMIT_CONFLICT_BACKOFF = wait_exponential_jitter(multiplier=0.02, max=1.0, jitter=0.08)
 """The wait before re-planning a conflicting commit: 20 ms doubling up to 1 s, plus up to 80 ms of random
 jitter so that writers racing for one partition do not collide again in lockstep."""
@@ -335,7 +336,7 @@ class Catalog:
                                                 writer_properties=properties)
         return self._table.optimize.compact(writer_properties=properties)
 
-    def vacuum(self, retention_hours: int = 168, dry_run: bool = False) -> list[str]:
+    def vacuum(self, retention_hours: int = DEFAULT_VACUUM_RETENTION_HOURS, dry_run: bool = False) -> list[str]:
         """Delete data files no longer referenced by versions younger than `retention_hours`."""
         self._table.update_incremental()
         return self._table.vacuum(retention_hours=retention_hours, dry_run=dry_run,

@@ -290,9 +290,15 @@ def _driver_io(run: JobRun) -> Iterator[None]:
     run.bytes.update(meter.bytes)
 
 
-def _rows_by_partition(live: pa.Table) -> dict[TopicPartition, list[SegmentRow]]:
+def rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:
+    """Every row of `tps` (any state), per partition in base-offset order, from one catalog read."""
+    return _rows_by_partition(catalog.rows_table([(tp.topic, tp.partition) for tp in tps]))
+
+
+def _rows_by_partition(table: pa.Table) -> dict[TopicPartition, list[SegmentRow]]:
+    """The rows of a table in (topic, partition, offset) order as row objects, per partition."""
     by_tp: dict[TopicPartition, list[SegmentRow]] = {}
-    for row in table_to_rows(live):
+    for row in table_to_rows(table):
         by_tp.setdefault(TopicPartition(row.topic, row.partition), []).append(row)
     return by_tp
 

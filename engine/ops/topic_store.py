@@ -31,9 +31,14 @@ def _versions(root: str, topic: str, options: StorageOptions | None) -> list[tup
 
 def load_topic_config(root: str, topic: str, options: StorageOptions | None = None) -> TopicConfig:
     """The newest stored configuration of `topic`, or Kafka's defaults if none was saved."""
+    return stored_topic_config(root, topic, options) or TopicConfig()
+
+
+def stored_topic_config(root: str, topic: str, options: StorageOptions | None = None) -> TopicConfig | None:
+    """The newest stored configuration of `topic`, or None if none was saved."""
     versions = _versions(root, topic, options)
     if not versions:
-        return TopicConfig()
+        return None
     uri = versions[-1][1]
     try:
         settings = json.loads(read_bytes(uri, options))

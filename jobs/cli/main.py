@@ -13,6 +13,7 @@ try:
         catalog_maintenance,
         compact,
         import_log,
+        mirror,
         offsets_for_times,
         read,
         recover,
@@ -23,6 +24,7 @@ try:
     )
     from jobs.cli import catalog as cli_catalog
     from jobs.cli import inspect as cli_inspect
+    from jobs.cli import submit as cli_submit
     from jobs.demo import command as demo
     from jobs.runtime import job_runner
 except ImportError as exc:  # a broken install (the compiled codec not built) is one line, not a traceback
@@ -31,10 +33,10 @@ except ImportError as exc:  # a broken install (the compiled codec not built) is
     print(f"klake: {exc}", file=sys.stderr)
     sys.exit(2)
 
-_COMMAND_MODULES = [cli_inspect, cli_catalog, demo]
+_COMMAND_MODULES = [cli_inspect, cli_catalog, demo, cli_submit]
 JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,
         recover.REBUILD_INDEX, import_log.SPEC, scrub.SPEC, catalog_maintenance.SPEC, offsets_for_times.SPEC,
-        read.SPEC]
+        read.SPEC, mirror.SPEC]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["submit"]:  # its arguments are spark-submit's, then a job's: argparse cannot split them
+        try:
+            return cli_submit.run(JOBS, argv[1:])
+        except KlakeError as exc:
+            print(f"klake submit: error: {exc}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -43,16 +43,19 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from engine.errors import ConfigError, KlakeError
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log.topic_config import KAFKA_KEYS, TopicConfig, parse_setting
 from engine.names import validate_topic
+from engine.ops.catalog_table import DEFAULT_VACUUM_RETENTION_HOURS
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
+from engine.ops.scrub import DEFAULT_GRACE_MS
 from layouts.store import StorageOptions, join, normalize_uri
 
 JOB_DEFAULTS: dict[str, Any] = {
     "lease_ttl_ms": DEFAULT_LEASE_TTL_MS,
-    "scrub_grace_ms": 3_600_000,
-    "vacuum_retention_hours": 168,
-    "index_interval_bytes": 4096,
+    "scrub_grace_ms": DEFAULT_GRACE_MS,
+    "vacuum_retention_hours": DEFAULT_VACUUM_RETENTION_HOURS,
+    "index_interval_bytes": DEFAULT_INDEX_INTERVAL_BYTES,
     "sticky_batch_bytes": 16_384,
     "batch_bytes": 0,
 }

@@ -35,6 +35,7 @@ from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from engine.times import InvalidTimeError, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
+from jobs.runtime.progress import job_progress
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
 from layouts.metering import metered
@@ -92,7 +93,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
     group.add_argument("--report", metavar="PATH", help="write the JSON run report here (local path or s3://)")
     group.add_argument("--job-id", help="stable id of this run; a re-run with the same id never repeats work")
     group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
-    group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    group.add_argument("--no-progress", action="store_true", help="no progress on stderr (a bar on a terminal; in a log, a line every 30 s of a long job)")
     group.add_argument("--verbose", action="store_true",
                        help="show Spark's own log (INFO and up) on stderr, and the job's per-item detail (e.g. "
                             "retention's decision for every segment) on stdout; by default only a summary")
@@ -134,9 +135,7 @@ class JobContext:
         return spark_session(self.config, self._master, verbose=self.args.verbose)
 
     def progress(self) -> Callable[[int, int], None] | None:
-        if self.args.no_progress or not sys.stderr.isatty():
-            return None
-        return lambda done, total: print_progress(self.spec.name, done, total)
+        return job_progress(self.spec.name, enabled=not self.args.no_progress)
 
     def execute(self, prepare: Prepare) -> Execute:
         return spark_execute(self.spark, prepare, self.progress())
@@ -185,13 +184,6 @@ class JobContext:
                                 lease_ttl_ms=int(self.config.jobs["lease_ttl_ms"]), **kwargs)
         self.report.add_run(run)
         return run
-
-
-def print_progress(label: str, done: int, total: int, width: int = 30) -> None:
-    filled = width * done // max(total, 1)
-    end = "\n" if done >= total else ""
-    sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} partitions{end}")
-    sys.stderr.flush()
 
 
 def check_before_work(ctx: JobContext) -> None:

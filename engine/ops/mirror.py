@@ -1,0 +1,287 @@
+"""Mirror topics from one root into another (issue 15): a batch job through the partition-job protocol.
+
+The destination root is the job's: its partitions are leased, its catalog gets the one commit
+(`engine.ops.run`). The source root is only read (its catalog, its segments). Per partition the
+offsets are (the rules: `engine.log.mirror`):
+
+- `preserve`: the destination becomes an exact replica of the source (segments copied byte for byte,
+  with their indexes, catalog facts and segment ids); a destination holding anything else fails with
+  `NotAReplicaError` and nothing of that partition is written;
+- `remap`: the source's batches are appended at the destination's log end with the destination's
+  rules (roll, indexes, LogAppendTime stamp), and the offset map is written as a Parquet side file
+  `{dest_root}/_mirror/{topic}-{partition}/{first destination offset:020d}.parquet` with one row per
+  batch: `source_base_offset`, `source_last_offset`, `destination_base_offset` (a source offset o of
+  that batch is destination offset `destination_base_offset + o - source_base_offset`);
+- `auto` (default): `preserve` for an empty destination or a replica (one the mirror has made a
+  replica stays one, marked by `{dest_root}/_mirror/{topic}-{partition}/replica`), if the two topics
+  have the same `message.timestamp.type`; `remap` otherwise (a destination with segments of its own, a
+  partition with offset maps, a LogAppendTime destination of a CreateTime source, which re-stamps).
+
+Incremental and idempotent by content, as import is (no job-ledger entries): a replica copies the
+versions the destination lacks; a remap continues after the last source offset the committed maps
+name. A map file is written before the commit under a name fixed by the destination's log end, so a
+killed run leaves at worst an uncommitted map (past the destination's log end, ignored) and objects
+the scrubber removes, and the re-run writes the same names again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.catalog.changes import CatalogChange
+from engine.catalog.schema import LIVE_STATES, Layout, SegmentRow, SegmentState, partition_log_start_offset
+from engine.errors import KlakeError
+from engine.format.batch import scan_batches
+from engine.log.append import log_append_time
+from engine.log.mirror import NotAReplicaError, is_replica, relocate_batches, replica_plan
+from engine.log.segment_writer import SegmentWriter
+from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.names import TopicPartition
+from engine.ops.append import last_log_append_time, resume_state
+from engine.ops.catalog_table import Catalog
+from engine.ops.lease import DEFAULT_LEASE_TTL_MS
+from engine.ops.run import (
+    Execute,
+    JobRun,
+    PartitionInput,
+    PartitionStep,
+    Prepare,
+    rows_by_partition,
+    run_partition_job,
+    serial_execute,
+)
+from engine.ops.topic_store import load_topic_config, save_topic_config, stored_topic_config
+from engine.ops.versions import store_segment_version
+from layouts.object_layout import object_segment_keys, write_segment
+from layouts.store import (
+    StorageOptions,
+    ensure_object,
+    join,
+    list_objects,
+    normalize_uri,
+    object_info,
+    read_bytes,
+    write_bytes,
+)
+
+MODES = ("auto", "preserve", "remap")
+MAP_DIR = "_mirror"
+MAP_SCHEMA = pa.schema([pa.field("source_base_offset", pa.int64(), nullable=False),
+                        pa.field("source_last_offset", pa.int64(), nullable=False),
+                        pa.field("destination_base_offset", pa.int64(), nullable=False)])
+_MAP_NAME = re.compile(r"(\d{20})\.parquet")
+
+
+@dataclass
+class MirrorOutcome:
+    """What the mirror did to one partition."""
+
+    topic: str
+    partition: int
+    mode: str  # preserve | remap
+    segments_copied: int = 0
+    segments_replaced: int = 0
+    batches_copied: int = 0
+    bytes_copied: int = 0
+    source_log_end_offset: int = 0
+    log_end_offset: int = 0
+    offset_map: str | None = None
+    segments_written: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_mirror_job_id(source_root: str, dest_root: str, mode: str) -> str:
+    """The same mirror has the same job id, so a re-run of a killed one takes over its leases at once."""
+    return "mirror-" + hashlib.sha256(f"{source_root}\x00{dest_root}\x00{mode}".encode()).hexdigest()[:24]
+
+
+def offset_map_prefix(dest_root: str, tp: TopicPartition) -> str:
+    return join(dest_root, MAP_DIR, tp.dir_name)
+
+
+def committed_offset_maps(dest_root: str, tp: TopicPartition, log_end_offset: int,
+                          options: StorageOptions | None) -> list[tuple[int, str]]:
+    """The partition's offset maps whose first destination offset is below the log end (their commit
+    happened), as (first destination offset, uri) in order; later ones are left by uncommitted runs."""
+    found = [(int(m.group(1)), info.uri) for info in list_objects(offset_map_prefix(dest_root, tp), options)
+             if (m := _MAP_NAME.fullmatch(info.name))]
+    return sorted(entry for entry in found if entry[0] < log_end_offset)
+
+
+def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
+                       options: StorageOptions | None) -> TopicConfig:
+    """A destination topic's settings: its own stored ones, else the source's, stored beside the
+    destination's data (a replica is configured as its source)."""
+    stored = stored_topic_config(dest_root, topic, options)
+    if stored is not None:
+        return stored
+    save_topic_config(dest_root, topic, source_config, options)
+    return source_config
+
+
+def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
+                   source_config: Mapping[str, TopicConfig], mode: str, dest_root: str, now_ms: int,
+                   options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+    """Mirror one partition into the destination; the step is committed by the job's one commit."""
+    source = list(source_rows.get(item.tp, ()))
+    dest = list(item.rows)
+    log_end = dest[-1].next_offset if dest else 0
+    maps = committed_offset_maps(dest_root, item.tp, log_end, options)
+    same_time = source_config[item.tp.topic].message_timestamp_type == item.config.message_timestamp_type
+    if mode == "preserve" and not same_time:
+        raise KlakeError(f"{item.tp}: an exact replica keeps the source's timestamps, but message.timestamp.type is "
+                         f"{source_config[item.tp.topic].message_timestamp_type} at the source and "
+                         f"{item.config.message_timestamp_type} at the destination; mirror with --offsets remap")
+    if mode == "auto":
+        replica = same_time and not maps and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
+        mode = "preserve" if replica else "remap"
+    if mode == "preserve":
+        return _replicate(item.tp, source, dest, dest_root, options, job_id)
+    return _remap(item, source, maps, dest_root, now_ms, options, job_id)
+
+
+def _replica_marker(dest_root: str, tp: TopicPartition) -> str:
+    return join(offset_map_prefix(dest_root, tp), "replica")
+
+
+def _was_replica(dest_root: str, tp: TopicPartition, options: StorageOptions | None) -> bool:
+    """Whether the partition was mirrored as a replica: `auto` keeps it one (a source compacted or
+    truncated since then fails it, naming the segment) rather than appending the whole source again."""
+    return object_info(_replica_marker(dest_root, tp), options) is not None
+
+
+def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentRow], dest_root: str,
+               options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+    plan = replica_plan(source, dest)
+    outcome = MirrorOutcome(tp.topic, tp.partition, "preserve",
+                            source_log_end_offset=source[-1].next_offset if source else 0)
+    for d, s in plan.replace:
+        if read_bytes(s.log_key, options, 0, d.size_bytes) != read_bytes(d.log_key, options):
+            raise NotAReplicaError(f"destination segment {d.log_key} is not a prefix of source segment {s.log_key}")
+    added = []
+    if plan.copy:
+        ensure_object(_replica_marker(dest_root, tp), b"", options)
+    for s in plan.copy:
+        keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
+        log = read_bytes(s.log_key, options)
+        write_segment(keys, log, read_bytes(s.index_key, options), read_bytes(s.timeindex_key, options), options)
+        added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
+                             layout=str(Layout.OBJECT), job_id=job_id))
+        outcome.bytes_copied += len(log)
+        outcome.batches_copied += s.batch_count
+    outcome.segments_copied, outcome.segments_replaced = len(added), len(plan.replace)
+    outcome.segments_written = [r.log_key for r in added]
+    outcome.log_end_offset = max([r.next_offset for r in added] + ([dest[-1].next_offset] if dest else [0]))
+    change = CatalogChange(add=tuple(added), remove=tuple(d.ref for d, _ in plan.replace),
+                           transitions=plan.transitions)
+    return PartitionStep(outcome, change)
+
+
+def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int, str]], dest_root: str,
+           now_ms: int, options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+    tp, config, dest = item.tp, item.config, list(item.rows)
+    log_end = dest[-1].next_offset if dest else 0
+    outcome = MirrorOutcome(tp.topic, tp.partition, "remap", source_log_end_offset=source[-1].next_offset
+                            if source else 0, log_end_offset=log_end)
+    from_offset = 0
+    if maps:  # the last committed map says where the previous runs stopped
+        last_map = pq.read_table(io.BytesIO(read_bytes(maps[-1][1], options)))
+        from_offset = int(last_map.column("source_last_offset").to_numpy().max()) + 1
+    if source:  # records below the source's log start offset are deleted (KIP-107): not copied
+        from_offset = max(from_offset, partition_log_start_offset(source))
+    todo = [s for s in source if s.next_offset > from_offset]
+    if not todo:
+        return PartitionStep(outcome)
+    active = dest[-1] if dest and dest[-1].state == SegmentState.ACTIVE else None
+    policy = config.roll_policy()
+    if active is not None:
+        state, log, _ = resume_state(active, config, tp, options)
+        writer = SegmentWriter.resume(policy, state, str(tp), log)
+    else:
+        writer = SegmentWriter(policy, log_end, str(tp), now_ms, min_timestamp(config))
+    lat = log_append_time(config, now_ms, last_log_append_time(dest, config))
+    new_rows: list[SegmentRow] = []
+
+    def store(segment_base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> None:
+        extends = active if active is not None and active.base_offset == segment_base else None
+        new_rows.append(store_segment_version(
+            dest_root, tp, segment_base, log, index, timeindex, state, job_id, now_ms, options,
+            log_start_offset=extends.log_start_offset if extends else -1, extends=extends,
+            min_timestamp=min_timestamp(config)))
+
+    next_offset = log_end
+    map_parts = []
+    for s in todo:
+        data = read_bytes(s.log_key, options)
+        moved = relocate_batches(data, scan_batches(data, s.log_key).headers, from_offset, next_offset, lat,
+                                 s.log_key)
+        for append in moved.appends:
+            writer.append(append, now_ms)
+            outcome.bytes_copied += len(append.data)
+        for closed in writer.closed:  # upload each rolled segment at once: memory bounded by segment.bytes
+            store(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
+        writer.closed.clear()
+        map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
+        next_offset = moved.next_offset or next_offset
+        outcome.batches_copied += len(moved.appends)
+    if next_offset == log_end:
+        return PartitionStep(outcome)
+    act = writer.active
+    offsets, times = act.indexer.snapshot()
+    store(act.base_offset, b"".join(act.chunks), offsets.to_bytes(), times.to_bytes(), SegmentState.ACTIVE)
+    outcome.offset_map = join(offset_map_prefix(dest_root, tp), f"{log_end:020d}.parquet")
+    sink = io.BytesIO()
+    pq.write_table(pa.concat_tables(map_parts), sink)
+    write_bytes(outcome.offset_map, sink.getvalue(), options)
+    outcome.segments_written = [r.log_key for r in new_rows]
+    outcome.segments_copied, outcome.log_end_offset = len(new_rows), next_offset
+    return PartitionStep(outcome, CatalogChange(add=tuple(new_rows),
+                                                remove=(active.ref,) if active is not None else ()))
+
+
+def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: Sequence[int] = ()
+                      ) -> list[TopicPartition]:
+    """The source catalog's partitions selected by `topics` / `partitions` (all by default); a topic the
+    source does not hold is bad input."""
+    found = catalog.partitions()
+    if missing := set(topics) - {tp.topic for tp in found}:
+        raise KlakeError(f"topic(s) not in the source catalog {catalog.uri}: {sorted(missing)}")
+    return [tp for tp in found if (not topics or tp.topic in topics) and (not partitions or tp.partition in partitions)]
+
+
+def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog,
+                      tps: Sequence[TopicPartition], *, dest_configs: Mapping[str, TopicConfig] | None = None,
+                      mode: str = "auto", now_ms: int, options: StorageOptions | None = None,
+                      job_id: str | None = None, execute: Callable[[Prepare], Execute] = serial_execute,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
+    """Mirror `tps` from the source root into the destination root in one job (see the module
+    docstring); `dest_configs` are the destination topics' settings where the caller declared them,
+    the others are `destination_config`'s. `execute` runs the partitions (serially by default)."""
+    if mode not in MODES:
+        raise KlakeError(f"offsets mode {mode!r}: expected one of {', '.join(MODES)}")
+    source_root, dest_root = normalize_uri(source_root), normalize_uri(dest_root)
+    if source_root == dest_root:
+        raise KlakeError(f"mirror source and destination are the same root {source_root}")
+    job_id = job_id or default_mirror_job_id(source_root, dest_root, mode)
+    topics = sorted({tp.topic for tp in tps})
+    source_config = {t: load_topic_config(source_root, t, options) for t in topics}
+    declared = dict(dest_configs or {})
+    configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options) for t in topics}
+    rows = {tp: tuple(r for r in found if r.state in LIVE_STATES)
+            for tp, found in rows_by_partition(source_catalog, tps).items()}
+    prepare = partial(prepare_mirror, source_rows=rows, source_config=source_config, mode=mode, dest_root=dest_root,
+                      now_ms=now_ms, options=options, job_id=job_id)
+    return run_partition_job(dest_catalog, dest_root, {tp: configs[tp.topic] for tp in tps}, execute(prepare),
+                             operation="mirror", job_id=job_id, options=options, ledger=False,
+                             lease_ttl_ms=lease_ttl_ms)

@@ -1,0 +1,70 @@
+"""`mirror`: copy topics from another klake root (SRC, its catalog at SRC/_catalog unless --source-catalog)
+into this job's root, e.g. a local root to S3 or one bucket to another. `--offsets preserve` makes an exact
+replica (same segments, indexes and catalog facts); `--offsets remap` appends the batches at the
+destination's log end with its rules (a LogAppendTime destination re-stamps them) and writes the offset
+map as Parquet under {root}/_mirror/; `auto` (default) preserves where the destination is empty or a
+replica of the same timestamp type. A re-run copies only what the destination lacks; a killed run is
+finished by re-running the same command.
+
+    spark-submit jobs/mirror.py /data/klake --conf conf/s3.example.yaml --topic orders --report out/mirror.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.errors import KlakeError
+from engine.ops.catalog_table import Catalog, CatalogNotFoundError
+from engine.ops.mirror import MODES, default_mirror_job_id, mirror_partitions, source_partitions
+from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
+from layouts.store import check_access, join, normalize_uri
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="SRC", help="the klake root to copy from (path or s3://)")
+    parser.add_argument("--source-catalog", metavar="URI", help="the source's catalog (default SRC/_catalog)")
+    parser.add_argument("--offsets", choices=MODES, default="auto",
+                        help="preserve (exact replica), remap (destination offsets + offset map) or auto")
+
+
+def run(ctx: JobContext) -> None:
+    source = normalize_uri(ctx.args.source)
+    check_access(source, ctx.options)
+    catalog_uri = normalize_uri(ctx.args.source_catalog or join(source, "_catalog"))
+    try:
+        source_catalog = Catalog.open(catalog_uri, ctx.options)
+    except CatalogNotFoundError:
+        raise KlakeError(f"no catalog at {catalog_uri}: is {source} a klake root?") from None
+    tps = source_partitions(source_catalog, ctx.args.topics, ctx.args.partition_ids)
+    if ctx.args.job_id is None:
+        ctx.job_id = ctx.report.job_id = default_mirror_job_id(source, ctx.config.root, ctx.args.offsets)
+    declared = {tp.topic: ctx.topic_config(tp.topic) for tp in tps if ctx.config.topic(tp.topic) is not None}
+    run = mirror_partitions(source, source_catalog, ctx.config.root, ctx.catalog_or_create(), tps,
+                            dest_configs=declared, mode=ctx.args.offsets, now_ms=ctx.now_ms, options=ctx.options,
+                            job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]))
+    ctx.report.add_run(run)
+    segments = batches = 0
+    for result in sorted(run.results, key=lambda r: (r.tp.topic, r.tp.partition)):
+        if result.step is None:
+            continue
+        out = result.step.outcome
+        segments += out.segments_copied
+        batches += out.batches_copied
+        what = (f"{plural(out.segments_copied, 'segment')} written, {plural(out.batches_copied, 'batch', 'batches')} "
+                f"copied, log end offset {out.log_end_offset} (source {out.source_log_end_offset})")
+        if out.offset_map:
+            what += f", offset map {out.offset_map}"
+        ctx.report.summary.append(f"{result.tp}: {out.mode}: {what}")
+    ctx.report.results["mirror"] = {"source": source, "source_catalog": catalog_uri, "offsets": ctx.args.offsets,
+                                    "segments_written": segments, "batches_copied": batches}
+    ctx.report.summary.append(f"mirror {source} -> {ctx.config.root}: {plural(segments, 'segment')} written, "
+                              f"{plural(batches, 'batch', 'batches')} copied over {plural(len(tps), 'partition')}")
+
+
+SPEC = JobSpec("mirror", "copy topics from another klake root (replica or re-assigned offsets)", run, add_arguments,
+               description=__doc__, dry_run=False)
+
+if __name__ == "__main__":
+    sys.exit(main(SPEC))

@@ -1,0 +1,335 @@
+"""`engine.ops.mirror`: topics copied between roots, local -> moto S3 -> local.
+
+Truth is independent of klake's reader: every record and batch is read back with kafka-python (CRCs
+validated) and compared field by field with the source; the offset map is checked against a brute-force
+pairing of the source's records with the destination's, in log order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.errors import KlakeError
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
+from engine.log.mirror import NotAReplicaError
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops.append import append_to_partition
+from engine.ops.catalog_table import Catalog
+from engine.ops.importer import import_log_dir
+from engine.ops.mirror import committed_offset_maps, mirror_partitions
+from engine.ops.topic_store import load_topic_config, save_topic_config
+from engine.ops.truncate import delete_records, truncate_partition
+from layouts.store import StorageOptions, list_objects, read_bytes
+from tests.conftest import Backend
+from tests.oracles.kafka_python import read_with_kafka_python
+
+NOW = 1_790_000_000_000
+TP = TopicPartition("orders", 0)
+CONFIG = TopicConfig.from_mapping({"segment.bytes": 3000, "index.interval.bytes": 300, "max.message.bytes": 400,
+                                   "message.timestamp.after.max.ms": 60_000})
+
+
+def _records(n: int, first: int = 0) -> pa.Table:
+    return pa.table({"key": pa.array([b"k%03d" % (i % 40) for i in range(first, first + n)], pa.binary()),
+                     "value": pa.array([None if i % 7 == 3 else b"value-%05d" % i for i in range(first, first + n)],
+                                       pa.binary()),
+                     "headers": pa.array([[{"key": "h", "value": b"%d" % i}] for i in range(first, first + n)],
+                                         pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                     "timestamp": pa.array(NOW - 100_000 + np.arange(first, first + n) * 7, pa.int64())})
+
+
+def _read(root: str, catalog: Catalog, tp: TopicPartition, options: StorageOptions) -> tuple[list, list]:
+    """(records, batches) of a partition's live log, read by kafka-python: every field a record and its
+    batch carry (offset, timestamp and its type, key, value, headers; producer id/epoch/base sequence,
+    transactional and control flags)."""
+    records, batches = [], []
+    for row in catalog.live_segments(tp.topic, tp.partition):
+        recs, bats = read_with_kafka_python(read_bytes(row.log_key, options))
+        spans = [(b.base_offset, b.base_offset + b.last_offset_delta,
+                  (b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
+                   b.is_control_batch)) for b in bats]
+        batches += spans
+        records += [(offset, *fields, next(f for lo, hi, f in spans if lo <= offset <= hi))
+                    for offset, *fields in recs]
+    return records, batches
+
+
+def _replica_facts(catalog: Catalog, tp: TopicPartition, options: StorageOptions) -> list[tuple]:
+    """Each live segment's catalog facts (all but where its objects are and which job wrote it) and bytes."""
+    out = []
+    for row in catalog.live_segments(tp.topic, tp.partition):
+        facts = {k: v for k, v in asdict(row).items() if k not in ("log_key", "index_key", "timeindex_key", "job_id")}
+        out.append((facts, read_bytes(row.log_key, options), read_bytes(row.index_key, options),
+                    read_bytes(row.timeindex_key, options)))
+    return out
+
+
+def _copied(run) -> int:
+    return sum(r.step.outcome.segments_copied for r in run.results if r.step is not None)
+
+
+@pytest.mark.s3
+def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Path, s3_backend: Backend) -> None:
+    options = s3_backend.options
+    roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
+    cats = {name: Catalog.create(f"{root}/_catalog", options) for name, root in roots.items()}
+    save_topic_config(roots["a"], TP.topic, CONFIG, options)
+    append_to_partition(cats["a"], roots["a"], TP, _records(300), CONFIG, NOW, options)
+    source = _replica_facts(cats["a"], TP, options)
+    assert len(source) >= 4
+
+    def mirror(src: str, dst: str, now: int = NOW):
+        return mirror_partitions(roots[src], cats[src], roots[dst], cats[dst], [TP], now_ms=now, options=options)
+
+    first = mirror("a", "b")
+    assert first.failures == {} and _copied(first) == len(source)
+    assert all(r.step.outcome.mode == "preserve" for r in first.results)
+    assert _replica_facts(cats["b"], TP, options) == source
+    assert load_topic_config(roots["b"], TP.topic, options) == CONFIG  # a replica is configured as its source
+
+    # the source's active segment grows (a new version of it) and rolls: only those versions are copied
+    append_to_partition(cats["a"], roots["a"], TP, _records(120, first=300), CONFIG, NOW + 1, options)
+    grown = _replica_facts(cats["a"], TP, options)
+    lacking = [f for f in grown if f not in source]
+    again = mirror("a", "b", NOW + 1)
+    assert _copied(again) == len(lacking) and again.results[0].step.outcome.segments_replaced == 1
+    assert _replica_facts(cats["b"], TP, options) == grown
+    idle = mirror("a", "b", NOW + 2)
+    assert _copied(idle) == 0 and idle.commit is None  # a re-run copies nothing
+
+    back = mirror("b", "c")
+    assert back.failures == {} and _replica_facts(cats["c"], TP, options) == grown
+    assert _read(roots["c"], cats["c"], TP, options) == _read(roots["a"], cats["a"], TP, options)
+
+
+def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(backend: Backend) -> None:
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    append_to_partition(cat_a, a, TP, _records(50), CONFIG, NOW, options)
+    append_to_partition(cat_b, b, TP, _records(10, first=500), CONFIG, NOW, options)
+    before = cat_b.version
+    with pytest.raises(NotAReplicaError):
+        mirror_partitions(a, cat_a, b, cat_b, [TP], mode="preserve", now_ms=NOW, options=options,
+                          execute=lambda prepare: lambda items: [_strict(prepare, i) for i in items])
+    assert cat_b.version == before
+    lat = TopicConfig.from_mapping({"message.timestamp.type": "LogAppendTime"})
+    c = backend.uri("c")
+    save_topic_config(c, TP.topic, lat, options)
+    run = mirror_partitions(a, cat_a, c, Catalog.create(f"{c}/_catalog", options), [TP], mode="preserve",
+                            now_ms=NOW, options=options)
+    assert "message.timestamp.type" in run.failures[str(TP)] and run.commit is None
+
+
+@pytest.mark.parametrize("kind", ["CreateTime", "LogAppendTime"])
+def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_and_follows_the_broker(
+        tmp_path: Path, backend: Backend, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker writes a second segment after the first import: re-importing demotes the first one to
+    ROLLED (the same version, a state change), and the replica follows with a transition and one copy."""
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(a, TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact",
+                                                             "message.timestamp.type": kind}), options)
+    broker = _compacted_log_dir(tmp_path / "broker")
+    later = broker / TP.dir_name / f"{20:020d}.log"
+    held = later.read_bytes()
+    later.unlink()
+    import_log_dir(str(broker), a, cat_a, copy=True, options=options)
+    with monkeypatch.context() as patch:
+        patch.setattr(Catalog, "apply", _killing)
+        with pytest.raises(RuntimeError, match="killed"):
+            mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert cat_b.live_segments(TP.topic, TP.partition) == []
+    done = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)  # the objects are there
+    assert _copied(done) == 1 and done.results[0].step.outcome.mode == "preserve"
+    assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
+
+    later.write_bytes(held)
+    import_log_dir(str(broker), a, cat_a, copy=True, options=options)
+    assert [r.state for r in cat_a.live_segments(TP.topic, TP.partition)] == ["ROLLED", "ACTIVE"]
+    again = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert _copied(again) == 1 and again.commit.transitioned == 1
+    assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
+    assert _read(b, cat_b, TP, options) == _read(a, cat_a, TP, options)
+
+
+def _killing(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
+    raise RuntimeError(f"driver killed during the {operation} commit")
+
+
+def test_a_replica_follows_delete_records_and_stays_a_replica_when_the_source_is_truncated(backend: Backend) -> None:
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    append_to_partition(cat_a, a, TP, _records(200), CONFIG, NOW, options)
+    mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    rows = cat_a.live_segments(TP.topic, TP.partition)
+    delete_records(cat_a, a, TP, rows[1].base_offset + 1, NOW, options)  # a new version of segment 1
+    followed = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert followed.results[0].step.outcome.segments_replaced == 1
+    kept = _replica_facts(cat_b, TP, options)  # the destination keeps segment 0, which the source deleted
+    assert kept[1:] == _replica_facts(cat_a, TP, options) and kept[0][0]["base_offset"] == rows[0].base_offset
+
+    truncate_partition(cat_a, a, TP, rows[-1].base_offset - 5, CONFIG, NOW, options)
+    before = cat_b.version
+    cut = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert "no version of a source segment" in cut.failures[str(TP)] and cat_b.version == before
+    assert _replica_facts(cat_b, TP, options) == kept  # auto did not append the source again after it
+
+
+def _strict(prepare, item):
+    from engine.ops.run import run_prepare
+    return run_prepare(prepare, item, catch=False)
+
+
+# ------------------------------------------------------------------ a compacted topic with transactions
+
+
+def _compacted_log_dir(where: Path) -> Path:
+    """A compacted partition as a broker's cleaner leaves it, in two segments: tombstones, gaps between
+    batches and inside one, a committed and an aborted transaction with their markers, compressed batches."""
+    ts = NOW - 50_000
+    batches = [
+        encode_batch([b"a", b"b"], [b"1", b"2"], [ts, ts + 1], base_offset=0),
+        encode_batch([b"c", b"a"], [None, b"3"], [ts + 5, ts + 9], base_offset=4, offset_deltas=[0, 2],
+                     last_offset_delta=3),  # a cleaned batch: a gap inside, lastOffset kept
+        encode_batch([b"t1", b"t2"], [b"x", None], [ts + 10, ts + 11], base_offset=8, producer_id=42,
+                     producer_epoch=3, base_sequence=0, transactional=True),
+        encode_batch(*map(lambda v: [v], control_record(CONTROL_COMMIT, 5)), [ts + 12], base_offset=10,
+                     producer_id=42, producer_epoch=3, transactional=True, control=True),
+    ]
+    second = [
+        encode_batch([b"t3"], [b"y"], [ts + 20], base_offset=20, producer_id=43, producer_epoch=0, base_sequence=7,
+                     transactional=True, codec=1, headers=[[("hk", b"hv")]]),
+        encode_batch(*map(lambda v: [v], control_record(CONTROL_ABORT, 6)), [ts + 21], base_offset=21,
+                     producer_id=43, producer_epoch=0, transactional=True, control=True),
+        encode_batch([b"d", b"e", b"a"], [b"4", None, b"5"], [ts + 30, ts + 25, ts + 31], base_offset=25, codec=1),
+    ]
+    part = where / f"{TP.topic}-{TP.partition}"
+    part.mkdir(parents=True)
+    (part / f"{0:020d}.log").write_bytes(b"".join(bytes(b) for b in batches))
+    (part / f"{20:020d}.log").write_bytes(b"".join(bytes(b) for b in second))
+    return where
+
+
+def _offset_map(root: str, tp: TopicPartition, catalog: Catalog, options: StorageOptions) -> pa.Table:
+    rows = catalog.live_segments(tp.topic, tp.partition)
+    maps = committed_offset_maps(root, tp, rows[-1].next_offset, options)
+    return pa.concat_tables([pq.read_table(pa.BufferReader(read_bytes(uri, options))) for _, uri in maps])
+
+
+def _mapped(table: pa.Table, offset: int) -> int:
+    """Look `offset` up in an offset map (one row per batch)."""
+    hit = [i for i, (lo, hi) in enumerate(zip(table["source_base_offset"].to_pylist(),
+                                              table["source_last_offset"].to_pylist(), strict=True)) if lo <= offset <= hi]
+    assert len(hit) == 1, offset
+    row = hit[0]
+    return table["destination_base_offset"][row].as_py() + offset - table["source_base_offset"][row].as_py()
+
+
+@pytest.mark.s3
+def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset(tmp_path: Path,
+                                                                                s3_backend: Backend) -> None:
+    options = s3_backend.options
+    roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
+    cats = {name: Catalog.create(f"{root}/_catalog", options) for name, root in roots.items()}
+    compacted = TopicConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 400,
+                                          "index.interval.bytes": 100})
+    save_topic_config(roots["a"], TP.topic, compacted, options)
+    import_log_dir(str(_compacted_log_dir(tmp_path / "broker")), roots["a"], cats["a"], copy=True, options=options)
+    # B already holds records of its own: the mirror appends after them, with new offsets
+    save_topic_config(roots["b"], TP.topic, compacted, options)
+    append_to_partition(cats["b"], roots["b"], TP, _records(13).filter(pa.array([i % 7 != 3 for i in range(13)])),
+                        compacted, NOW, options)
+    own, _ = _read(roots["b"], cats["b"], TP, options)
+    source, source_batches = _read(roots["a"], cats["a"], TP, options)
+    assert any(r[3] is None for r in source) and any(f[5] for *_, f in source_batches)
+
+    first = mirror_partitions(roots["a"], cats["a"], roots["b"], cats["b"], [TP], now_ms=NOW, options=options)
+    assert first.failures == {} and first.results[0].step.outcome.mode == "remap"
+    mirrored, b_batches = _read(roots["b"], cats["b"], TP, options)
+    assert mirrored[:len(own)] == own
+    copied_batches = b_batches[-len(source_batches):]  # re-assigned offsets run on without gaps
+    assert copied_batches[0][0] == own[-1][0] + 1
+    assert all(nxt[0] == prev[1] + 1 for prev, nxt in zip(copied_batches, copied_batches[1:], strict=False))
+    copied = mirrored[len(own):]
+    # every field but the offset is the source's; offsets follow the map, which brute force confirms
+    assert [r[1:] for r in copied] == [r[1:] for r in source]
+    ab = _offset_map(roots["b"], TP, cats["b"], options)
+    assert [_mapped(ab, r[0]) for r in source] == [r[0] for r in copied]
+    assert ab.num_rows == len(source_batches) and ab["destination_base_offset"][0].as_py() == own[-1][0] + 1
+    spans = [hi - lo for lo, hi, _ in source_batches]
+    assert (pa.compute.subtract(ab["source_last_offset"], ab["source_base_offset"]).to_pylist() == spans)
+
+    rerun = mirror_partitions(roots["a"], cats["a"], roots["b"], cats["b"], [TP], now_ms=NOW, options=options)
+    assert _copied(rerun) == 0 and rerun.commit is None
+    assert _read(roots["b"], cats["b"], TP, options)[0] == mirrored
+
+    back = mirror_partitions(roots["b"], cats["b"], roots["c"], cats["c"], [TP], mode="remap", now_ms=NOW,
+                             options=options)
+    assert back.failures == {}
+    in_c, _ = _read(roots["c"], cats["c"], TP, options)
+    bc = _offset_map(roots["c"], TP, cats["c"], options)
+    assert [r[1:] for r in in_c] == [r[1:] for r in mirrored]
+    by_offset = {r[0]: r for r in in_c}
+    for rec in source:  # A -> B -> C: C holds every record of A at A's offset mapped twice
+        assert by_offset[_mapped(bc, _mapped(ab, rec[0]))][1:] == rec[1:]
+
+
+def test_log_append_time_destination_restamps_monotonically(backend: Backend) -> None:
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(a, TP.topic, CONFIG, options)
+    append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
+    lat = TopicConfig.from_mapping({**CONFIG.to_mapping(), "message.timestamp.type": "LogAppendTime",
+                                    "klake.log.append.time.monotonic": "true"})
+    save_topic_config(b, TP.topic, lat, options)
+    run = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW + 5_000, options=options)
+    assert run.results[0].step.outcome.mode == "remap"  # auto: a LogAppendTime destination re-stamps
+    source, _ = _read(a, cat_a, TP, options)
+    mirrored, batches = _read(b, cat_b, TP, options)
+    assert [r[0] for r in mirrored] == [r[0] for r in source]  # an empty destination: the same offsets
+    assert {r[1] for r in mirrored} == {NOW + 5_000} and {f[0] for *_, f in batches} == {1}
+    assert [r[2:5] for r in mirrored] == [r[2:5] for r in source]
+
+    append_to_partition(cat_a, a, TP, _records(10, first=40), CONFIG, NOW, options)
+    mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)  # the clock went back
+    more, _ = _read(b, cat_b, TP, options)
+    assert more[:len(mirrored)] == mirrored and len(more) == 50
+    assert {r[1] for r in more[len(mirrored):]} == {NOW + 5_000}  # max(last appended, now)
+
+
+def test_unknown_topic_and_bad_mode_are_bad_input(backend: Backend) -> None:
+    a, b = backend.uri("a"), backend.uri("b")
+    cat = Catalog.create(f"{a}/_catalog", backend.options)
+    with pytest.raises(KlakeError, match="offsets mode"):
+        mirror_partitions(a, cat, b, cat, [TP], mode="keep", now_ms=NOW, options=backend.options)
+    with pytest.raises(KlakeError, match="same root"):
+        mirror_partitions(a, cat, a, cat, [TP], now_ms=NOW, options=backend.options)
+    assert list_objects(b, backend.options) == []
+
+
+def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtures: Path) -> None:
+    """Magic-1 messages (written by Apache kafka-clients) copy byte for byte; moving them would need the
+    broker's conversion, so a remap of them fails its partition, naming the segment, and writes nothing."""
+    options = StorageOptions()
+    part = tmp_path / "broker" / TP.dir_name
+    part.mkdir(parents=True)
+    (part / f"{1000:020d}.log").write_bytes((kafka_fixtures / "kafka-clients" / "m1-none.records").read_bytes())
+    a, b, c = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")
+    cat_a, cat_b, cat_c = (Catalog.create(f"{root}/_catalog", options) for root in (a, b, c))
+    import_log_dir(str(tmp_path / "broker"), a, cat_a, copy=True, options=options)
+    replica = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    assert replica.failures == {} and _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
+    moved = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
+    assert "magic-1" in moved.failures[str(TP)] and f"{1000:020d}" in moved.failures[str(TP)]
+    assert moved.commit is None and not (tmp_path / "c" / TP.dir_name).exists()
