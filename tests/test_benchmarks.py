@@ -58,3 +58,12 @@ def test_append_bench_runs_in_smoke_size() -> None:
     out = _bench("append_bench.py", "--mb", "2")
     assert re.search(r"^append [\d.]+ MB/s vs Spark Parquet write [\d.]+ MB/s", out, re.M), out
     assert '"records_appended": 20971' in out, out
+
+
+def test_retention_bench_runs_in_smoke_size() -> None:
+    """The retention benchmark checks the job's report and side file against the synthetic catalog's answer."""
+    out = _bench("retention_bench.py", "--rows", "2000", "--commits", "3")
+    assert re.search(r"^catalog: 2,000 live segments in 200 partitions", out, re.M), out
+    assert re.search(r"^retention dry run: wall [\d.]+ s \(target <= 10 s\) (ok|MISSED)$", out, re.M), out
+    assert re.search(r"^driver peak RSS [\d.]+ MB", out, re.M) and "checks: all passed" in out, out
+    assert "retention: would delete 1000 segment(s), kept 1000" in out, out

@@ -10,12 +10,15 @@ this process for the engine's single-partition functions, one Spark task per par
 3. skip the partitions the job ledger says this job id already finished (an earlier attempt committed
    them): a job id names a unit of work per partition, as a producer id and sequence do in Kafka's
    idempotent producer, so a re-run finishes exactly the partitions that are missing;
-4. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
+4. a job that plans on the driver (`planner`: retention) plans every partition at once over the live
+   rows as one Arrow table, and each task gets its partition's slice of the plan and of the rows, as
+   Arrow (no row objects are built or pickled);
+5. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
    always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
    scrub job removes them) and a re-run starts again from the catalog;
-5. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
+6. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
    entries of the partitions it finishes;
-6. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
+7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
    removed (one more commit); then the leases are released.
 """
 
@@ -31,8 +34,12 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
+from engine.catalog.schema import COLUMNS, LIVE_STATES, SegmentRow, SegmentState, owned, table_to_rows
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -53,11 +60,34 @@ from layouts.store import StorageOptions, normalize_uri
 
 @dataclass(frozen=True)
 class PartitionInput:
-    """What a partition's task needs: its live rows (base-offset order) and its topic's settings."""
+    """What a partition's task needs: its live rows (base-offset order) and its topic's settings; for a
+    job that plans on the driver (`Planner`), `rows` is empty and the task gets Arrow instead: `segments`,
+    its live catalog rows, and `plan`, its slice of the driver's plan (None: no live segment)."""
 
     tp: TopicPartition
     rows: tuple[SegmentRow, ...]
     config: TopicConfig
+    segments: pa.Table | None = None
+    plan: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Shipped to a task with its own rows only (Arrow), not the whole table they were sliced from."""
+        return {**self.__dict__, "segments": None if self.segments is None else owned(self.segments)}
+
+
+class DriverPlan(Protocol):
+    """A plan of many partitions made on the driver in one vectorised pass (`RetentionPlan`)."""
+
+    def partition(self, tp: TopicPartition) -> Any: ...
+
+
+class Planner(Protocol):
+    """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
+    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those)."""
+
+    columns: Sequence[str]
+
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
 
 
 class StepOutcome(Protocol):
@@ -138,6 +168,7 @@ class JobRun:
     finished_from_earlier_run: dict[str, int] = field(default_factory=dict)
     commit: CommitResult | None = None
     committed_earlier: list[TopicPartition] = field(default_factory=list)
+    plan: DriverPlan | None = None
     requests: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
 
@@ -190,7 +221,7 @@ class _Leases:
 def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing. `strict` raises the
@@ -199,7 +230,7 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
     their steps are idempotent and the ledger must not grow with every idle run. `ledger=False` (import)
     neither skips nor enters partitions: a job idempotent by content that must redo its work whenever its
-    source has grown.
+    source has grown. `planner` plans every partition on the driver over the live rows as Arrow (step 4).
     """
     root = normalize_uri(root)
     run = JobRun(job_id, operation)
@@ -207,14 +238,24 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            rows = rows_by_partition(catalog, tps)
             if mutate:
-                _finish_earlier_deletes(catalog, root, rows, options, run)
+                earlier = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], [SegmentState.DELETE_STARTED])
+                _finish_earlier_deletes(catalog, root, earlier, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
-        items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp])
-                 for tp in tps]
+            columns = COLUMNS if planner is None or mutate else planner.columns
+            live = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
+        if planner is None:
+            rows = _rows_by_partition(live)
+            items = [PartitionInput(tp, tuple(rows.get(tp, [])), configs[tp]) for tp in tps]
+        else:
+            slices = _partition_slices(live)
+            wanted = [tp for tp in tps if tp in slices]
+            live = pa.concat_tables([slices[tp] for tp in wanted]) if wanted else live.slice(0, 0)
+            run.plan = planner(live, {tp: configs[tp] for tp in wanted})
+            items = [PartitionInput(tp, (), configs[tp], slices.get(tp, live.slice(0, 0)),
+                                    run.plan.partition(tp) if tp in slices else None) for tp in tps]
         run.results = execute(items)
         for result in run.results:
             if result.error is not None:
@@ -231,11 +272,12 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
 
 def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
                          *, operation: str, job_id: str, options: StorageOptions | None = None, mutate: bool = True,
-                         ledger_idle: bool = False) -> JobRun:
+                         ledger_idle: bool = False, planner: Planner | None = None) -> JobRun:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
     return run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
-                             job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle)
+                             job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle,
+                             planner=planner)
 
 
 @contextmanager
@@ -250,18 +292,33 @@ def _driver_io(run: JobRun) -> Iterator[None]:
 
 def rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:
     """Every row of `tps` (any state), per partition in base-offset order, from one catalog read."""
+    return _rows_by_partition(catalog.rows_table([(tp.topic, tp.partition) for tp in tps]))
+
+
+def _rows_by_partition(table: pa.Table) -> dict[TopicPartition, list[SegmentRow]]:
+    """The rows of a table in (topic, partition, offset) order as row objects, per partition."""
     by_tp: dict[TopicPartition, list[SegmentRow]] = {}
-    if tps:
-        for row in catalog.rows_of([(tp.topic, tp.partition) for tp in tps]).values():
-            by_tp.setdefault(TopicPartition(row.topic, row.partition), []).append(row)
-    for segments in by_tp.values():
-        segments.sort(key=lambda r: r.base_offset)
+    for row in table_to_rows(table):
+        by_tp.setdefault(TopicPartition(row.topic, row.partition), []).append(row)
     return by_tp
 
 
-def _finish_earlier_deletes(catalog: Catalog, root: str, rows: Mapping[TopicPartition, list[SegmentRow]],
-                            options: StorageOptions | None, run: JobRun) -> None:
-    earlier = [r for segments in rows.values() for r in segments if r.state == SegmentState.DELETE_STARTED]
+def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
+    """Each partition's rows of a table in (topic, partition, offset) order, as zero-copy slices."""
+    if not live.num_rows:
+        return {}
+    topic = pc.dictionary_encode(live["topic"].combine_chunks()).indices.to_numpy().astype(np.int64)
+    key = (topic << 32) | live["partition"].combine_chunks().to_numpy().astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ends = np.r_[starts[1:], live.num_rows]
+    topics, partitions = live["topic"].take(starts).to_pylist(), live["partition"].take(starts).to_pylist()
+    return {TopicPartition(t, p): live.slice(int(a), int(b - a))
+            for t, p, a, b in zip(topics, partitions, starts, ends, strict=True)}
+
+
+def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
+                            run: JobRun) -> None:
+    earlier = table_to_rows(table)
     if earlier:
         delete_and_forget(catalog, root, earlier, options, run.job_id, run.cleanup)
         run.finished_from_earlier_run = dict(Counter(f"{r.topic}-{r.partition}" for r in earlier))
