@@ -58,3 +58,15 @@ def test_append_bench_runs_in_smoke_size() -> None:
     out = _bench("append_bench.py", "--mb", "2")
     assert re.search(r"^append [\d.]+ MB/s vs Spark Parquet write [\d.]+ MB/s", out, re.M), out
     assert '"records_appended": 20971' in out, out
+
+
+def test_lookup_bench_runs_in_smoke_size() -> None:
+    """The lookup benchmark checks every answer against brute force and prints bytes read vs the minimum."""
+    done = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "lookup_bench.py"), "--mb", "1",
+                           "--big-mb", "1", "--partitions", "2", "--targets", "3"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout
+    assert done.returncode in (0, 1), out + done.stderr  # 1 = a target missed, which is not this test's business
+    for shape in ("demo", "small-batches", "big-segment"):
+        assert re.search(rf"^{shape} +\d+ +\d+ +[\d,]+ +[\d,]+ +[\d.]+x .* (ok|MISSED)$", out, re.M), out
+    assert re.search(r"^answers: all \d+ equal brute force$", out, re.M), out
