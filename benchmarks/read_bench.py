@@ -4,9 +4,11 @@ same run (issue 5): wall time, object-store GET requests, bytes read and segment
 Setup (untimed): ~`--mb` MiB of 100-byte records spread evenly over 24 hours, appended with the
 `append` job into 8 partitions with hourly segments (`segment.ms` 1 h) and 64 KiB batches (a
 producer's `batch.size`; a batch spanning hours would span segments' time ranges), so the catalog can prune.
-Timed: the `read` job counting (a) the records of hour 12 and (b) every record, and (c) klake's decoder
-alone over the same segment files in this process (issue 14: the full scan should reach >= 0.5x of it).
-The window answer is checked against the count of generated records whose timestamp falls in the hour.
+Timed: the `read` job (without `--output`: its tasks count the records, Spark's no-op sink consumes the
+rows) reading (a) the records of hour 12 and (b) every record, and (c) klake's decoder alone over the same
+segment files in this process (read, CRC, decode to Arrow; issue 14: the full scan should reach >= 0.5x
+of it). The window answer is checked against the count of generated records whose timestamp falls in the
+hour; untimed, every row of the full scan is checked against the input (key, value, timestamp, each once).
 
 Run: .venv/bin/python benchmarks/read_bench.py [--mb 256] [--workdir DIR]
 """
@@ -60,6 +62,7 @@ def run(mb: int, workdir: Path) -> dict:
     if window["records"] != expected or full["records"] != records or decoded != records:
         raise SystemExit(f"wrong answer: window {window['records']} (expected {expected}), "
                          f"full {full['records']} (expected {records})")
+    _check_every_record(spark, conf, records)
     return {"records": records, "window_records": window["records"],
             "window_s": round(window_s, 2), "full_scan_s": round(full_s, 2),
             "time_ratio_full_over_window": round(full_s / window_s, 2),
@@ -71,6 +74,23 @@ def run(mb: int, workdir: Path) -> dict:
             "window_bytes_read": window["bytes_read"], "full_bytes_read": full["bytes_read"],
             "bytes_ratio_full_over_window": round(full["bytes_read"] / max(window["bytes_read"], 1), 1),
             "window_segments": window["segments"], "full_segments": full["segments"]}
+
+
+def _check_every_record(spark, conf: Path, records: int) -> None:  # noqa: ANN001
+    """Untimed: the full scan's rows (the read job's DataFrame) against the generated input, record by
+    record: each value names its id (`generate_input`), which fixes its key and timestamp; every id once."""
+    from pyspark.sql import functions as F
+
+    rows = read.read_records(spark, load_config(conf), "bench").withColumn(
+        "id", F.split(F.col("value").cast("string"), "x").getItem(0).cast("long"))
+    ok = ((F.col("value") == F.rpad(F.col("id").cast("string"), VALUE_BYTES, "x").cast("binary"))
+          & (F.col("key") == F.concat(F.lit("k"), (F.col("id") % 100_000).cast("string")).cast("binary"))
+          & (F.col("timestamp") == F.timestamp_millis(F.lit(START_MS) + (F.col("id") * DAY_MS / records).cast("long"))))
+    checked = rows.select("id", ok.alias("ok"))
+    summary = checked.agg(F.count("*").alias("n"), F.countDistinct("id").alias("ids"), F.min("id").alias("low"),
+                          F.max("id").alias("high"), F.sum(F.when(F.col("ok"), 0).otherwise(1)).alias("bad")).first()
+    if (summary.n, summary.ids, summary.low, summary.high, summary.bad) != (records, records, 0, records - 1, 0):
+        raise SystemExit(f"full scan rows differ from the input: {summary.asDict()} for {records} records")
 
 
 def _decoder_alone(conf: Path) -> tuple[float, int]:
