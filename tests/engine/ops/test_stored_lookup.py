@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine.catalog.schema import SegmentState
+from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
 from engine.log.lookup import list_offsets
 from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
@@ -26,7 +27,7 @@ from engine.ops.stored_segment import (
 )
 from engine.ops.versions import store_segment_version
 from layouts.metering import metered
-from layouts.store import object_info
+from layouts.store import object_info, read_bytes
 from tests.catalog_rows import partition_segments
 from tests.conftest import KAFKA_FIXTURES, Backend
 
@@ -140,3 +141,12 @@ def test_paged_sidecars_answer_as_brute_force_and_fall_back_whole_when_damaged(b
     assert bool(task[0].index_problems) == (damage != "none"), task[0].index_problems
     top = int(np.argmax(stamps))
     assert (list_offsets(task, -3).offset, list_offsets(task, -3).timestamp) == (top, int(stamps[top]))
+
+
+def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Backend) -> None:
+    """A read window that ends where a batch ends is not the end of the log (range reads and lookups
+    read on from there)."""
+    rows, stamps = _paged_partition(backend)
+    first = scan_batches(read_bytes(rows[0].log_key, backend.options, 0, 4096), strict=False).headers
+    segment = StoredSegment(rows[0], backend.options, read_window=int(first.size[0]) * 3)
+    assert sum(len(headers) for _, headers in segment.chunks_from(0)) == rows[0].batch_count == len(stamps)
