@@ -67,15 +67,19 @@ def append_input(conf: Path, source: Path, report: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def run_cli(run: Callable[[int, Path], dict], default_mb: int, description: str) -> dict:
-    """`--mb` and `--workdir` (a temporary one, removed, by default); prints and returns the figures."""
+def run_cli(run: Callable[..., dict], default_mb: int, description: str, counts: dict[str, int] | None = None
+            ) -> dict:
+    """`--mb` and `--workdir` (a temporary one, removed, by default), and an `--NAME N` option per entry of
+    `counts` (its default) passed to `run` by name; prints and returns the figures."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=default_mb, help=f"MiB of 100-byte values (default {default_mb})")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
+    for name, default in (counts or {}).items():
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"default {default}")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-bench-"))
     try:
-        result = run(args.mb, workdir)
+        result = run(args.mb, workdir, **{name: getattr(args, name) for name in counts or {}})
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

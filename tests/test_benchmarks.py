@@ -50,7 +50,7 @@ def test_catalog_bench_runs_on_a_tiny_catalog() -> None:
 
 def test_read_bench_runs_in_smoke_size() -> None:
     """The read benchmark checks its own answers (window and full scan against the generated records)."""
-    out = _bench("read_bench.py", "--mb", "2")
+    out = _bench("read_bench.py", "--mb", "2", "--repeat", "1")
     assert re.search(r"^full scan [\d.]+ MB/s; klake's decoder alone on the same files [\d.]+ MB/s", out, re.M), out
 
 
