@@ -22,11 +22,14 @@ from engine.format.batch import scan_batches
 from engine.log.kafka_files import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from engine.log.lookup import list_offsets
 from engine.names import TopicPartition
+from engine.ops.catalog_table import Catalog
+from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import stored_segment
 from jobs import append, compact, export
 from jobs import truncate as truncate_job
 from jobs.cli.inspect import load_partition_dir
 from tests.engine.format import test_kafka_clients_oracle as jvm_oracle
+from tests.engine.ops.test_import import facts
 from tests.index_lookups import batch_for_offset
 from tests.jobs.test_jobs import (
     HOUR,
@@ -114,6 +117,17 @@ def test_export_writes_a_log_dir_kafka_clients_reads_whose_indexes_answer_like_t
             assert (answer.offset, answer.timestamp if target not in (-1, -2) else -1) == \
                 brute_force_list_offsets(records, start, end, target)
             assert answer == list_offsets(source, target, start)
+
+    # klake import of the export gives back the source's rows: offsets, counts, sizes, timestamps, states, and
+    # the log start offset inside c-1's first segment (from log-start-offset-checkpoint)
+    again = Catalog.create(str(tmp_path / "again" / "_catalog"))
+    assert not import_log_dir(str(out), str(tmp_path / "again"), again).failed
+    for tp in partitions:
+        source_rows = [r for r in jobs.rows(tp.topic, tp.partition) if r.next_offset > starts[tp]]
+        copies = again.live_segments(tp.topic, tp.partition)
+        assert [(facts(r), r.state) for r in copies] == [(facts(r), r.state) for r in source_rows]
+        assert partition_log_start_offset(copies) == starts[tp]
+    assert partition_log_start_offset(again.live_segments("c", 1)) == 50 > again.live_segments("c", 1)[0].base_offset
 
     code, again = jobs.run(export.SPEC, "--output", str(out))  # a re-run writes nothing
     assert code == 0 and again["results"]["export"]["checkpoints_written"] == []
