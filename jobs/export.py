@@ -21,6 +21,7 @@ from engine.ops.export import (
     ExportRange,
     ExportReport,
     check_output,
+    check_times,
     prepare_export,
     report_of,
     write_checkpoints,
@@ -59,8 +60,11 @@ def run(ctx: JobContext) -> None:
     output = check_output(args.output, ctx.config.root, ctx.config.catalog_uri)
     check_access(output, ctx.options, write=True)
     rng = ExportRange(args.from_offset, args.to_offset, args.from_ms, args.to_ms)
+    tps = ctx.selected_partitions()
+    for topic in sorted({tp.topic for tp in tps}):  # bad input: exit 2 before any work
+        check_times(rng, ctx.topic_config(topic), f"topic {topic}")
     prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(args.topic_ids), options=ctx.options)
-    report = report_of(output, ctx.run_partitions(ctx.selected_partitions(), prepare))
+    report = report_of(output, ctx.run_partitions(tps, prepare))
     report.checkpoints_written = write_checkpoints(output, report.partitions, ctx.options)
     exported = [p for p in report.partitions if p.log_end_offset is not None]
     ctx.report.results["export"] = {"output": output, "partitions": len(exported),

@@ -175,18 +175,24 @@ class _Writer:
                       and classify_kafka_file(uri.rsplit("/", 1)[-1])[0] in _SEGMENT_FILE_KINDS)
 
 
+def check_times(rng: ExportRange, config: TopicConfig, topic: str = "the topic") -> None:
+    """The range's times must be times of the topic: at or after its earliest (`min_timestamp`: 1970, or
+    any int64 with KIP-228's opt-in); -1/-2/-3 are times here, not ListOffsets' special targets."""
+    floor = min_timestamp(config)
+    for name, value in (("from", rng.from_ms), ("to", rng.to_ms)):
+        if value is not None and value < floor:
+            raise KlakeError(f"export --{name} {format_time(value)} is before {topic}'s earliest timestamp "
+                             f"{format_time(floor)}; times before 1970 need klake.timestamps.allow.negative "
+                             "(KIP-228)")
+
+
 def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicConfig, log_start: int,
                   options: StorageOptions | None) -> tuple[int | None, int | None, bool]:
     """The range as offsets: the time bounds become the first offset whose timestamp is >= them
     (ListOffsets), combined with the offset bounds; the flag says the range is empty (no record at or
     after `from_ms`)."""
     low, high = rng.from_offset, rng.to_offset
-    floor = min_timestamp(config)
-    for name, value in (("from", rng.from_ms), ("to", rng.to_ms)):
-        if value is not None and value < floor:
-            raise KlakeError(f"export --{name} {format_time(value)} is before the topic's earliest timestamp "
-                             f"{format_time(floor)}; times before 1970 need klake.timestamps.allow.negative "
-                             "(KIP-228)")
+    check_times(rng, config)
     if rng.from_ms is None and rng.to_ms is None:
         return low, high, False
     segments = [stored_segment(row, options, config) for row in rows]
