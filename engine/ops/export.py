@@ -234,18 +234,16 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
         if cut.empty and len(headers):
             continue
         whole = cut.first == 0 and cut.end == len(headers)
+        check = None
         if whole:
             log = data
-            check = check_sidecars(headers, row.base_offset, read_bytes(row.index_key, options),
-                                   read_bytes(row.timeindex_key, options), row.log_key,
+            index, timeindex = read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options)
+            check = check_sidecars(headers, row.base_offset, index, timeindex, row.log_key,
                                    active=row.state == "ACTIVE", min_timestamp=floor)
         else:
             log = data[cut.start:cut.stop]
             headers = scan_batches(log, row.log_key).headers
-            check = None
-        if check is not None and check.valid:
-            index, timeindex = read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options)
-        else:
+        if check is None or not check.valid:
             offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes, floor)
             index, timeindex = offsets.to_bytes(), times.to_bytes()
         keys = kafka_segment_keys(output, tp, cut.base_offset)
