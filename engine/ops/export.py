@@ -11,8 +11,11 @@ For each partition, under `{output}/{topic}-{partition}/`:
 At the top of the log dir, `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
 `replication-offset-checkpoint`, with the entries of other partitions already there kept. The log start
 offset is the catalog's (a DeleteRecords inside a segment keeps the segment whole, as a broker does),
-raised to `from` by a range; the recovery point and the high watermark are the log end offset (an
-archive holds flushed, committed data).
+raised to `from` by a range; the high watermark is the log end offset (an archive holds committed data),
+and so is the recovery point, except in a partition holding an aborted transaction: klake keeps no
+`.txnindex`, so the recovery point is the base offset of the first segment holding an ABORT marker, and a
+broker loading the dir (it has no clean-shutdown marker) recovers that segment and the later ones
+(`LogLoader` recovers from the recovery point), which rebuilds their `.txnindex` (`LogSegment.recover`).
 
 A range (offsets, or times turned into offsets as a consumer's `offsetsForTimes` does: the first offset
 whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or dropped whole.
@@ -31,8 +34,10 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset
+from engine.cleaner.txn import control_types
 from engine.errors import KlakeError
 from engine.format.batch import scan_batches
+from engine.format.builder import CONTROL_ABORT
 from engine.index.checks import check_sidecars
 from engine.index.rebuild import build_indexes
 from engine.log.kafka_files import (
@@ -114,6 +119,7 @@ class PartitionExport:
     segments: list[ExportedSegment] = field(default_factory=list)
     log_start_offset: int | None = None
     log_end_offset: int | None = None
+    recovery_point: int | None = None
     leader_epochs: list[tuple[int, int]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     unchanged: int = 0
@@ -224,6 +230,7 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
     writer = _Writer(directory, options)
     epochs = LeaderEpochCache()
     end: int | None = None
+    first_abort: int | None = None
     for row in rows:
         below = row.size_bytes > 0 and row.next_offset <= max(catalog_start, low or 0)
         if below or (high is not None and row.base_offset >= high):
@@ -250,6 +257,8 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
         for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
             writer.put(uri, content)
         epochs.append(headers)
+        if first_abort is None and (control_types(log, headers, row.log_key) == CONTROL_ABORT).any():
+            first_abort = cut.base_offset
         end = int(headers.last_offset[-1]) + 1 if len(headers) else max(end or 0, cut.base_offset)
         outcome.segments.append(ExportedSegment(
             cut.base_offset, end, len(log), not whole, "stored" if check is not None and check.valid else "rebuilt",
@@ -258,6 +267,7 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
         return PartitionStep(outcome)
     start = max(catalog_start, low or 0, outcome.segments[0].base_offset)
     outcome.log_start_offset, outcome.log_end_offset = min(start, end), end
+    outcome.recovery_point = end if first_abort is None else first_abort
     epochs.truncate_from_start(outcome.log_start_offset)
     outcome.leader_epochs = [(e.epoch, e.start_offset) for e in epochs.entries]
     writer.put(join(directory, LEADER_EPOCH_CHECKPOINT), leader_epoch_checkpoint(epochs.entries))
@@ -278,7 +288,7 @@ def write_checkpoints(output: str, exported: Sequence[PartitionExport], options:
     done = [p for p in exported if p.log_end_offset is not None]
     if not done:
         return []
-    values = {RECOVERY_POINT_CHECKPOINT: {p.tp: p.log_end_offset for p in done},
+    values = {RECOVERY_POINT_CHECKPOINT: {p.tp: p.recovery_point for p in done},
               LOG_START_OFFSET_CHECKPOINT: {p.tp: p.log_start_offset for p in done},
               REPLICATION_OFFSET_CHECKPOINT: {p.tp: p.log_end_offset for p in done}}
     written = []

@@ -175,3 +175,22 @@ def test_an_output_inside_the_root_is_refused_and_an_empty_range_writes_nothing(
     report = export_log_dir(imported, backend.uri("root"), {tp: TopicConfig()}, backend.uri("o"),
                             ExportRange(from_offset=40_000), options=backend.options)
     assert report.partitions[0].log_end_offset is None and report.checkpoints_written == []
+
+
+def test_a_partition_with_an_aborted_transaction_gets_a_recovery_point_at_its_marker_segment(
+        backend, kafka_fixtures) -> None:
+    """klake keeps no `.txnindex`: the recovery point of a partition holding an ABORT marker is the base of the
+    first segment holding one, so a broker recovers (and rebuilds the `.txnindex` of) that segment on load."""
+    records = kafka_fixtures / "kafka-clients"  # producer 42's transaction at 200-202, its marker at 203
+    for dir_name, name in (("aborted-0", "txn-abort.records"), ("committed-0", "txn-commit.records")):
+        write_bytes(backend.uri("src", dir_name, f"{200:020d}.log"), (records / name).read_bytes(), backend.options)
+    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    assert not import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options).failed
+    report = export_log_dir(catalog, backend.uri("root"), configs(catalog), backend.uri("out"),
+                            options=backend.options)
+    assert {(p.topic, p.recovery_point, p.log_end_offset) for p in report.partitions} == {
+        ("aborted", 200, 204), ("committed", 204, 204)}
+    uri = backend.uri("out", "recovery-point-offset-checkpoint")
+    assert read_bytes(uri, backend.options) == b"0\n2\naborted 0 200\ncommitted 0 204\n"
+    assert read_bytes(backend.uri("out", "replication-offset-checkpoint"), backend.options) == \
+        b"0\n2\naborted 0 204\ncommitted 0 204\n"
