@@ -35,6 +35,7 @@ from jobs import (
     append,
     catalog_maintenance,
     compact,
+    export,
     offsets_for_times,
     read,
     recover,
@@ -772,6 +773,14 @@ def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_tar
     christmas_eve = datetime(1969, 12, 24, tzinfo=UTC)  # a pre-1970 lower bound is exact on a KIP-228 topic
     assert pushed.pushFilters([GreaterThanOrEqual(("timestamp",), christmas_eve)]) == []
     assert source_offsets(pushed) == [r[0] for r in records if r[1] >= christmas - day]
+
+    # `export --from` a pre-1970 time: the log dir starts at ListOffsets' answer for it
+    code, report = jobs.run(export.SPEC, "--topic", "old", "--from", "1969-12-25T00:00:00Z", "--output",
+                            str(tmp_path / "kafka-logs"), now=now)
+    assert code == 0, report["failures"]
+    (part,) = [p["outcome"] for p in report["partitions"]]
+    assert (part["log_start_offset"], part["log_end_offset"]) == (brute_force_list_offsets(records, 0, n, christmas)[0],
+                                                                  n)
 
     retention_ms = 6 * day
     doomed = kafka_time_retention(rows, now, retention_ms)
