@@ -22,6 +22,14 @@ _SEGMENT_ID_RE = re.compile(r"[0-9a-z]{1,64}")
 # deletion, is the target of an alter-log-dirs move, or is a stray left by KRaft (spec 1.1).
 NON_LIVE_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
+# The files a broker keeps beside the segments: in each partition directory, and at the top of a log dir
+# (their formats: `engine.log.kafka_files`).
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+
 
 class InvalidNameError(KlakeError, ValueError):
     """A topic, partition or segment id that may not become part of a storage key."""

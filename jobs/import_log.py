@@ -13,7 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.ops.importer import ImportReport, default_import_job_id, import_log_dir, scan_source
+from engine.ops.importer import (
+    ImportReport,
+    default_import_job_id,
+    import_log_dir,
+    scan_source,
+    source_log_start_offsets,
+)
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from layouts.store import normalize_uri
 
@@ -31,9 +37,11 @@ def run(ctx: JobContext) -> None:
         ctx.job_id = ctx.report.job_id = default_import_job_id(normalize_uri(ctx.args.source), ctx.config.root,
                                                                ctx.args.copy)
     log_dir = scan_source(ctx.args.source, ctx.options)  # bad input fails before the catalog is created
+    log_starts = source_log_start_offsets(ctx.args.source, ctx.options)
     report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
                             index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
-                            lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]), log_dir=log_dir)
+                            lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]), log_dir=log_dir,
+                            log_start_offsets=log_starts)
     ctx.report.results["import"] = report.to_dict()
     for part in report.partitions:
         ctx.report.partitions.append({"partition": f"{part.topic}-{part.partition}",

@@ -12,13 +12,19 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from engine.names import NON_LIVE_DIR_SUFFIXES, TopicPartition, parse_partition_dir
+from engine.names import (
+    LEADER_EPOCH_CHECKPOINT,
+    NON_LIVE_DIR_SUFFIXES,
+    PARTITION_METADATA,
+    TopicPartition,
+    parse_partition_dir,
+)
 from layouts.object_layout import SegmentKeys
 from layouts.store import ObjectInfo, StorageOptions, join, list_objects, normalize_uri
 
 _KAFKA_FILE_RE = re.compile(r"(?P<offset>[0-9]{20})\.(?P<suffix>log|index|timeindex|txnindex|snapshot)")
 TEMPORARY_SUFFIXES = (".deleted", ".cleaned", ".swap")
-METADATA_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
+METADATA_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA})
 NON_LIVE_DIR = "scheduled for deletion, moving or stray"
 NOT_A_PARTITION_DIR = "not a <topic>-<partition> directory"
 

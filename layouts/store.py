@@ -281,8 +281,10 @@ class LocalFileIO(FileIO):
             raise StorageAccessError(f"{uri} cannot be written: {existing} is not writable by this user")
 
     def write(self, uri: str, data: bytes) -> None:
-        os.makedirs(os.path.dirname(self.path(uri)), exist_ok=True)
-        super().write(uri, data)
+        """A fully written temporary file renamed over the name: a reader (or a broker loading an
+        exported log dir) never sees a partial file, and a killed writer leaves the old one."""
+        record("PUT", written=len(data))
+        publish_local(self.path(uri), lambda out: out.write(data), replace=True)
 
     def delete_many(self, uris: list[str]) -> DeleteResult:
         result = DeleteResult()
@@ -462,8 +464,9 @@ def put_if_absent(uri: str, data: bytes, options: StorageOptions | None = None) 
 
 
 def write_bytes(uri: str, data: bytes, options: StorageOptions | None = None) -> None:
-    """Write (or replace) a job's output object: reports, rejects, answers, demo state. Never used for
-    segments, which are immutable (`put_if_absent`). Local parent directories are created."""
+    """Write (or replace) a job's output object whole: reports, rejects, answers, demo state, exported
+    log dirs (one PUT on S3; a temporary file renamed over the name locally, parent directories
+    created). Never used for catalogued segments, which are immutable (`put_if_absent`)."""
     file_io(uri, options).write(uri, data)
 
 
@@ -507,10 +510,10 @@ def ensure_object(uri: str, data: bytes, options: StorageOptions | None = None) 
     return True
 
 
-def publish_local(path: str, write: Callable[[BinaryIO], object]) -> None:
+def publish_local(path: str, write: Callable[[BinaryIO], object], replace: bool = False) -> None:
     """Write a temporary file beside `path`, then hard-link it to `path`: atomic, and it fails with
-    `FileExistsError` if the name is taken, so readers never see a partial object. The temporary
-    file is removed whatever happens."""
+    `FileExistsError` if the name is taken, so readers never see a partial object; with `replace` it
+    is renamed over `path` instead (atomic too). The temporary file is removed whatever happens."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     temporary = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
@@ -519,7 +522,10 @@ def publish_local(path: str, write: Callable[[BinaryIO], object]) -> None:
             write(out)
             out.flush()
             os.fsync(out.fileno())
-        os.link(temporary, path)
+        if replace:
+            os.replace(temporary, path)
+        else:
+            os.link(temporary, path)
     finally:
         with suppress(FileNotFoundError):
             os.unlink(temporary)

@@ -18,14 +18,16 @@ catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects
 - each partition is leased while it is imported, so two imports of one partition cannot interleave
   (the partition-job protocol of `engine.ops.run`, as every job);
 - the source's last segment is registered ACTIVE (it was the broker's active segment), the others
-  ROLLED; a previously ACTIVE row followed by newly imported segments moves to ROLLED in the same commit.
+  ROLLED; a previously ACTIVE row followed by newly imported segments moves to ROLLED in the same commit;
+- a log start offset the log dir's `log-start-offset-checkpoint` holds inside a newly registered
+  segment (a DeleteRecords the broker had applied) goes on that segment's row, as the catalog keeps it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 from engine.catalog.changes import CatalogChange, plan_change
@@ -35,16 +37,17 @@ from engine.format.batch import scan_batches
 from engine.index.checks import check_sidecars
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
+from engine.log.kafka_files import parse_offset_checkpoint
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
+from engine.names import LOG_START_OFFSET_CHECKPOINT, TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
-from layouts.store import StorageOptions, ensure_object, normalize_uri, read_bytes
+from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
 
 
 @dataclass
@@ -244,15 +247,26 @@ def _demotions(rows: list[SegmentRow],
             if row.state == SegmentState.ACTIVE and row.base_offset < first_new]
 
 
+def _with_log_start(rows: list[SegmentRow], existing: Mapping[SegmentRef, SegmentRow],
+                    log_start: int | None) -> list[SegmentRow]:
+    """The new rows with a log start offset inside them on the row of the segment holding it."""
+    everything = sorted([*rows, *existing.values()], key=lambda r: r.base_offset)
+    if log_start is None or not everything or log_start <= everything[0].base_offset:
+        return rows
+    holder = [r for r in everything if r.base_offset <= log_start][-1]
+    return [replace(r, log_start_offset=log_start) if r is holder else r for r in rows]
+
+
 def prepare_import(item: PartitionInput, parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
-                   job_id: str, index_interval_bytes: int,
-                   options: StorageOptions | None) -> PartitionStep[PartitionOutcome]:
+                   job_id: str, index_interval_bytes: int, options: StorageOptions | None,
+                   log_start_offsets: Mapping[TopicPartition, int] | None = None) -> PartitionStep[PartitionOutcome]:
     """Import one partition directory against its live rows; the change is checked here, so a partition
     whose rows conflict with the import fails alone (`CatalogStateError`)."""
     existing = {row.ref: row for row in item.rows}
     importer = _PartitionImporter(parts[item.tp], root, copy, job_id, index_interval_bytes, existing, options)
     importer.run()
-    change = CatalogChange(add=tuple(importer.rows), transitions=tuple(_demotions(importer.rows, existing)))
+    rows = _with_log_start(importer.rows, existing, (log_start_offsets or {}).get(item.tp))
+    change = CatalogChange(add=tuple(rows), transitions=tuple(_demotions(rows, existing)))
     plan_change(change, existing)
     return PartitionStep(importer.outcome, change)
 
@@ -276,10 +290,19 @@ def scan_source(source: str, options: StorageOptions | None = None) -> KafkaLogD
     return log_dir
 
 
+def source_log_start_offsets(source: str, options: StorageOptions | None = None) -> dict[TopicPartition, int]:
+    """The log dir's `log-start-offset-checkpoint`, if it has one (`KafkaFileError` naming its bad line)."""
+    uri = join(normalize_uri(source), LOG_START_OFFSET_CHECKPOINT)
+    if object_info(uri, options) is None:
+        return {}
+    return parse_offset_checkpoint(read_bytes(uri, options), uri)
+
+
 def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    options: StorageOptions | None = None, job_id: str | None = None,
-                   lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, log_dir: KafkaLogDir | None = None) -> ImportReport:
+                   lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, log_dir: KafkaLogDir | None = None,
+                   log_start_offsets: Mapping[TopicPartition, int] | None = None) -> ImportReport:
     """Register every partition directory under `source` in `catalog` with one commit, through the
     partition-job protocol every job uses (`engine.ops.run`: lease, plan, check the lease, one commit).
 
@@ -287,16 +310,20 @@ def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
     attempt's leases and recognises the segments already registered. The import keeps no job-ledger
     entries: it is idempotent by content (a segment's id is its source key and size), and re-running
     the same command later must register the segments the broker has written since. `log_dir` is the
-    source's `scan_source`, when the caller checked it before creating the catalog.
+    source's `scan_source` and `log_start_offsets` its `source_log_start_offsets`, when the caller checked
+    them before creating the catalog.
     """
     source, root = normalize_uri(source), normalize_uri(root)
     job_id = job_id or default_import_job_id(source, root, copy)
     report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
     log_dir = log_dir or scan_source(source, options)
+    if log_start_offsets is None:
+        log_start_offsets = source_log_start_offsets(source, options)
     report.skipped_dirs = log_dir.skipped_dirs
     parts = {part.tp: part for part in log_dir.partitions}
     prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,
-                      index_interval_bytes=index_interval_bytes, options=options)
+                      index_interval_bytes=index_interval_bytes, options=options,
+                      log_start_offsets=log_start_offsets)
     run = run_partition_job(catalog, root, dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
                             operation="import", job_id=job_id, options=options, ledger=False,
                             lease_ttl_ms=lease_ttl_ms)

@@ -12,6 +12,7 @@ try:
         append,
         catalog_maintenance,
         compact,
+        export,
         import_log,
         mirror,
         offsets_for_times,
@@ -35,8 +36,8 @@ except ImportError as exc:  # a broken install (the compiled codec not built) is
 
 _COMMAND_MODULES = [cli_inspect, cli_catalog, demo, cli_submit]
 JOBS = [append.SPEC, roll.SPEC, retention.SPEC, compact.SPEC, truncate.SPEC, truncate.DELETE_RECORDS, recover.SPEC,
-        recover.REBUILD_INDEX, import_log.SPEC, scrub.SPEC, catalog_maintenance.SPEC, offsets_for_times.SPEC,
-        read.SPEC, mirror.SPEC]
+        recover.REBUILD_INDEX, import_log.SPEC, export.SPEC, scrub.SPEC, catalog_maintenance.SPEC,
+        offsets_for_times.SPEC, read.SPEC, mirror.SPEC]
 
 
 def build_parser() -> argparse.ArgumentParser:

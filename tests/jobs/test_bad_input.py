@@ -245,6 +245,12 @@ LOCAL_CASES: dict[str, Case] = {
     "unwritable root": unwritable_root,
     "missing import source": lambda store, tmp: (["import", str(tmp / "no-such-dir"), "--root", store.root], {}, (),
                                                  [str(tmp / "no-such-dir")]),
+    "export: a time before 1970 on a Kafka topic": lambda store, tmp: (
+        ["export", "--root", store.root, "--output", str(tmp / "out"), "--from", "-5"], {}, (),
+        ["--from", "1969-12-31T23:59:59.995Z", "timeindex_test", "KIP-228"]),
+    "export: an output inside the root": lambda store, tmp: (
+        ["export", "--root", store.root, "--output", store.root + "/kafka-logs"], {}, (),
+        [store.root + "/kafka-logs", "overlaps the klake root"]),
     "config: a bad value": config("--set", "topics.t.retention.ms=abc", "--root", "ROOT",
                                   names=["topics.t.retention.ms", "'abc'"]),
     "config: an unknown key": config(names=["jobs.lease_tll_ms", "unknown key"],

@@ -30,11 +30,12 @@ from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import lease_uri
-from engine.times import format_time
+from engine.times import format_time, parse_time
 from jobs import (
     append,
     catalog_maintenance,
     compact,
+    export,
     offsets_for_times,
     read,
     recover,
@@ -735,6 +736,30 @@ def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_tar
     assert klake(["segments", "--catalog", f"{jobs.root}/_catalog", "--topic", "old", "--from", "1969-12-25",
                   "--to", "1969-12-31T23:59:59.999", "--json"]) == 0
     assert [json.loads(line)["base_offset"] for line in capsys.readouterr().out.splitlines()] == before_1970
+    low, high = -9 * day, -2 * day - 1  # and negative epoch milliseconds, both bounds inclusive
+    assert klake(["segments", "--catalog", f"{jobs.root}/_catalog", "--topic", "old", "--from", str(low),
+                  "--to", str(high), "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["base_offset"] for r in listed] == [r.base_offset for r in rows
+                                                  if r.largest_timestamp >= low and r.base_timestamp <= high]
+    assert 0 < len(listed) < len(rows) and min(r["base_timestamp"] for r in listed) < 0
+
+    # `offsets-for-times --timestamp -5`: on a KIP-228 topic -5 is a time (only -1/-2/-3 are special targets)
+    code, report = jobs.run(offsets_for_times.SPEC, "--timestamp", "-5", "--topic", "old", now=now)
+    assert code == 0, report["failures"]
+    (answer,) = report["results"]["answers"]
+    assert (answer["target"], answer["offset"], answer["timestamp"]) == (-5, 150, -1)
+    assert (answer["offset"], answer["timestamp"]) == brute_force_list_offsets(records, 0, n, -5)
+
+    # `read --from 1969-12-20T00:00:00Z` (7 s before the first record, with no --to): every record, the real
+    # -1 at offset 150 included (it is a time here, not "no timestamp")
+    out = tmp_path / "read-from"
+    code, report = jobs.run(read.SPEC, "--topic", "old", "--from", "1969-12-20T00:00:00Z", "--output", str(out),
+                            now=now)
+    assert code == 0, report["failures"]
+    got = sorted(pq.read_table(out)["offset"].to_pylist())
+    assert got == [r[0] for r in records if r[1] >= parse_time("1969-12-20T00:00:00Z")] and 150 in got
+    assert report["results"]["read"]["range"]["from_ms"] == -12 * day
 
     out = tmp_path / "read"
     code, report = jobs.run(read.SPEC, "--topic", "old", "--from", "1969-12-25T00:00:00Z",
@@ -755,6 +780,14 @@ def test_a_kip228_topic_appends_verifies_prunes_retains_and_answers_pre_1970_tar
     christmas_eve = datetime(1969, 12, 24, tzinfo=UTC)  # a pre-1970 lower bound is exact on a KIP-228 topic
     assert pushed.pushFilters([GreaterThanOrEqual(("timestamp",), christmas_eve)]) == []
     assert source_offsets(pushed) == [r[0] for r in records if r[1] >= christmas - day]
+
+    # `export --from` a pre-1970 time: the log dir starts at ListOffsets' answer for it
+    code, report = jobs.run(export.SPEC, "--topic", "old", "--from", "1969-12-25T00:00:00Z", "--output",
+                            str(tmp_path / "kafka-logs"), now=now)
+    assert code == 0, report["failures"]
+    (part,) = [p["outcome"] for p in report["partitions"]]
+    assert (part["log_start_offset"], part["log_end_offset"]) == (brute_force_list_offsets(records, 0, n, christmas)[0],
+                                                                  n)
 
     retention_ms = 6 * day
     doomed = kafka_time_retention(rows, now, retention_ms)

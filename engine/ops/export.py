@@ -1,0 +1,325 @@
+"""Export: a topic's catalogued segments written out as a broker's log dir (README, "Exporting to Kafka").
+
+For each partition, under `{output}/{topic}-{partition}/`:
+- `{base_offset:020d}.log`: the segment's bytes, Kafka's exactly; `.index` / `.timeindex`: the stored
+  sidecars when they check out against the log (a segment imported from a broker keeps the broker's
+  files, byte for byte), else, and for every segment cut by a range, rebuilt with Kafka's recovery rule
+  (`engine.index.rebuild`), which a broker applies to a segment it recovers;
+- `leader-epoch-checkpoint`: the leader epoch cache a broker builds from those batches
+  (`engine.log.kafka_files.LeaderEpochCache`), truncated to the log start offset;
+- `partition.metadata`: the topic id (given, else derived from the topic name).
+At the top of the log dir, `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
+`replication-offset-checkpoint`, with the entries of other partitions already there kept. The log start
+offset is the catalog's (a DeleteRecords inside a segment keeps the segment whole, as a broker does),
+raised to `from` by a range; the high watermark is the log end offset (an archive holds committed data),
+and so is the recovery point, except in a partition holding an aborted transaction: klake keeps no
+`.txnindex`, so the recovery point is the base offset of the first segment holding an ABORT marker, and a
+broker loading the dir (it has no clean-shutdown marker) recovers that segment and the later ones
+(`LogLoader` recovers from the recovery point), which rebuilds their `.txnindex` (`LogSegment.recover`).
+
+A range (offsets, or times turned into offsets as a consumer's `offsetsForTimes` does: the first offset
+whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or dropped whole.
+
+Idempotent: a file already holding the same bytes is left alone, any other is written whole (one PUT
+on S3; a temporary file renamed over the name locally), segment files of the partition directory that
+the export does not hold (an earlier export's, a broker's `.snapshot`/`.txnindex`) are deleted, and the
+log dir's checkpoints are written last, so an interrupted export is finished by running it again.
+The klake root is only read: no lease, no catalog commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+from engine.catalog.schema import SegmentRow, partition_log_start_offset
+from engine.cleaner.txn import control_types
+from engine.errors import KlakeError
+from engine.format.batch import scan_batches
+from engine.format.builder import CONTROL_ABORT
+from engine.index.checks import check_sidecars
+from engine.index.rebuild import build_indexes
+from engine.log.kafka_files import (
+    LeaderEpochCache,
+    cut_at_batches,
+    derived_topic_id,
+    leader_epoch_checkpoint,
+    offset_checkpoint,
+    parse_offset_checkpoint,
+    partition_metadata,
+)
+from engine.log.lookup import offset_for_timestamp
+from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.names import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    TopicPartition,
+)
+from engine.ops.catalog_table import Catalog
+from engine.ops.run import JobRun, PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.stored_segment import stored_segment
+from engine.times import format_time
+from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys
+from layouts.store import (
+    StorageOptions,
+    delete_objects,
+    join,
+    list_objects,
+    normalize_uri,
+    object_info,
+    read_bytes,
+    write_bytes,
+)
+
+_SEGMENT_FILE_KINDS = (KafkaFileKind.LOG, KafkaFileKind.INDEX, KafkaFileKind.TIMEINDEX, KafkaFileKind.TXNINDEX,
+                       KafkaFileKind.SNAPSHOT)
+
+
+@dataclass(frozen=True)
+class ExportRange:
+    """`from_offset <= offset < to_offset` and times turned into offsets (`from_ms`, `to_ms`); None leaves
+    a side open."""
+
+    from_offset: int | None = None
+    to_offset: int | None = None
+    from_ms: int | None = None
+    to_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("from_offset", "to_offset"):
+            if (value := getattr(self, name)) is not None and value < 0:
+                raise KlakeError(f"export range: {name} must be >= 0, got {value}")
+
+
+@dataclass
+class ExportedSegment:
+    """One segment written: its base offset, offsets, size, whether a range cut it, where its indexes
+    came from (`stored`: the catalogued files; `rebuilt`: Kafka's recovery rule) and why."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    cut: bool
+    indexes: str
+    index_problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PartitionExport:
+    """What the export wrote for one partition; `log_end_offset` None when nothing was in range."""
+
+    topic: str
+    partition: int
+    directory: str
+    topic_id: str
+    segments: list[ExportedSegment] = field(default_factory=list)
+    log_start_offset: int | None = None
+    log_end_offset: int | None = None
+    recovery_point: int | None = None
+    leader_epochs: list[tuple[int, int]] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    deleted: list[str] = field(default_factory=list)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ExportReport:
+    """A whole export: per partition outcomes, failures, and the log dir checkpoints written."""
+
+    output: str
+    partitions: list[PartitionExport] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+    checkpoints_written: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"output": self.output, "partitions": [p.to_dict() for p in self.partitions],
+                "failures": self.failures, "checkpoints_written": self.checkpoints_written}
+
+
+def check_output(output: str, root: str, catalog_uri: str) -> str:
+    """The output as a normalized URI; refused when it overlaps the klake root or the catalog (an export
+    there would mix the two layouts, and scrub deletes what no catalog row references)."""
+    output = normalize_uri(output)
+    for name, other in (("root", normalize_uri(root)), ("catalog", normalize_uri(catalog_uri))):
+        if output == other or output.startswith(other + "/") or other.startswith(output + "/"):
+            raise KlakeError(f"export output {output} overlaps the klake {name} {other}: choose a directory or "
+                             "prefix outside it")
+    return output
+
+
+class _Writer:
+    """Writes the files of one directory, leaving those that already hold the same bytes."""
+
+    def __init__(self, directory: str, options: StorageOptions | None) -> None:
+        self.options = options
+        self.existing = {info.uri: info.size for info in list_objects(directory, options)}
+        self.written: list[str] = []
+        self.kept: list[str] = []
+
+    def put(self, uri: str, data: bytes) -> None:
+        if self.existing.get(uri) == len(data) and read_bytes(uri, self.options) == data:
+            self.kept.append(uri)
+            return
+        write_bytes(uri, data, self.options)
+        self.written.append(uri)
+
+    def stale_segment_files(self) -> list[str]:
+        """Segment files already there that this export does not hold."""
+        mine = set(self.written) | set(self.kept)
+        return sorted(uri for uri in self.existing if uri not in mine
+                      and classify_kafka_file(uri.rsplit("/", 1)[-1])[0] in _SEGMENT_FILE_KINDS)
+
+
+def check_times(rng: ExportRange, config: TopicConfig, topic: str = "the topic") -> None:
+    """The range's times must be times of the topic: at or after its earliest (`min_timestamp`: 1970, or
+    any int64 with KIP-228's opt-in); -1/-2/-3 are times here, not ListOffsets' special targets."""
+    floor = min_timestamp(config)
+    for name, value in (("from", rng.from_ms), ("to", rng.to_ms)):
+        if value is not None and value < floor:
+            raise KlakeError(f"export --{name} {format_time(value)} is before {topic}'s earliest timestamp "
+                             f"{format_time(floor)}; times before 1970 need klake.timestamps.allow.negative "
+                             "(KIP-228)")
+
+
+def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicConfig, log_start: int,
+                  options: StorageOptions | None) -> tuple[int | None, int | None, bool]:
+    """The range as offsets: the time bounds become the first offset whose timestamp is >= them
+    (ListOffsets), combined with the offset bounds; the flag says the range is empty (no record at or
+    after `from_ms`)."""
+    low, high = rng.from_offset, rng.to_offset
+    check_times(rng, config)
+    if rng.from_ms is None and rng.to_ms is None:
+        return low, high, False
+    segments = [stored_segment(row, options, config) for row in rows]
+    if rng.from_ms is not None:
+        answer = offset_for_timestamp(segments, rng.from_ms, log_start)
+        if not answer.found:
+            return low, high, True
+        low = answer.offset if low is None else max(low, answer.offset)
+    if rng.to_ms is not None:
+        answer = offset_for_timestamp(segments, rng.to_ms, log_start)
+        if answer.found:
+            high = answer.offset if high is None else min(high, answer.offset)
+    return low, high, False
+
+
+def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic_ids: Mapping[str, str],
+                   options: StorageOptions | None) -> PartitionStep[PartitionExport]:
+    """Write one partition's directory (see the module docstring); nothing is committed."""
+    tp, config = item.tp, item.config
+    floor = min_timestamp(config)
+    directory = join(output, tp.dir_name)
+    topic_id = topic_ids.get(tp.topic) or derived_topic_id(tp.topic)
+    outcome = PartitionExport(tp.topic, tp.partition, directory, topic_id)
+    rows = list(item.rows)
+    catalog_start = partition_log_start_offset(rows) or 0
+    low, high, empty = offset_bounds(rows, rng, config, catalog_start, options)
+    if empty or (low is not None and high is not None and high <= low):
+        return PartitionStep(outcome)
+    writer = _Writer(directory, options)
+    epochs = LeaderEpochCache()
+    end: int | None = None
+    first_abort: int | None = None
+    for row in rows:
+        below = row.size_bytes > 0 and row.next_offset <= max(catalog_start, low or 0)
+        if below or (high is not None and row.base_offset >= high):
+            continue
+        data = read_bytes(row.log_key, options)
+        headers = scan_batches(data, row.log_key).headers
+        cut = cut_at_batches(headers, row.base_offset, low, high)
+        if cut.empty and len(headers):
+            continue
+        whole = cut.first == 0 and cut.end == len(headers)
+        check = None
+        if whole:
+            log = data
+            index, timeindex = read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options)
+            check = check_sidecars(headers, row.base_offset, index, timeindex, row.log_key,
+                                   active=row.state == "ACTIVE", min_timestamp=floor)
+        else:
+            log = data[cut.start:cut.stop]
+            headers = scan_batches(log, row.log_key).headers
+        if check is None or not check.valid:
+            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes, floor)
+            index, timeindex = offsets.to_bytes(), times.to_bytes()
+        keys = kafka_segment_keys(output, tp, cut.base_offset)
+        for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
+            writer.put(uri, content)
+        epochs.append(headers)
+        if first_abort is None and (control_types(log, headers, row.log_key) == CONTROL_ABORT).any():
+            first_abort = cut.base_offset
+        end = int(headers.last_offset[-1]) + 1 if len(headers) else max(end or 0, cut.base_offset)
+        outcome.segments.append(ExportedSegment(
+            cut.base_offset, end, len(log), not whole, "stored" if check is not None and check.valid else "rebuilt",
+            [] if check is None else check.problems))
+    if not outcome.segments:
+        return PartitionStep(outcome)
+    start = max(catalog_start, low or 0, outcome.segments[0].base_offset)
+    outcome.log_start_offset, outcome.log_end_offset = min(start, end), end
+    outcome.recovery_point = end if first_abort is None else first_abort
+    epochs.truncate_from_start(outcome.log_start_offset)
+    outcome.leader_epochs = [(e.epoch, e.start_offset) for e in epochs.entries]
+    writer.put(join(directory, LEADER_EPOCH_CHECKPOINT), leader_epoch_checkpoint(epochs.entries))
+    writer.put(join(directory, PARTITION_METADATA), partition_metadata(topic_id))
+    stale = writer.stale_segment_files()
+    if stale:
+        result = delete_objects(stale, options)
+        if result.failed:
+            uri, why = next(iter(result.failed.items()))
+            raise KlakeError(f"{tp}: could not delete the stale file {uri} of an earlier export: {why}")
+    outcome.written, outcome.unchanged, outcome.deleted = writer.written, len(writer.kept), stale
+    return PartitionStep(outcome)
+
+
+def write_checkpoints(output: str, exported: Sequence[PartitionExport], options: StorageOptions | None) -> list[str]:
+    """The log dir's offset checkpoints with the exported partitions' entries (others already there kept);
+    only files whose bytes change are written. Returns the files written."""
+    done = [p for p in exported if p.log_end_offset is not None]
+    if not done:
+        return []
+    values = {RECOVERY_POINT_CHECKPOINT: {p.tp: p.recovery_point for p in done},
+              LOG_START_OFFSET_CHECKPOINT: {p.tp: p.log_start_offset for p in done},
+              REPLICATION_OFFSET_CHECKPOINT: {p.tp: p.log_end_offset for p in done}}
+    written = []
+    for name, entries in values.items():
+        uri = join(output, name)
+        old = read_bytes(uri, options) if object_info(uri, options) is not None else None
+        merged = (parse_offset_checkpoint(old, uri) if old is not None else {}) | entries
+        data = offset_checkpoint(merged)
+        if data != old:
+            write_bytes(uri, data, options)
+            written.append(uri)
+    return written
+
+
+def report_of(output: str, run: JobRun) -> ExportReport:
+    """The export's report from the partition runs (the driver writes the checkpoints afterwards)."""
+    report = ExportReport(output, failures=dict(run.failures))
+    report.partitions = sorted((r.step.outcome for r in run.results if r.step is not None),
+                               key=lambda p: (p.topic, p.partition))
+    return report
+
+
+def export_log_dir(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig], output: str,
+                   rng: ExportRange = ExportRange(), topic_ids: Mapping[str, str] | None = None,
+                   options: StorageOptions | None = None) -> ExportReport:
+    """Export the partitions in `configs` to `output`, in this process (the job runs the partitions as
+    Spark tasks through the same `prepare_export`)."""
+    output = check_output(output, root, catalog.uri)
+    prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(topic_ids or {}), options=options)
+    run = run_partition_job(catalog, root, configs, serial_execute(prepare), operation="export",
+                            job_id="export", options=options, mutate=False)
+    report = report_of(output, run)
+    report.checkpoints_written = write_checkpoints(output, report.partitions, options)
+    return report

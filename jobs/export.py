@@ -1,0 +1,97 @@
+"""`export`: write topics (or chosen partitions, or an offset/time range cut at batch boundaries) as a
+broker's log dir, Kafka's layout: `<topic>-<partition>/<base_offset:020d>.log|.index|.timeindex` with
+`leader-epoch-checkpoint` and `partition.metadata` beside them, and the log dir's
+`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and `replication-offset-checkpoint`
+(`engine.ops.export` has the rules). One Spark task per partition; the driver writes the checkpoints
+last. The klake root is only read. Re-running is idempotent and finishes an interrupted export.
+
+    spark-submit jobs/export.py --conf conf/s3.example.yaml --topic orders --output s3://handover/kafka-logs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+
+from engine.errors import KlakeError
+from engine.log.kafka_files import KafkaFileError, parse_topic_id
+from engine.names import validate_topic
+from engine.ops.export import (
+    ExportRange,
+    ExportReport,
+    check_output,
+    check_times,
+    prepare_export,
+    report_of,
+    write_checkpoints,
+)
+from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
+from layouts.store import check_access
+
+
+def topic_id_argument(text: str) -> tuple[str, str]:
+    """An argparse type for `--topic-id TOPIC=ID` (ID as Kafka prints it: 22 URL-safe base64 characters)."""
+    topic, sep, topic_id = text.partition("=")
+    try:
+        if not sep:
+            raise KlakeError(f"expected TOPIC=ID, got {text!r}")
+        return validate_topic(topic), parse_topic_id(topic_id)
+    except (KlakeError, KafkaFileError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", required=True, metavar="DIR",
+                        help="the log dir to write (local directory or s3:// prefix), outside the klake root")
+    parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
+    parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
+    parser.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
+                        help="start at the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
+    parser.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
+                        help="end before the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
+    parser.add_argument("--topic-id", dest="topic_ids", action="append", default=[], type=topic_id_argument,
+                        metavar="TOPIC=ID", help="the topic id for partition.metadata (the cluster's, as "
+                        "kafka-topics --describe prints it); default: one derived from the topic name")
+
+
+def run(ctx: JobContext) -> None:
+    args = ctx.args
+    output = check_output(args.output, ctx.config.root, ctx.config.catalog_uri)
+    check_access(output, ctx.options, write=True)
+    rng = ExportRange(args.from_offset, args.to_offset, args.from_ms, args.to_ms)
+    tps = ctx.selected_partitions()
+    for topic in sorted({tp.topic for tp in tps}):  # bad input: exit 2 before any work
+        check_times(rng, ctx.topic_config(topic), f"topic {topic}")
+    prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(args.topic_ids), options=ctx.options)
+    report = report_of(output, ctx.run_partitions(tps, prepare))
+    report.checkpoints_written = write_checkpoints(output, report.partitions, ctx.options)
+    exported = [p for p in report.partitions if p.log_end_offset is not None]
+    ctx.report.results["export"] = {"output": output, "partitions": len(exported),
+                                    "segments": sum(len(p.segments) for p in exported),
+                                    "checkpoints_written": report.checkpoints_written}
+    ctx.report.summary += export_summary(report)
+
+
+def export_summary(report: ExportReport) -> list[str]:
+    lines = []
+    for part in report.partitions:
+        if part.log_end_offset is None:
+            lines.append(f"{part.topic}-{part.partition}: nothing in range")
+            continue
+        rebuilt = sum(s.indexes == "rebuilt" for s in part.segments)
+        lines.append(f"{part.topic}-{part.partition}: {len(part.segments)} segment(s), offsets "
+                     f"{part.log_start_offset}..{part.log_end_offset}, {len(part.written)} file(s) written, "
+                     f"{part.unchanged} unchanged, {len(part.deleted)} stale deleted"
+                     + (f", {rebuilt} with rebuilt indexes" if rebuilt else ""))
+    exported = [p for p in report.partitions if p.log_end_offset is not None]
+    lines.append(f"export: {len(exported)} partition(s), {sum(len(p.segments) for p in exported)} segment(s) "
+                 f"-> {report.output} (Kafka log dir; {len(report.checkpoints_written)} checkpoint file(s) written)")
+    return lines
+
+
+SPEC = JobSpec("export", "write topics as a broker's log dir (Kafka layout with its checkpoint files)", run,
+               add_arguments, mutates=False, description=__doc__)
+
+if __name__ == "__main__":
+    sys.exit(main(SPEC))
