@@ -150,12 +150,23 @@ class KlakeJobOperator(SparkSubmitOperator):
     """
 
     def __init__(self, *, job: str, task_id: str | None = None, mutating: bool = True,
-                 extra_args: list[str] | None = None, **kwargs: Any) -> None:
+                 extra_args: list[str] | None = None, param_options: dict[str, str] | None = None,
+                 required_params: tuple[str, ...] = (), **kwargs: Any) -> None:
         if mutating:
             kwargs.setdefault("pool", MUTATING_POOL)
         super().__init__(task_id=task_id or job, name=f"klake-{job}", **kwargs)
         self.job = job
         self.extra_args = list(extra_args or [])
+        self.param_options = dict(param_options or {})  # a DAG's own param -> the job option it sets
+        self.required_params = tuple(required_params)
+
+    def run_options(self, params: dict[str, Any]) -> list[str]:
+        """The job options the run's own params give (`param_options`), empty ones left out."""
+        missing = [name for name in self.required_params if not params.get(name)]
+        if missing:
+            raise AirflowFailException(f"klake {self.job} needs the param(s) {', '.join(missing)}")
+        return [arg for name, option in self.param_options.items() if params.get(name)
+                for arg in (option, str(params[name]))]
 
     def execute(self, context: Any) -> None:
         settings = Settings.resolve(context["params"])
@@ -168,7 +179,8 @@ class KlakeJobOperator(SparkSubmitOperator):
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=job_id)
 
         self.application = str(settings.jobs_dir / f"{self.job}.py")
-        self.application_args = job_arguments(settings, report=report, job_id=job_id, extra=self.extra_args)
+        self.application_args = job_arguments(settings, report=report, job_id=job_id,
+                                              extra=[*self.run_options(context["params"]), *self.extra_args])
         self.conf = {**(self.conf or {}), **settings.spark_conf}
         # `conn_id` is not a template field of the provider's operator; a run may choose it, so set it
         # before the hook is built.

@@ -40,6 +40,11 @@ EXPECTED = {
         "edges": {("scrub", "scrub_report"), ("scrub", "catalog_maintenance"),
                   ("catalog_maintenance", "catalog_maintenance_report")},
     },
+    "klake_export": {
+        "schedule": None,
+        "tags": {"klake", "export"},
+        "edges": {("export", "export_report")},
+    },
     "klake_index_recover": {
         "schedule": None,
         "tags": {"klake", "recovery"},
@@ -49,7 +54,8 @@ EXPECTED = {
 }
 COMMON_PARAMS = {"klake_conf": None, "spark_conn_id": None, "report_dir": None, "jobs_dir": None,
                  "topics": [], "settings": [], "dry_run": False, "spark_conf": {}}
-JOBS = {"retention": "retention", "compact": "compact", "scrub": "scrub",
+DAG_PARAMS = {"klake_index_recover": {"repair"}, "klake_export": {"output", "from_time", "to_time"}}
+JOBS = {"retention": "retention", "compact": "compact", "scrub": "scrub", "export": "export",
         "catalog_maintenance": "catalog_maintenance", "verify": "recover", "recover": "recover"}
 
 
@@ -94,7 +100,7 @@ def test_schedule_tags_params_and_task_order(dagbag, dag_id: str) -> None:
     assert dag.max_active_runs == 1 and dag.catchup is False
     params = {name: dag.params[name] for name in dag.params}
     assert {k: params[k] for k in COMMON_PARAMS} == COMMON_PARAMS
-    assert set(params) - set(COMMON_PARAMS) == ({"repair"} if dag_id == "klake_index_recover" else set())
+    assert set(params) - set(COMMON_PARAMS) == DAG_PARAMS.get(dag_id, set())
     assert edges(dag) == expected["edges"] == documented_edges(dag.doc_md)
 
 
@@ -143,6 +149,35 @@ def test_stub_job_gets_the_contract_arguments_and_a_retry_keeps_its_job_id(
     assert json.loads(report.read_text())["summary"] == "stub try 2: succeeded"
     summary = run.get_task_instance("retention_report").xcom_pull(task_ids="retention_report")
     assert summary["status"] == "succeeded" and summary["job_id"] == job_id
+
+
+def test_export_passes_its_own_params_as_job_options(
+        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
+    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
+    dag = fresh_dag("klake_export")
+    monkeypatch.setattr(dag.get_task("export"), "retry_delay", timedelta(0))
+    run = dag.test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
+                             "report_dir": str(tmp_path / "reports"), "topics": ["orders"],
+                             "output": "s3://archive/kafka-logs", "from_time": "2026-11-01T00:00:00Z"})
+    assert run.state == "success", task_states(run)
+    job_id = job_id_for("klake_export", run.run_id, "export")
+    report = report_path_for(tmp_path / "reports", "klake_export", run.run_id, "export")
+    argv = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
+    assert argv[0] == argv[-1] == [
+        "--conf", "/etc/klake/prod.yaml", "--report", str(report), "--job-id", job_id, "--topic", "orders",
+        "--output", "s3://archive/kafka-logs", "--from", "2026-11-01T00:00:00Z"]
+
+
+def test_export_without_an_output_fails_without_submitting(
+        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
+    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
+    run = fresh_dag("klake_export").test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
+                                                   "report_dir": str(tmp_path / "reports")})
+    assert task_states(run)["export"] == "failed" and not calls.exists()
 
 
 @pytest.fixture

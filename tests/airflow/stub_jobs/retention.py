@@ -1,4 +1,5 @@
-"""A stand-in for `jobs/retention.py` that records its command line and fails its first try.
+"""A stand-in for a job (`jobs/retention.py`; `export.py` links here) that records its command line and
+fails its first try.
 
 The Airflow tests submit it with spark-submit to check what the DAG passes to a job and how a retry
 behaves, without Spark work. `KLAKE_STUB_LOG` names the JSON-lines file of calls.
@@ -25,7 +26,7 @@ def main() -> int:
     status = "failed" if calls == 0 else "succeeded"
     failures = [{"topic": "a", "partition": 0, "error": "first try fails"}] if calls == 0 else []
     with open(args.report, "w") as f:
-        json.dump({"job": "retention", "status": status, "job_id": args.job_id, "partitions": [],
+        json.dump({"job": Path(sys.argv[0]).stem, "status": status, "job_id": args.job_id, "partitions": [],
                    "failures": failures, "summary": f"stub try {calls + 1}: {status}"}, f)
     print(f"stub try {calls + 1}: {status}")
     return 1 if calls == 0 else 0
