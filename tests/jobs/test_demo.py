@@ -23,11 +23,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.format.partitioner import partition_for_keys
+from engine.log.kafka_files import parse_offset_checkpoint
+from engine.log.lookup import list_offsets
 from engine.ops.catalog_table import Catalog
+from jobs.cli.inspect import load_partition_dir
 from jobs.cli.main import main
 from jobs.runtime.config import KlakeConfig, load_config
+from tests.engine.format import test_kafka_clients_oracle as jvm_oracle
+from tests.jobs.test_export_job import java_file_records
 
 pytestmark = pytest.mark.spark
+kafka = jvm_oracle.kafka  # the kafka-clients JVM fixture (skips, saying why, without the jars or java)
 SMALL = ["--days", "3", "--records-per-day", "400", "--batches-per-day", "1"]
 
 
@@ -251,6 +257,31 @@ def test_lookups_and_the_range_read_equal_a_scan(local_run: DemoRun) -> None:
     table = pq.read_table(local_run.out / "read" / "clicks")
     assert set(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True)) == expected
     assert table.num_rows == len(expected) > 0
+
+
+def test_the_demos_topics_export_as_a_log_dir_kafka_clients_reads_and_whose_indexes_answer(
+        local_run: DemoRun, kafka) -> None:  # noqa: ANN001 - the kafka-clients JVM
+    """Issue 15's acceptance: `klake export` of the demo's topics, read by Apache kafka-clients' FileRecords
+    (every batch and record validated) to exactly the records the brute force says survive, and ListOffsets
+    over the exported files' own indexes answering like the brute force."""
+    out = local_run.out / "kafka-logs"
+    code = main(["export", "--conf", str(local_run.out / "demo.yaml"), "--output", str(out), "--no-progress"])
+    assert code == 0
+    logs, _ = expected_logs(local_run)
+    kept = surviving_offsets(local_run, logs)
+    starts = parse_offset_checkpoint((out / "log-start-offset-checkpoint").read_bytes(), "log-start")
+    assert {f"{tp.topic}-{tp.partition}" for tp in starts} == set(kept)
+    for name, (start, offsets) in kept.items():
+        directory = out / name
+        read = [r for path in sorted(directory.glob("*.log")) for r in java_file_records(kafka, path)]
+        assert [r for r in read if r[0] >= start] == [(o, logs[name][o].timestamp) for o in offsets], name
+        segments = load_partition_dir(str(directory))
+        assert all(s.index_problems == [] for s in segments), name
+        stamps = sorted({logs[name][o].timestamp for o in offsets})
+        for target in [-1, -2, -3, stamps[0] - 1, *stamps[:: max(1, len(stamps) // 12)], stamps[-1] + 1]:
+            answer = list_offsets(segments, target, start)
+            got = (answer.offset, -1 if target in (-1, -2) else answer.timestamp)
+            assert got == lookup(logs[name], start, offsets, target), (name, target)
 
 
 def test_the_timeline_is_a_readable_png(local_run: DemoRun) -> None:
