@@ -19,9 +19,16 @@ offsets are (the rules: `engine.log.mirror`):
 
 Incremental and idempotent by content, as import is (no job-ledger entries): a replica copies the
 versions the destination lacks; a remap continues after the last source offset the committed maps
-name. A map file is written before the commit under a name fixed by the destination's log end, so a
-killed run leaves at worst an uncommitted map (past the destination's log end, ignored) and objects
-the scrubber removes, and the re-run writes the same names again.
+name. Which maps are committed is the catalog's to say, atomically: the commit that adds a remap's
+segments also records the Delta transaction identifier `offset_map_app_id(tp)` at version (the map's
+first destination offset + 1), so a map is committed iff its first destination offset is below that
+version. A map is written before the commit; a killed run leaves at worst one uncommitted map (at or
+past the recorded version) and objects the scrubber removes; the next remap of the partition deletes
+uncommitted maps before writing its own, so every map below the recorded version is a committed one,
+whatever was appended to the destination meanwhile. The record is one entry per partition, written
+without `lastUpdated`, so the ledger's retention (`delta.setTransactionRetentionDuration`) never
+expires it. Maps written before the catalog recorded them (no record, no `MAP_TAG`) are refused: with
+them klake can tell neither skipping nor copying again is right.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from engine.log.segment_writer import SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.append import last_log_append_time, resume_state
-from engine.ops.catalog_table import Catalog
+from engine.ops.catalog_table import AppTransaction, Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import (
     Execute,
@@ -64,6 +71,7 @@ from engine.ops.versions import store_segment_version
 from layouts.object_layout import object_segment_keys, write_segment
 from layouts.store import (
     StorageOptions,
+    delete_objects,
     ensure_object,
     join,
     list_objects,
@@ -78,6 +86,8 @@ MAP_DIR = "_mirror"
 MAP_SCHEMA = pa.schema([pa.field("source_base_offset", pa.int64(), nullable=False),
                         pa.field("source_last_offset", pa.int64(), nullable=False),
                         pa.field("destination_base_offset", pa.int64(), nullable=False)])
+MAP_TAG = b"klake.mirror.map.recorded"
+"""Parquet key-value metadata of every map whose commit the catalog records (`offset_map_app_id`)."""
 _MAP_NAME = re.compile(r"(\d{20})\.parquet")
 
 
@@ -110,13 +120,33 @@ def offset_map_prefix(dest_root: str, tp: TopicPartition) -> str:
     return join(dest_root, MAP_DIR, tp.dir_name)
 
 
-def committed_offset_maps(dest_root: str, tp: TopicPartition, log_end_offset: int,
-                          options: StorageOptions | None) -> list[tuple[int, str]]:
-    """The partition's offset maps whose first destination offset is below the log end (their commit
-    happened), as (first destination offset, uri) in order; later ones are left by uncommitted runs."""
-    found = [(int(m.group(1)), info.uri) for info in list_objects(offset_map_prefix(dest_root, tp), options)
-             if (m := _MAP_NAME.fullmatch(info.name))]
-    return sorted(entry for entry in found if entry[0] < log_end_offset)
+def offset_map_app_id(tp: TopicPartition) -> str:
+    """The catalog's record of a partition's committed offset maps: a Delta transaction identifier whose
+    version is the last committed map's first destination offset + 1 (it grows with the log end)."""
+    return f"klake:mirror-map:{tp}"
+
+
+def offset_maps(dest_root: str, tp: TopicPartition, options: StorageOptions | None) -> list[tuple[int, str]]:
+    """Every offset map file of the partition, committed or not, as (first destination offset, uri) in order."""
+    return sorted((int(m.group(1)), info.uri) for info in list_objects(offset_map_prefix(dest_root, tp), options)
+                  if (m := _MAP_NAME.fullmatch(info.name)))
+
+
+def committed_offset_maps(dest_root: str, tp: TopicPartition, recorded: int | None, options: StorageOptions | None,
+                          found: Sequence[tuple[int, str]] | None = None) -> list[tuple[int, str]]:
+    """The partition's committed offset maps, (first destination offset, uri) in order: those below
+    `recorded`, the version the destination catalog records for `offset_map_app_id(tp)` (None: none
+    committed). `found`: the partition's `offset_maps`, if listed already. The last committed map
+    missing is an error: continuing without it would copy its batches again."""
+    found = offset_maps(dest_root, tp, options) if found is None else found
+    if recorded is None:
+        return []
+    committed = [entry for entry in found if entry[0] < recorded]
+    if not committed or committed[-1][0] != recorded - 1:
+        raise KlakeError(f"{tp}: the destination catalog records a committed offset map "
+                         f"{join(offset_map_prefix(dest_root, tp), f'{recorded - 1:020d}.parquet')} that is missing "
+                         "(where the mirror stopped is unknown): restore it")
+    return committed
 
 
 def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
@@ -137,18 +167,20 @@ def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition,
     source = list(source_rows.get(item.tp, ()))
     dest = list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
-    maps = committed_offset_maps(dest_root, item.tp, log_end, options)
+    recorded = item.app_versions.get(offset_map_app_id(item.tp))
+    found = offset_maps(dest_root, item.tp, options)
     same_time = source_config[item.tp.topic].message_timestamp_type == item.config.message_timestamp_type
     if mode == "preserve" and not same_time:
         raise KlakeError(f"{item.tp}: an exact replica keeps the source's timestamps, but message.timestamp.type is "
                          f"{source_config[item.tp.topic].message_timestamp_type} at the source and "
                          f"{item.config.message_timestamp_type} at the destination; mirror with --offsets remap")
     if mode == "auto":
-        replica = same_time and not maps and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
+        remapped = recorded is not None or any(first < log_end for first, _ in found)
+        replica = same_time and not remapped and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
         mode = "preserve" if replica else "remap"
     if mode == "preserve":
         return _replicate(item.tp, source, dest, dest_root, options, job_id)
-    return _remap(item, source, maps, dest_root, now_ms, options, job_id)
+    return _remap(item, source, recorded, found, dest_root, now_ms, options, job_id)
 
 
 def _replica_marker(dest_root: str, tp: TopicPartition) -> str:
@@ -188,10 +220,27 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     return PartitionStep(outcome, change)
 
 
-def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int, str]], dest_root: str,
-           now_ms: int, options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+def _uncommitted_maps(tp: TopicPartition, recorded: int | None, found: Sequence[tuple[int, str]],
+                      options: StorageOptions | None) -> list[str]:
+    """The maps left by runs that never committed (at or past the recorded version); a map without
+    `MAP_TAG` and without a record predates the record, and whether it committed cannot be told."""
+    uncommitted = [uri for first, uri in found if recorded is None or first >= recorded]
+    if recorded is None:
+        for uri in uncommitted:
+            if MAP_TAG not in (pq.read_schema(io.BytesIO(read_bytes(uri, options))).metadata or {}):
+                raise KlakeError(f"{tp}: offset map {uri} was written before the destination catalog recorded "
+                                 f"which maps are committed (transaction {offset_map_app_id(tp)}): whether its "
+                                 "batches reached the destination cannot be told, so neither skipping nor copying "
+                                 "them again is safe; mirror this partition into a new destination")
+    return uncommitted
+
+
+def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, found: list[tuple[int, str]],
+           dest_root: str, now_ms: int, options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
     tp, config, dest = item.tp, item.config, list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
+    maps = committed_offset_maps(dest_root, tp, recorded, options, found)
+    stale = _uncommitted_maps(tp, recorded, found, options)
     outcome = MirrorOutcome(tp.topic, tp.partition, "remap", source_log_end_offset=source[-1].next_offset
                             if source else 0, log_end_offset=log_end)
     from_offset = 0
@@ -242,12 +291,15 @@ def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int,
     store(act.base_offset, b"".join(act.chunks), offsets.to_bytes(), times.to_bytes(), SegmentState.ACTIVE)
     outcome.offset_map = join(offset_map_prefix(dest_root, tp), f"{log_end:020d}.parquet")
     sink = io.BytesIO()
-    pq.write_table(pa.concat_tables(map_parts), sink)
+    pq.write_table(pa.concat_tables(map_parts).replace_schema_metadata({MAP_TAG: b"1"}), sink)
+    if (gone := delete_objects([uri for uri in stale if uri != outcome.offset_map], options)).failed:
+        raise KlakeError(f"{tp}: uncommitted offset map(s) not deleted: {gone.failed}")  # the module docstring
     write_bytes(outcome.offset_map, sink.getvalue(), options)
     outcome.segments_written = [r.log_key for r in new_rows]
     outcome.segments_copied, outcome.log_end_offset = len(new_rows), next_offset
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows),
-                                                remove=(active.ref,) if active is not None else ()))
+                                                remove=(active.ref,) if active is not None else ()),
+                         app_transactions={offset_map_app_id(tp): AppTransaction(log_end + 1, permanent=True)})
 
 
 def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: Sequence[int] = ()
@@ -284,4 +336,4 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
                       now_ms=now_ms, options=options, job_id=job_id)
     return run_partition_job(dest_catalog, dest_root, {tp: configs[tp.topic] for tp in tps}, execute(prepare),
                              operation="mirror", job_id=job_id, options=options, ledger=False,
-                             lease_ttl_ms=lease_ttl_ms)
+                             lease_ttl_ms=lease_ttl_ms, app_ids=lambda tp: [offset_map_app_id(tp)])

@@ -14,7 +14,8 @@ this process for the engine's single-partition functions, one Spark task per par
    always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
    scrub job removes them) and a re-run starts again from the catalog;
 5. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
-   entries of the partitions it finishes;
+   entries of the partitions it finishes and the transaction identifiers their steps carry (an
+   operation's own progress, read back into the next run's `PartitionInput.app_versions`);
 6. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
    removed (one more commit); then the leases are released.
 """
@@ -36,7 +37,7 @@ from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.catalog_table import AlreadyCommittedError, Catalog, CommitResult
+from engine.ops.catalog_table import AlreadyCommittedError, AppTransaction, Catalog, CommitResult
 from engine.ops.deletion import Cleanup, delete_and_forget
 from engine.ops.lease import (
     DEFAULT_LEASE_TTL_MS,
@@ -53,11 +54,14 @@ from layouts.store import StorageOptions, normalize_uri
 
 @dataclass(frozen=True)
 class PartitionInput:
-    """What a partition's task needs: its live rows (base-offset order) and its topic's settings."""
+    """What a partition's task needs: its live rows (base-offset order), its topic's settings, and the
+    versions the catalog records for the transaction identifiers the operation asked for (`app_ids`),
+    read under the partition's lease with its rows."""
 
     tp: TopicPartition
     rows: tuple[SegmentRow, ...]
     config: TopicConfig
+    app_versions: Mapping[str, int] = field(default_factory=dict)
 
 
 class StepOutcome(Protocol):
@@ -73,11 +77,13 @@ OutcomeT = TypeVar("OutcomeT", bound=StepOutcome)
 @dataclass
 class PartitionStep(Generic[OutcomeT]):
     """What `prepare` did for one partition: its job's typed outcome, the catalog change to commit,
-    and the rows that change moves to DELETE_STARTED (their objects are deleted after the commit)."""
+    the rows that change moves to DELETE_STARTED (their objects are deleted after the commit), and
+    transaction identifiers (app id -> version) that commit records, atomically with the change."""
 
     outcome: OutcomeT
     change: CatalogChange = field(default_factory=CatalogChange)
     retire: tuple[SegmentRow, ...] = ()
+    app_transactions: Mapping[str, AppTransaction] = field(default_factory=dict)
 
 
 Prepare = Callable[[PartitionInput], PartitionStep[Any]]
@@ -190,7 +196,8 @@ class _Leases:
 def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+                      app_ids: Callable[[TopicPartition], Sequence[str]] | None = None) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing. `strict` raises the
@@ -199,7 +206,8 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
     their steps are idempotent and the ledger must not grow with every idle run. `ledger=False` (import)
     neither skips nor enters partitions: a job idempotent by content that must redo its work whenever its
-    source has grown.
+    source has grown. `app_ids`: the transaction identifiers whose recorded versions each partition's
+    task gets (`PartitionInput.app_versions`), read after its lease is taken.
     """
     root = normalize_uri(root)
     run = JobRun(job_id, operation)
@@ -213,7 +221,10 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
-        items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp])
+            wanted = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
+            recorded = catalog.transaction_versions(app_id for ids in wanted.values() for app_id in ids)
+        items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp],
+                                {app_id: recorded[app_id] for app_id in wanted[tp] if app_id in recorded})
                  for tp in tps]
         run.results = execute(items)
         for result in run.results:
@@ -269,14 +280,15 @@ def _finish_earlier_deletes(catalog: Catalog, root: str, rows: Mapping[TopicPart
 
 def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
             ledger: bool, ledger_idle: bool) -> None:
-    """One commit for every partition that prepared a change and still holds its lease, entering the
-    partitions it finishes in the job ledger; then the deletes."""
+    """One commit for every partition that prepared a change (or transaction identifiers) and still holds
+    its lease, entering the partitions it finishes in the job ledger; then the deletes."""
     adds, removes, transitions, retire, finished = [], [], [], [], []
+    app_transactions: dict[str, AppTransaction] = {}
     for result in run.results:
         if result.step is None:
             continue
         change = result.step.change
-        changed = bool(change.add or change.remove or change.transitions)
+        changed = bool(change.add or change.remove or change.transitions or result.step.app_transactions)
         if not (changed or ledger_idle):
             continue
         if (lost := leases.still_ours(result.tp)) is not None:
@@ -287,12 +299,14 @@ def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: 
         removes += change.remove
         transitions += change.transitions
         retire += result.step.retire
+        app_transactions.update(result.step.app_transactions)
     if not finished:
         return
     try:
         run.commit = catalog.apply(CatalogChange(add=tuple(adds), remove=tuple(removes),
                                                  transitions=tuple(transitions)),
-                                   operation=run.operation, job_id=run.job_id, finished=finished if ledger else ())
+                                   operation=run.operation, job_id=run.job_id, finished=finished if ledger else (),
+                                   app_transactions=app_transactions)
     except AlreadyCommittedError as exc:
         run.failures.update({str(tp): f"not committed: {exc}" for tp in finished})
         return

@@ -23,7 +23,7 @@ from engine.names import TopicPartition
 from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from engine.ops.mirror import committed_offset_maps, mirror_partitions
+from engine.ops.mirror import committed_offset_maps, mirror_partitions, offset_map_app_id, offset_maps
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import StorageOptions, list_objects, read_bytes
@@ -161,7 +161,7 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     assert _read(b, cat_b, TP, options) == _read(a, cat_a, TP, options)
 
 
-def _killing(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
+def _killing(self, change, operation="change", job_id="", finished=(), **more):  # noqa: ANN001, ANN003, ANN202
     raise RuntimeError(f"driver killed during the {operation} commit")
 
 
@@ -221,8 +221,10 @@ def _compacted_log_dir(where: Path) -> Path:
 
 
 def _offset_map(root: str, tp: TopicPartition, catalog: Catalog, options: StorageOptions) -> pa.Table:
-    rows = catalog.live_segments(tp.topic, tp.partition)
-    maps = committed_offset_maps(root, tp, rows[-1].next_offset, options)
+    """The partition's committed maps, concatenated; every map file left is a committed one."""
+    recorded = catalog.transaction_versions([offset_map_app_id(tp)]).get(offset_map_app_id(tp))
+    maps = committed_offset_maps(root, tp, recorded, options)
+    assert maps == offset_maps(root, tp, options)
     return pa.concat_tables([pq.read_table(pa.BufferReader(read_bytes(uri, options))) for _, uri in maps])
 
 
@@ -333,3 +335,42 @@ def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtu
     moved = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
     assert "magic-1" in moved.failures[str(TP)] and f"{1000:020d}" in moved.failures[str(TP)]
     assert moved.commit is None and not (tmp_path / "c" / TP.dir_name).exists()
+
+
+@pytest.mark.parametrize("earlier_runs", [0, 1])
+def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicates_nothing(
+        backend: Backend, earlier_runs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remap run dies after writing its offset map but before its commit; records are then appended
+    to the destination, past the map's first offset. The map names offsets that other records now hold:
+    only the catalog's record says it never committed, and the re-run copies those batches (once)."""
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(a, TP.topic, CONFIG, options)
+    save_topic_config(b, TP.topic, CONFIG, options)
+    append_to_partition(cat_a, a, TP, _records(60), CONFIG, NOW, options)
+    append_to_partition(cat_b, b, TP, _records(5, first=1000), CONFIG, NOW, options)  # B's own records
+    if earlier_runs:
+        assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}
+        append_to_partition(cat_a, a, TP, _records(50, first=60), CONFIG, NOW, options)
+    with monkeypatch.context() as patch:
+        patch.setattr(Catalog, "apply", _killing)
+        with pytest.raises(RuntimeError, match="killed"):
+            mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    (stale, _), = [m for m in offset_maps(b, TP, options) if m not in committed_offset_maps(
+        b, TP, cat_b.transaction_versions([offset_map_app_id(TP)]).get(offset_map_app_id(TP)), options)]
+    append_to_partition(cat_b, b, TP, _records(30, first=2000), CONFIG, NOW, options)  # past the stale map
+    assert cat_b.live_segments(TP.topic, TP.partition)[-1].next_offset > stale
+
+    rerun = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    assert rerun.failures == {} and rerun.results[0].step.outcome.offset_map is not None
+    source, _ = _read(a, cat_a, TP, options)
+    mirrored, _ = _read(b, cat_b, TP, options)
+    own = [r for r in mirrored if int(r[4][0][1]) >= 1000]  # header h: the record's number
+    copied = [r for r in mirrored if r not in own]
+    assert len(own) == 5 + 30
+    assert [r[1:] for r in copied] == [r[1:] for r in source]  # every source record exactly once, in order
+    ab = _offset_map(b, TP, cat_b, options)  # the stale map is gone; the committed ones cover each record once
+    assert [_mapped(ab, r[0]) for r in source] == [r[0] for r in copied]
+    idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    assert _copied(idle) == 0 and idle.commit is None and _read(b, cat_b, TP, options)[0] == mirrored
