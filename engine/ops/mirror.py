@@ -271,19 +271,23 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
 
     next_offset = log_end
     map_parts = []
-    for s in todo:
-        data = read_bytes(s.log_key, options)
-        moved = relocate_batches(data, scan_batches(data, s.log_key).headers, from_offset, next_offset, lat,
-                                 s.log_key)
-        for append in moved.appends:
-            writer.append(append, now_ms)
-            outcome.bytes_copied += len(append.data)
-        for closed in writer.closed:  # upload each rolled segment at once: memory bounded by segment.bytes
-            store(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
-        writer.closed.clear()
-        map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
-        next_offset = moved.next_offset or next_offset
-        outcome.batches_copied += len(moved.appends)
+    try:
+        for s in todo:
+            data = read_bytes(s.log_key, options)
+            moved = relocate_batches(data, scan_batches(data, s.log_key).headers, from_offset, next_offset, lat,
+                                     s.log_key, config)
+            for append in moved.appends:
+                writer.append(append, now_ms)
+                outcome.bytes_copied += len(append.data)
+            for closed in writer.closed:  # upload each rolled segment at once: memory bounded by segment.bytes
+                store(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
+            writer.closed.clear()
+            map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
+            next_offset = moved.next_offset or next_offset
+            outcome.batches_copied += len(moved.appends)
+    except KlakeError:  # a batch the destination refuses: the segments uploaded so far go too
+        delete_objects([k for r in new_rows for k in (r.log_key, r.index_key, r.timeindex_key)], options)
+        raise
     if next_offset == log_end:
         return PartitionStep(outcome)
     act = writer.active

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.errors import KlakeError
+from engine.format.batch import scan_batches
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
 from engine.log.mirror import NotAReplicaError
 from engine.log.topic_config import TopicConfig
@@ -374,3 +375,41 @@ def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicate
     assert [_mapped(ab, r[0]) for r in source] == [r[0] for r in copied]
     idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
     assert _copied(idle) == 0 and idle.commit is None and _read(b, cat_b, TP, options)[0] == mirrored
+
+
+def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_nothing(backend: Backend) -> None:
+    """Kafka's append rule (RecordTooLargeException): a batch above the destination's max.message.bytes
+    fails its partition, naming the source segment and offset; segments already uploaded are deleted.
+    A batch exactly at the limit moves."""
+    options = backend.options
+    a = backend.uri("a")
+    cat_a = Catalog.create(f"{a}/_catalog", options)
+    roomy = TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": 1200})
+    append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)  # batches of at most 400 bytes
+    append_to_partition(cat_a, a, TP, _records(60, first=150), roomy, NOW, options)
+    rows = cat_a.live_segments(TP.topic, TP.partition)
+    sizes = []
+    for row in rows:
+        headers = scan_batches(read_bytes(row.log_key, options), row.log_key).headers
+        sizes += [(int(size), row.log_key, int(base)) for size, base in zip(headers.size, headers.base_offset,
+                                                                                strict=True)]
+    largest = max(sizes)[0]
+    size, segment, offset = next(s for s in sizes if s[0] > 400)  # the first batch too large for CONFIG
+    assert largest > 400 and segment != rows[0].log_key
+
+    b = backend.uri("b")
+    cat_b = Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(b, TP.topic, CONFIG, options)
+    refused = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    reason = refused.failures[str(TP)]
+    assert segment in reason and f"offset {offset} is a {size}-byte batch" in reason
+    assert "max.message.bytes = 400" in reason and refused.commit is None
+    assert [o.name for o in list_objects(b, options) if o.name.endswith((".log", ".index", ".timeindex"))] == []
+    assert cat_b.live_segments(TP.topic, TP.partition) == [] and offset_maps(b, TP, options) == []
+
+    c = backend.uri("c")
+    cat_c = Catalog.create(f"{c}/_catalog", options)
+    save_topic_config(c, TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}),
+                      options)
+    fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
+    assert fits.failures == {} and _read(c, cat_c, TP, options)[0] == _read(a, cat_a, TP, options)[0]
