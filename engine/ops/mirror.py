@@ -106,6 +106,14 @@ class MirrorOutcome:
     log_end_offset: int = 0
     offset_map: str | None = None
     segments_written: list[str] = field(default_factory=list)
+    source_first_offset: int | None = None  # the source offsets copied (None: nothing)
+    source_last_offset: int | None = None
+    dry_run: bool = False  # what the run would do: nothing is written
+
+    def covers(self, first: int, last: int) -> None:
+        """Note source offsets [first, last] as copied."""
+        self.source_first_offset = first if self.source_first_offset is None else min(self.source_first_offset, first)
+        self.source_last_offset = last if self.source_last_offset is None else max(self.source_last_offset, last)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,20 +158,22 @@ def committed_offset_maps(dest_root: str, tp: TopicPartition, recorded: int | No
 
 
 def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
-                       options: StorageOptions | None) -> TopicConfig:
+                       options: StorageOptions | None, save: bool = True) -> TopicConfig:
     """A destination topic's settings: its own stored ones, else the source's, stored beside the
-    destination's data (a replica is configured as its source)."""
+    destination's data (a replica is configured as its source) unless not to `save` (a dry run)."""
     stored = stored_topic_config(dest_root, topic, options)
     if stored is not None:
         return stored
-    save_topic_config(dest_root, topic, source_config, options)
+    if save:
+        save_topic_config(dest_root, topic, source_config, options)
     return source_config
 
 
 def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
                    source_config: Mapping[str, TopicConfig], mode: str, dest_root: str, now_ms: int,
-                   options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
-    """Mirror one partition into the destination; the step is committed by the job's one commit."""
+                   options: StorageOptions | None, job_id: str, dry_run: bool = False) -> PartitionStep[MirrorOutcome]:
+    """Mirror one partition into the destination; the step is committed by the job's one commit. A
+    `dry_run` reads what the run would (every batch a remap would move is checked) and writes nothing."""
     source = list(source_rows.get(item.tp, ()))
     dest = list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
@@ -179,8 +189,8 @@ def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition,
         replica = same_time and not remapped and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
         mode = "preserve" if replica else "remap"
     if mode == "preserve":
-        return _replicate(item.tp, source, dest, dest_root, options, job_id)
-    return _remap(item, source, recorded, found, dest_root, now_ms, options, job_id)
+        return _replicate(item.tp, source, dest, dest_root, options, job_id, dry_run)
+    return _remap(item, source, recorded, found, dest_root, now_ms, options, job_id, dry_run)
 
 
 def _replica_marker(dest_root: str, tp: TopicPartition) -> str:
@@ -194,13 +204,21 @@ def _was_replica(dest_root: str, tp: TopicPartition, options: StorageOptions | N
 
 
 def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentRow], dest_root: str,
-               options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+               options: StorageOptions | None, job_id: str, dry_run: bool) -> PartitionStep[MirrorOutcome]:
     plan = replica_plan(source, dest)
     outcome = MirrorOutcome(tp.topic, tp.partition, "preserve",
-                            source_log_end_offset=source[-1].next_offset if source else 0)
+                            source_log_end_offset=source[-1].next_offset if source else 0, dry_run=dry_run)
+    for s in plan.copy:
+        outcome.covers(s.base_offset, s.last_offset)
     for d, s in plan.replace:
         if read_bytes(s.log_key, options, 0, d.size_bytes) != read_bytes(d.log_key, options):
             raise NotAReplicaError(f"destination segment {d.log_key} is not a prefix of source segment {s.log_key}")
+    if dry_run:
+        outcome.segments_copied, outcome.segments_replaced = len(plan.copy), len(plan.replace)
+        outcome.batches_copied = sum(s.batch_count for s in plan.copy)
+        outcome.bytes_copied = sum(s.size_bytes for s in plan.copy)
+        outcome.log_end_offset = max([s.next_offset for s in plan.copy] + ([dest[-1].next_offset] if dest else [0]))
+        return PartitionStep(outcome)
     added = []
     if plan.copy:
         ensure_object(_replica_marker(dest_root, tp), b"", options)
@@ -220,13 +238,14 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     return PartitionStep(outcome, change)
 
 
-def _uncommitted_maps(tp: TopicPartition, recorded: int | None, found: Sequence[tuple[int, str]],
+def _uncommitted_maps(tp: TopicPartition, recorded: int | None, found: Sequence[tuple[int, str]], log_end: int,
                       options: StorageOptions | None) -> list[str]:
-    """The maps left by runs that never committed (at or past the recorded version); a map without
-    `MAP_TAG` and without a record predates the record, and whether it committed cannot be told."""
+    """The maps left by runs that never committed (at or past the recorded version). Without a record,
+    a map below the log end without `MAP_TAG` predates the record, and whether it committed cannot be
+    told (one at or past the log end never did: a committed map starts below it)."""
     uncommitted = [uri for first, uri in found if recorded is None or first >= recorded]
     if recorded is None:
-        for uri in uncommitted:
+        for uri in [uri for first, uri in found if first < log_end]:
             if MAP_TAG not in (pq.read_schema(io.BytesIO(read_bytes(uri, options))).metadata or {}):
                 raise KlakeError(f"{tp}: offset map {uri} was written before the destination catalog recorded "
                                  f"which maps are committed (transaction {offset_map_app_id(tp)}): whether its "
@@ -236,13 +255,14 @@ def _uncommitted_maps(tp: TopicPartition, recorded: int | None, found: Sequence[
 
 
 def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, found: list[tuple[int, str]],
-           dest_root: str, now_ms: int, options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+           dest_root: str, now_ms: int, options: StorageOptions | None, job_id: str,
+           dry_run: bool) -> PartitionStep[MirrorOutcome]:
     tp, config, dest = item.tp, item.config, list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
     maps = committed_offset_maps(dest_root, tp, recorded, options, found)
-    stale = _uncommitted_maps(tp, recorded, found, options)
+    stale = _uncommitted_maps(tp, recorded, found, log_end, options)
     outcome = MirrorOutcome(tp.topic, tp.partition, "remap", source_log_end_offset=source[-1].next_offset
-                            if source else 0, log_end_offset=log_end)
+                            if source else 0, log_end_offset=log_end, dry_run=dry_run)
     from_offset = 0
     if maps:  # the last committed map says where the previous runs stopped
         last_map = pq.read_table(io.BytesIO(read_bytes(maps[-1][1], options)))
@@ -263,6 +283,9 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
     new_rows: list[SegmentRow] = []
 
     def store(segment_base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> None:
+        if dry_run:
+            outcome.segments_copied += 1
+            return
         extends = active if active is not None and active.base_offset == segment_base else None
         new_rows.append(store_segment_version(
             dest_root, tp, segment_base, log, index, timeindex, state, job_id, now_ms, options,
@@ -285,6 +308,8 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
             map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
             next_offset = moved.next_offset or next_offset
             outcome.batches_copied += len(moved.appends)
+            if moved.appends:
+                outcome.covers(int(moved.source_base[0]), int(moved.source_last[-1]))
     except KlakeError:  # a batch the destination refuses: the segments uploaded so far go too
         delete_objects([k for r in new_rows for k in (r.log_key, r.index_key, r.timeindex_key)], options)
         raise
@@ -293,6 +318,9 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
     act = writer.active
     offsets, times = act.indexer.snapshot()
     store(act.base_offset, b"".join(act.chunks), offsets.to_bytes(), times.to_bytes(), SegmentState.ACTIVE)
+    if dry_run:
+        outcome.log_end_offset = next_offset
+        return PartitionStep(outcome)
     outcome.offset_map = join(offset_map_prefix(dest_root, tp), f"{log_end:020d}.parquet")
     sink = io.BytesIO()
     pq.write_table(pa.concat_tables(map_parts).replace_schema_metadata({MAP_TAG: b"1"}), sink)
@@ -316,14 +344,16 @@ def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: 
     return [tp for tp in found if (not topics or tp.topic in topics) and (not partitions or tp.partition in partitions)]
 
 
-def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog,
+def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog | None,
                       tps: Sequence[TopicPartition], *, dest_configs: Mapping[str, TopicConfig] | None = None,
                       mode: str = "auto", now_ms: int, options: StorageOptions | None = None,
                       job_id: str | None = None, execute: Callable[[Prepare], Execute] = serial_execute,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, dry_run: bool = False) -> JobRun:
     """Mirror `tps` from the source root into the destination root in one job (see the module
     docstring); `dest_configs` are the destination topics' settings where the caller declared them,
-    the others are `destination_config`'s. `execute` runs the partitions (serially by default)."""
+    the others are `destination_config`'s. `execute` runs the partitions (serially by default).
+    A `dry_run` says per partition what the run would copy and writes nothing: no lease, no commit,
+    no object, no topic settings (`dest_catalog` None: a destination without a catalog yet)."""
     if mode not in MODES:
         raise KlakeError(f"offsets mode {mode!r}: expected one of {', '.join(MODES)}")
     source_root, dest_root = normalize_uri(source_root), normalize_uri(dest_root)
@@ -333,11 +363,12 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
     topics = sorted({tp.topic for tp in tps})
     source_config = {t: load_topic_config(source_root, t, options) for t in topics}
     declared = dict(dest_configs or {})
-    configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options) for t in topics}
+    configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options, save=not dry_run)
+               for t in topics}
     rows = {tp: tuple(r for r in found if r.state in LIVE_STATES)
             for tp, found in rows_by_partition(source_catalog, tps).items()}
     prepare = partial(prepare_mirror, source_rows=rows, source_config=source_config, mode=mode, dest_root=dest_root,
-                      now_ms=now_ms, options=options, job_id=job_id)
+                      now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     return run_partition_job(dest_catalog, dest_root, {tp: configs[tp.topic] for tp in tps}, execute(prepare),
-                             operation="mirror", job_id=job_id, options=options, ledger=False,
+                             operation="mirror", job_id=job_id, options=options, mutate=not dry_run, ledger=False,
                              lease_ttl_ms=lease_ttl_ms, app_ids=lambda tp: [offset_map_app_id(tp)])

@@ -193,14 +193,15 @@ class _Leases:
         return None
 
 
-def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
+def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
                       lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
                       app_ids: Callable[[TopicPartition], Sequence[str]] | None = None) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
-    `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing. `strict` raises the
+    `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
+    catalog (`catalog=None`: a root that has none yet, every partition empty). `strict` raises the
     first partition failure instead of recording it (the engine's single-partition functions).
     `ledger_idle` (appends): a partition whose step changed nothing (every record rejected) is finished
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
@@ -210,19 +211,22 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
     task gets (`PartitionInput.app_versions`), read after its lease is taken.
     """
     root = normalize_uri(root)
+    if catalog is None and mutate:
+        raise ValueError("a run that commits needs a catalog")
     run = JobRun(job_id, operation)
     with ExitStack() as stack:
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            rows = rows_by_partition(catalog, tps)
+            rows = rows_by_partition(catalog, tps) if catalog is not None else {}
             if mutate:
                 _finish_earlier_deletes(catalog, root, rows, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
             wanted = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
-            recorded = catalog.transaction_versions(app_id for ids in wanted.values() for app_id in ids)
+            recorded = {} if catalog is None else catalog.transaction_versions(
+                app_id for ids in wanted.values() for app_id in ids)
         items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp],
                                 {app_id: recorded[app_id] for app_id in wanted[tp] if app_id in recorded})
                  for tp in tps]

@@ -413,3 +413,32 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
                       options)
     fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
     assert fits.failures == {} and _read(c, cat_c, TP, options)[0] == _read(a, cat_a, TP, options)[0]
+
+
+@pytest.mark.parametrize("mode", ["preserve", "remap"])
+def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend, mode: str) -> None:
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a = Catalog.create(f"{a}/_catalog", options)
+    save_topic_config(a, TP.topic, CONFIG, options)
+    append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)
+    source, batches = _read(a, cat_a, TP, options)
+    sizes = [len(read_bytes(r.log_key, options)) for r in cat_a.live_segments(TP.topic, TP.partition)]
+
+    planned = mirror_partitions(a, cat_a, b, None, [TP], mode=mode, now_ms=NOW, options=options, dry_run=True)
+    assert planned.failures == {} and planned.commit is None and list_objects(b, options) == []  # not even a catalog
+    would = planned.results[0].step.outcome
+    assert would.dry_run and would.mode == mode and would.offset_map is None and would.segments_written == []
+    assert (would.source_first_offset, would.source_last_offset) == (source[0][0], source[-1][0])
+    assert would.batches_copied == len(batches) and would.bytes_copied == sum(sizes)
+    assert would.log_end_offset == source[-1][0] + 1
+
+    cat_b = Catalog.create(f"{b}/_catalog", options)
+    done = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options).results[0].step.outcome
+    assert {k: v for k, v in done.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")} == {
+        k: v for k, v in would.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")}
+    assert done.segments_copied == len(cat_b.live_segments(TP.topic, TP.partition))
+    before, version = list_objects(b, options), cat_b.version()
+    idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options, dry_run=True)
+    assert idle.results[0].step.outcome.source_first_offset is None
+    assert list_objects(b, options) == before and cat_b.version() == version
