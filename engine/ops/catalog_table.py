@@ -80,9 +80,10 @@ def ledger_app_id(job_id: str, tp: TopicPartition) -> str:
 @dataclass(frozen=True)
 class AppTransaction:
     """A transaction identifier to record with a commit: its version, and whether it must outlive the
-    ledger's retention. A `permanent` one is written without `lastUpdated`, which Delta's
-    `delta.setTransactionRetentionDuration` never expires (delta-kernel-rs keeps such entries
-    forever): right for state bounded by the partitions (one entry each), never for per-job entries."""
+    ledger's retention. A `permanent` one is written without `lastUpdated`, which delta-rs'
+    `delta.setTransactionRetentionDuration` never expires (delta-kernel-rs keeps such entries forever;
+    Delta Lake's Spark log replay would drop them, one more reason the catalog is delta-rs' alone):
+    right for state bounded by the partitions (one entry each), never for per-job entries."""
 
     version: int
     permanent: bool = False

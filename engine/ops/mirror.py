@@ -27,8 +27,9 @@ past the recorded version) and objects the scrubber removes; the next remap of t
 uncommitted maps before writing its own, so every map below the recorded version is a committed one,
 whatever was appended to the destination meanwhile. The record is one entry per partition, written
 without `lastUpdated`, so the ledger's retention (`delta.setTransactionRetentionDuration`) never
-expires it. Maps written before the catalog recorded them (no record, no `MAP_TAG`) are refused: with
-them klake can tell neither skipping nor copying again is right.
+expires it (`AppTransaction.permanent`): no record means no remap ever committed, and every map is
+one a killed run left. Maps written before the catalog recorded them (no record, no `MAP_TAG`, below
+the log end) are refused: for them klake can tell neither skipping nor copying again is right.
 """
 
 from __future__ import annotations
