@@ -71,22 +71,22 @@ def append_input(conf: Path, source: Path, report: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def run_cli(run: Callable[..., dict], default_mb: int, description: str,
-            add_options: Callable[[argparse.ArgumentParser], None] | None = None) -> dict:
-    """`--mb` and `--workdir` (a temporary one, removed, by default), and the script's own options
-    (`add_options`, then passed to `run` as keywords); prints and returns the figures."""
+def run_cli(run: Callable[..., dict], default_mb: int, description: str, counts: dict[str, int] | None = None
+            ) -> dict:
+    """`--mb` and `--workdir` (a temporary one, removed, by default), and an `--NAME N` option per entry of
+    `counts` (its default) passed to `run` by name; prints and returns the figures."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=default_mb, help=f"MiB of 100-byte values (default {default_mb})")
     parser.add_argument("--workdir", type=Path, help="scratch directory (default: a temporary one, removed)")
-    if add_options:
-        add_options(parser)
-    args = vars(parser.parse_args())
-    mb, given = args.pop("mb"), args.pop("workdir")
-    workdir = given or Path(tempfile.mkdtemp(prefix="klake-bench-"))
+    for name, default in (counts or {}).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=f"default {default}")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="klake-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
-        result = run(mb, workdir, **args)
+        result = run(args.mb, workdir, **{name: getattr(args, name) for name in counts or {}})
     finally:
-        if given is None:
+        if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
     return result
@@ -147,11 +147,6 @@ def _python_worker_hwm_kib(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic (default 8)")
-    parser.add_argument("--segment-mb", type=int, default=256, help="segment.bytes in MiB (default 256)")
-
-
 def run(mb: int, workdir: Path, partitions: int = 8, segment_mb: int = 256) -> dict:
     records = mb * 1024 * 1024 // VALUE_BYTES
     conf = bench_config(workdir, f"segment.bytes: {segment_mb << 20}", partitions=partitions)
@@ -182,7 +177,7 @@ def run(mb: int, workdir: Path, partitions: int = 8, segment_mb: int = 256) -> d
 
 
 def main_bench() -> None:
-    result = run_cli(run, 1024, __doc__, add_options)
+    result = run_cli(run, 1024, __doc__, {"partitions": 8, "segment_mb": 256})
     print(f"append {result['append_mb_s']} MB/s vs Spark Parquet write {result['parquet_mb_s']} MB/s: "
           f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time (target <= 1.5x)")
     peak, bound = result["worker_peak_rss_mb"], result["worker_peak_rss_bound_mb"]

@@ -16,7 +16,10 @@ decodes exactly the bytes klake decodes (klake's batches) and encodes exactly th
 Checks, before timing: klake and kafka-clients both decode klake's batches to the input records,
 kafka-clients' own compressed batches decode to them too, and its uncompressed ones are byte-identical
 to klake's (failures are reported, not raised). Prints
-one table of records/s (best of `--runs`) and klake/kafka-clients ratios. Exits 1 if a target is missed
+one table of records per CPU-second (best of `--runs`; klake: this process's CPU time, kafka-clients: its
+timing thread's, which leaves out its serial collector's pauses) and the klake/kafka-clients ratios they
+give, which are what the targets judge: on a shared machine the wall clock also counts time given to other
+work, which differs between the two sides' turns. The wall-clock ratio is printed next to it. Exits 1 if a target is missed
 (decode and encode >= 1.0x for every codec), 2 if a check failed or the JVM side could not run.
 
 Run: .venv/bin/python benchmarks/codec_bench.py [--batches N] [--runs N] [--codecs none,lz4] [--values 100,1000]
@@ -118,13 +121,15 @@ def klake_check(table: pa.Table, keys: pa.Array, values: pa.Array, timestamps: n
     return None if same else "decoded records differ from the input"
 
 
-def best_of(runs: int, fn: Callable[[], object]) -> float:
-    times = []
+def best_of(runs: int, fn: Callable[[], object]) -> tuple[float, float]:
+    """(best CPU seconds of this process, best wall-clock seconds) over `runs` calls."""
+    cpu, wall = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return min(cpu), min(wall)
 
 
 def pin(core: int) -> None:
@@ -171,7 +176,7 @@ def main() -> int:
     pin(args.core)
     n = args.batches * BATCH
     problems: list[str] = []
-    klake: dict[tuple[str, int, str], float] = {}
+    klake: dict[tuple[str, int, str], tuple[float, float]] = {}
     klake_bytes: dict[tuple[str, int], int] = {}
     with tempfile.TemporaryDirectory(prefix="klake-codec-bench-") as tmp:
         files = [Path(tmp) / f"workload-{size}.bin" for size in sizes]
@@ -185,9 +190,9 @@ def main() -> int:
                 problem = klake_check(klake_decode(data), keys, values, ts)
                 if problem:
                     problems.append(f"klake {name} {size} B: {problem}")
-                klake[name, size, "decode"] = n / best_of(args.runs, lambda d=data: klake_decode(d))
-                klake[name, size, "encode"] = n / best_of(args.runs, lambda c=codec, k=keys, v=values, t=ts:
-                                                          klake_encode(k, v, t, c))
+                klake[name, size, "decode"] = best_of(args.runs, lambda d=data: klake_decode(d))
+                klake[name, size, "encode"] = best_of(args.runs, lambda c=codec, k=keys, v=values, t=ts:
+                                                      klake_encode(k, v, t, c))
         java_lines, failure = run_java(files, args.core, args.runs, args.warmup)
     if failure:
         problems.append(failure)
@@ -199,21 +204,25 @@ def main() -> int:
 
     print(f"records per run: {n:,} in {args.batches} batches of {BATCH}, {KEY_SIZE}-byte keys; best of {args.runs}; "
           f"core {args.core}; {jvm.get('jvm', 'no JVM')} ({jvm.get('gc', '?')} GC, {jvm.get('cpus', '?')} cpu)")
-    print(f"{'codec':6} {'value':>6} {'op':6} {'kafka-clients rec/s':>20} {'klake rec/s':>12} {'ratio':>6}  target")
+    print(f"{'codec':6} {'value':>6} {'op':6} {'kafka-clients rec/cpu-s':>23} {'klake rec/cpu-s':>15} {'ratio':>6}  "
+          f"{'wall ratio':>10}  target")
     missed = False
     for size in sizes:
         for codec in codecs:
             name = compression.NAMES[codec]
             for op, target in TARGETS.items():
-                mine, ref = klake[name, size, op], java.get((name, size, op))
+                cpu_s, wall_s = klake[name, size, op]
+                mine, ref = n / cpu_s, java.get((name, size, op))
                 if ref is None:
-                    print(f"{name:6} {size:6} {op:6} {'-':>20} {mine:12,.0f} {'-':>6}  no kafka-clients figure")
+                    print(f"{name:6} {size:6} {op:6} {'-':>23} {mine:15,.0f} {'-':>6}  {'-':>10}  no kafka-clients figure")
                     missed = True
                     continue
-                ratio = mine / ref["records_per_s"]
+                ratio = mine / ref["records_per_cpu_s"]
+                wall_ratio = (n / wall_s) / ref["records_per_s"]
                 missed |= ratio < target
                 verdict = f">= {target:.1f}x " + ("ok" if ratio >= target else "MISSED")
-                print(f"{name:6} {size:6} {op:6} {ref['records_per_s']:20,.0f} {mine:12,.0f} {ratio:5.2f}x  {verdict}")
+                print(f"{name:6} {size:6} {op:6} {ref['records_per_cpu_s']:23,.0f} {mine:15,.0f} {ratio:5.2f}x  "
+                      f"{wall_ratio:9.2f}x  {verdict}")
     sizes_line = ", ".join(f"{name} {size} B {java[name, size, 'encode']['bytes'] / n:.1f}/{klake_bytes[name, size] / n:.1f}"
                            for (name, size) in klake_bytes if (name, size, "encode") in java)
     print(f"encoded bytes per record, kafka-clients/klake: {sizes_line}")

@@ -1,5 +1,11 @@
 """`retention`: delete whole segments by Kafka's three passes (log start offset, retention.bytes,
-retention.ms), oldest first, through the catalog's two-phase delete; `--dry-run` prints the plan.
+retention.ms), oldest first, through the catalog's two-phase delete; `--dry-run` plans and reports.
+
+The driver plans every partition at once over the catalog's live rows as Arrow (a dry run starts no
+Spark task: it reads no segment object). The JSON report holds one summary per partition (counts, bytes,
+first and last segment deleted, passes, holds, counts by reason); every segment's decision goes to a
+Parquet file next to it (`<report>.segments.parquet`); stdout prints totals and counts by reason, and
+with `--verbose` every segment's decision with its reason.
 
     spark-submit jobs/retention.py --conf conf/s3.example.yaml --report out/retention.json
 """
@@ -9,28 +15,41 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from engine.ops.retention import prepare_retention
+from engine.ops.retention import RetentionOutcome, RetentionPlanner, prepare_retention
+from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 
 
 def run(ctx: JobContext) -> None:
     prepare = partial(prepare_retention, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
                       job_id=ctx.job_id, dry_run=ctx.dry_run)
-    run = ctx.run_partitions(ctx.selected_partitions(), prepare)
-    deleted = kept = 0
+    execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
+    run = ctx.run_partitions_with(ctx.selected_partitions(), execute, planner=RetentionPlanner(ctx.now_ms))
+    deleted = kept = size = records = 0
+    verbose: list[str] = []
     for result in run.results:
-        if result.step is None:
+        outcome: RetentionOutcome | None = result.step.outcome if result.step is not None else None
+        if outcome is None or outcome.plan is None:
             continue
-        plan = result.step.outcome.plan
-        deleted += len(plan.to_delete)
-        kept += len(plan.decisions) - len(plan.to_delete)
+        plan = outcome.plan
+        deleted += plan.info["delete_segments"]
+        kept += plan.info["segments"] - plan.info["delete_segments"]
+        size += plan.bytes_to_delete
+        records += plan.records_to_delete
         for hold in plan.held_back_by_future_timestamp:
             ctx.report.anomalies.append(f"{result.tp}: segment {hold.base_offset} is held back: {hold.describe()}")
-        if ctx.dry_run:
-            ctx.report.summary += [f"{result.tp} {d.base_offset:>20} {d.action.value:<6} ({d.decided_by.value}) {d.reason}"
-                                   for d in plan.decisions]
+        if ctx.args.verbose:
+            verbose += [f"{result.tp} {d.base_offset:>20} {d.action.value:<6} ({d.decided_by.value}) {d.reason}"
+                        for d in plan.decisions]
+    if run.plan is not None:
+        ctx.report.side_files["segments"] = run.plan.segments
     verb = "would delete" if ctx.dry_run else "deleted"
-    ctx.report.summary.append(f"retention: {verb} {deleted} segment(s), kept {kept}")
+    ctx.report.summary.append(f"retention: {verb} {deleted} segment(s), kept {kept}; {size:,} B, "
+                              f"{plural(records, 'record')}")
+    if run.plan is not None:
+        ctx.report.summary += [f"  {count:>12,}  {reason}" for reason, count in run.plan.totals()["by_reason"].items()]
+    ctx.report.details += verbose
     ctx.report.results["segments_deleted"] = 0 if ctx.dry_run else deleted
     ctx.report.results["segments_kept"] = kept
 

@@ -31,7 +31,7 @@ def test_codec_bench_prints_its_table_and_passes_its_checks() -> None:
     assert done.returncode in (0, 1), out + done.stderr  # 1 = a speed target missed, which is not this test's business
     for codec in ("none", "lz4"):
         for op in ("decode", "encode"):
-            assert re.search(rf"^{codec} +100 {op} +[\d,]+ +[\d,]+ +[\d.]+x  >= 1\.0x (ok|MISSED)$", out, re.M), out
+            assert re.search(rf"^{codec} +100 {op} +[\d,]+ +[\d,]+ +[\d.]+x +[\d.]+x  >= 1\.0x (ok|MISSED)$", out, re.M), out
     assert "checks: all passed (4 on kafka-clients, 2 on klake)" in out, out
 
 
@@ -50,7 +50,7 @@ def test_catalog_bench_runs_on_a_tiny_catalog() -> None:
 
 def test_read_bench_runs_in_smoke_size() -> None:
     """The read benchmark checks its own answers (window and full scan against the generated records)."""
-    out = _bench("read_bench.py", "--mb", "2")
+    out = _bench("read_bench.py", "--mb", "2", "--repeat", "1")
     assert re.search(r"^full scan [\d.]+ MB/s; klake's decoder alone on the same files [\d.]+ MB/s", out, re.M), out
 
 
@@ -58,3 +58,24 @@ def test_append_bench_runs_in_smoke_size() -> None:
     out = _bench("append_bench.py", "--mb", "2")
     assert re.search(r"^append [\d.]+ MB/s vs Spark Parquet write [\d.]+ MB/s", out, re.M), out
     assert '"records_appended": 20971' in out, out
+
+
+def test_retention_bench_runs_in_smoke_size() -> None:
+    """The retention benchmark checks the job's report and side file against the synthetic catalog's answer."""
+    out = _bench("retention_bench.py", "--rows", "2000", "--commits", "3")
+    assert re.search(r"^catalog: 2,000 live segments in 200 partitions", out, re.M), out
+    assert re.search(r"^retention dry run: wall [\d.]+ s \(target <= 10 s\) (ok|MISSED)$", out, re.M), out
+    assert re.search(r"^driver peak RSS [\d.]+ MB", out, re.M) and "checks: all passed" in out, out
+    assert "retention: would delete 1000 segment(s), kept 1000" in out, out
+
+
+def test_lookup_bench_runs_in_smoke_size() -> None:
+    """The lookup benchmark checks every answer against brute force and prints bytes read vs the minimum."""
+    done = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "lookup_bench.py"), "--mb", "1",
+                           "--big-mb", "1", "--partitions", "2", "--targets", "3"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    out = done.stdout
+    assert done.returncode in (0, 1), out + done.stderr  # 1 = a target missed, which is not this test's business
+    for shape in ("demo", "small-batches", "big-segment"):
+        assert re.search(rf"^{shape} +\d+ +\d+ +[\d,]+ +[\d,]+ +[\d.]+x .* (ok|MISSED)$", out, re.M), out
+    assert re.search(r"^answers: all \d+ equal brute force$", out, re.M), out

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import astuple, dataclass, fields
 from enum import StrEnum
 
+import numpy as np
 import pyarrow as pa
 
 FORMAT_VERSION = 1
@@ -144,12 +145,26 @@ def table_to_rows(table: pa.Table) -> list[SegmentRow]:
     return [SegmentRow(**{name: row[name] for name in COLUMNS}) for row in table.select(list(COLUMNS)).to_pylist()]
 
 
+def owned(table: pa.Table) -> pa.Table:
+    """A copy of a (sliced) table holding only its own rows: a pickled slice (a Spark task's input)
+    otherwise carries the whole buffers it was cut from."""
+    return table.take(np.arange(table.num_rows))
+
+
+def log_start_offsets(base_offset: np.ndarray, log_start_offset: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The log start offset of every partition from the columns of its live rows, grouped by partition in
+    offset order (`starts`: each partition's first row): the larger of its first base offset and any
+    row's `log_start_offset` (KIP-107's DeleteRecords raises it inside a segment)."""
+    return np.maximum(base_offset[starts], np.maximum.reduceat(log_start_offset, starts))
+
+
 def partition_log_start_offset(rows: Iterable[SegmentRow]) -> int | None:
     """The log start offset of a partition from its live rows (offset order); None without rows."""
     rows = list(rows)
     if not rows:
         return None
-    return max([rows[0].base_offset] + [r.log_start_offset for r in rows])
+    columns = np.array([(r.base_offset, r.log_start_offset) for r in rows], np.int64)
+    return int(log_start_offsets(columns[:, 0], columns[:, 1], np.zeros(1, np.int64))[0])
 
 
 def first_dirty_offset(rows: Iterable[SegmentRow]) -> int | None:

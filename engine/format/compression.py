@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import cramjam
 import lz4.frame
+import pyarrow as pa
 import xxhash
 import zstandard
 
@@ -47,8 +48,8 @@ def codec_id(name: str) -> int:
         raise ValueError(f"unknown compression codec {name!r}; expected one of {sorted(IDS)}") from None
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records blob the way Kafka's producer does for `codec`."""
+def compress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
+    """Compress a records blob the way Kafka's producer does for `codec` (bytes, or a bytes-like view)."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
@@ -65,17 +66,19 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec id {codec}")
 
 
-def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes:
-    """Decompress one batch's records (v2) or one wrapper's value (v0/v1)."""
+def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | memoryview:
+    """Decompress one batch's records (v2: bytes or a bytes-like view) or one wrapper's value (v0/v1: bytes)."""
     try:
         if codec == NONE:
             return bytes(data)
         if codec == GZIP:
             return _gunzip(bytes(data))
         if codec == SNAPPY:
-            return _xerial_decompress(bytes(data))
+            out = _xerial_decompress(data)
+            return out if magic == 2 else bytes(out)
         if codec == LZ4:
-            return lz4.frame.decompress(_fix_kafka_3160_checksum(bytes(data)) if magic == 0 else data)
+            out = _lz4_decompress(_fix_kafka_3160_checksum(bytes(data)) if magic == 0 else data)
+            return out if magic == 2 else bytes(out)
         if codec == ZSTD:
             return _zstd_decompress(data)
     except CompressionError:
@@ -92,30 +95,59 @@ def _gunzip(data: bytes) -> bytes:
         raise CompressionError(f"gzip data does not decode: {exc}") from exc
 
 
-def _xerial_compress(data: bytes) -> bytes:
-    parts = [_XERIAL_HEADER]
-    for start in range(0, len(data), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(data[start:start + _XERIAL_BLOCK]))
-        parts.append(struct.pack(">i", len(block)))
-        parts.append(block)
-    return b"".join(parts)
+def _xerial_compress(data: bytes | memoryview) -> memoryview:
+    """xerial framing around raw snappy blocks, each compressed straight into its place in one output
+    buffer (no per-block copies and no join)."""
+    view = memoryview(data).cast("B")
+    blocks = [view[start:start + _XERIAL_BLOCK] for start in range(0, len(view), _XERIAL_BLOCK)]
+    out = _writable(len(_XERIAL_HEADER) + sum(4 + cramjam.snappy.compress_raw_max_len(b) for b in blocks))
+    out[:len(_XERIAL_HEADER)] = _XERIAL_HEADER
+    at = len(_XERIAL_HEADER)
+    for block in blocks:
+        size = cramjam.snappy.compress_raw_into(block, out[at + 4:])
+        struct.pack_into(">i", out, at, size)
+        at += 4 + size
+    return out[:at]
 
 
-def _xerial_decompress(data: bytes) -> bytes:
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
+def _xerial_decompress(data: bytes | memoryview) -> bytes | memoryview:
+    """Every block decompressed straight into its place in one buffer sized by the blocks' own length
+    preambles (no per-block copies and no join); bare raw snappy (old clients) is one block."""
+    view = memoryview(data).cast("B")
+    if view[:len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
     pos = 16
-    out = []
-    while pos < len(data):
-        if pos + 4 > len(data):
+    blocks = []
+    while pos < len(view):
+        if pos + 4 > len(view):
             raise CompressionError(f"xerial snappy block length cut at byte {pos}")
-        (length,) = struct.unpack_from(">i", data, pos)
+        (length,) = struct.unpack_from(">i", view, pos)
         pos += 4
-        if length < 0 or pos + length > len(data):
+        if length < 0 or pos + length > len(view):
             raise CompressionError(f"xerial snappy block at byte {pos - 4} declares {length} bytes")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        blocks.append(view[pos:pos + length])
         pos += length
-    return b"".join(out)
+    sizes = [cramjam.snappy.decompress_raw_len(block) for block in blocks]
+    out = _writable(sum(sizes))
+    at = 0
+    for block, size in zip(blocks, sizes, strict=True):
+        if cramjam.snappy.decompress_raw_into(block, out[at:at + size]) != size:
+            raise CompressionError(f"a xerial snappy block decodes to fewer than its declared {size} bytes")
+        at += size
+    return out
+
+
+def _fitted(out: memoryview, size: int) -> bytes | memoryview:
+    """The first `size` bytes of a buffer sized by a frame's block bound, copied out when they fill less
+    than half of it: a small batch must not hold on to a maximum-block-sized buffer (many chunks live at
+    once while a segment is decoded, and Arrow's pool backs what it hands out in large pages)."""
+    return out[:size] if 2 * size >= len(out) else bytes(out[:size])
+
+
+def _writable(size: int) -> memoryview:
+    """An uninitialised byte buffer from Arrow's memory pool, which keeps freed memory for the next
+    call (fresh pages from the OS cost a page fault per 4 KiB)."""
+    return memoryview(pa.allocate_buffer(size)).cast("B")
 
 
 def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
@@ -127,12 +159,104 @@ def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
     return frame[:descriptor_end] + bytes([checksum]) + frame[descriptor_end + 1:]
 
 
-def _zstd_decompress(data: bytes | memoryview) -> bytes:
+def _lz4_decompress(data: bytes | memoryview) -> bytes | memoryview:
+    """One LZ4 frame, decompressed by liblz4 (cramjam) straight into one buffer from Arrow's pool, sized by
+    the frame's own block headers; python-lz4 would grow its output and copy it twice more. Anything the
+    walk does not recognise goes to python-lz4, whose reading of the frame is the reference (it reads the
+    first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    view = memoryview(data).cast("B")
+    extent = _lz4_frame_extent(view)
+    if extent is not None:
+        end, room = extent
+        out = _writable(room)
+        try:
+            return _fitted(out, cramjam.lz4.decompress_into(view[:end], out))
+        except cramjam.DecompressionError:
+            pass  # python-lz4 decides, and names the problem
+    return lz4.frame.decompress(data)
+
+
+def _lz4_frame_extent(view: memoryview) -> tuple[int, int] | None:
+    """(end of the frame, bound on its decompressed size) from its header and block headers (LZ4 frame
+    format: magic, FLG, BD, [content size], [dict id], HC; blocks of a 4-byte little-endian size whose
+    top bit marks a stored block, [block checksum]; a zero size ends it, then [content checksum]);
+    None if it is not a plain frame this walk understands."""
+    if len(view) < 7 or view[:4] != _LZ4_MAGIC:
+        return None
+    flg, bd = view[4], view[5]
+    if flg >> 6 != 1 or flg & 0x03 or not 4 <= (bd >> 4) & 0x07 <= 7:  # version 01, no dict id
+        return None
+    block_max = 1 << (8 + 2 * ((bd >> 4) & 0x07))
+    pos = 7 + (8 if flg & 0x08 else 0)
+    block_checksum = 4 if flg & 0x10 else 0
+    blocks = 0
+    while True:
+        if pos + 4 > len(view):
+            return None
+        (size,) = struct.unpack_from("<I", view, pos)
+        pos += 4
+        if size == 0:
+            break
+        pos += (size & 0x7FFFFFFF) + block_checksum
+        blocks += 1
+    end = pos + (4 if flg & 0x04 else 0)
+    return (end, blocks * block_max) if end <= len(view) else None
+
+
+def _zstd_decompress(data: bytes | memoryview) -> bytes | memoryview:
+    """One zstd frame, decompressed by libzstd (cramjam) straight into one buffer from Arrow's pool, sized
+    by the frame's own block headers; the streaming reader would return its output in chunks and join
+    them. Anything the walk does not recognise (dictionaries, skippable frames, truncation) or that
+    cramjam rejects goes to the streaming reader, whose result and error text stay the reference (it
+    reads the first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    view = memoryview(data).cast("B")
+    extent = _zstd_frame_extent(view)
+    if extent is not None:
+        end, room = extent
+        out = _writable(room)
+        try:
+            return _fitted(out, cramjam.zstd.decompress_into(view[:end], out))
+        except cramjam.DecompressionError:
+            pass
     reader = _zstd().decompressor.decompressobj()
     out = reader.decompress(data)
     if not reader.eof:
         raise CompressionError("zstd frame is incomplete")
     return out
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_BLOCK_MAX = 128 * 1024
+
+
+def _zstd_frame_extent(view: memoryview) -> tuple[int, int] | None:
+    """(end of the frame, bound on its decompressed size) from its header and block headers (RFC 8878:
+    magic, descriptor, [window], [dictionary id], [content size]; blocks of a 3-byte little-endian header
+    (last flag, type raw/RLE/compressed, size), a compressed block holding at most 128 KiB; then
+    [checksum]); None if it is not a plain frame this walk understands."""
+    if len(view) < 6 or view[:4] != _ZSTD_MAGIC:
+        return None
+    descriptor = view[4]
+    if descriptor & 0x08 or descriptor & 0x03:  # reserved bit, or a dictionary id
+        return None
+    single_segment = descriptor & 0x20
+    size_field = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    pos = 5 + (0 if single_segment else 1) + size_field
+    room = 0
+    while True:
+        if pos + 3 > len(view):
+            return None
+        header = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+        pos += 3
+        kind, size = (header >> 1) & 0x03, header >> 3
+        if kind == 3:
+            return None
+        pos += 1 if kind == 1 else size
+        room += _ZSTD_BLOCK_MAX if kind == 2 else size
+        if header & 1:
+            break
+    end = pos + (4 if descriptor & 0x04 else 0)
+    return (end, room) if end <= len(view) else None
 
 
 T = TypeVar("T")

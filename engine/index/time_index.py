@@ -133,13 +133,25 @@ class TimeIndex:
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """The largest entry with timestamp <= target, else `(-1, base_offset)` (Kafka `TimeIndex.lookup`)."""
-        if target_timestamp < INT64_MIN:
-            return self.no_timestamp, self.base_offset
-        key = np.int64(min(target_timestamp, INT64_MAX))
-        slot = int(np.searchsorted(self.timestamps, key, side="right")) - 1
+        slot = self.floor_slot(target_timestamp)
         if slot < 0:
             return self.no_timestamp, self.base_offset
         return self.entry(slot)
+
+    def floor_and_next(self, target_timestamp: int) -> tuple[tuple[int, int] | None, int | None]:
+        """The floor entry `(T, O)` of `lookup` (None instead of its sentinel) and the absolute offset of
+        the entry after it (None if none): records after O are the only ones that can be >= a target
+        above T, and the next entry's batch already reaches past the target."""
+        slot = self.floor_slot(target_timestamp)
+        following = self.base_offset + int(self.relative_offsets[slot + 1]) if slot + 1 < len(self) else None
+        return (self.entry(slot) if slot >= 0 else None), following
+
+    def floor_slot(self, target_timestamp: int) -> int:
+        """The slot of the largest entry with timestamp <= target; -1 if none."""
+        if target_timestamp < INT64_MIN:
+            return -1
+        key = np.int64(min(target_timestamp, INT64_MAX))
+        return int(np.searchsorted(self.timestamps, key, side="right")) - 1
 
     def truncate_to(self, offset: int) -> TimeIndex:
         """Drop every entry whose offset >= `offset` (spec 6 step 3); the rest stay valid."""

@@ -19,17 +19,23 @@ import numpy as np
 
 from engine.format.batch import NO_TIMESTAMP, BatchHeaders
 from engine.format.records import decode_records
-from engine.index.offset_index import OffsetIndex
-from engine.index.time_index import TimeIndex
 from engine.times import format_time
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 class SearchableSegment(Protocol):
-    """What a lookup needs from a segment. `chunks_from(position)` yields the log's batches from a
-    byte position on, a chunk at a time (each chunk one ranged read for a stored segment), so a search
-    that ends early reads only what it needs."""
+    """What a lookup needs from a segment, served alike from memory and from storage.
+
+    `time_lookup(target)` is Kafka's time-index floor: the entry `(T, O)` with the largest `T <= target`
+    (None if there is none), and an offset whose batch holds a timestamp >= target (the next entry's;
+    None if unknown). The entry says every record up to O has a timestamp <= T (spec 1.10), so a record
+    >= target > T lies after O; the search ends by the second offset's batch.
+    `batches_from(offset, until)` yields the log's batches from the one holding `offset` (earlier ones
+    may come too) to the end, a chunk at a time (each chunk one ranged read for a stored segment), so a
+    search that ends early reads only what it needs; `until` is the offset the caller expects to stop
+    at, which lets a stored segment size its first read to end with that batch.
+    """
 
     base_offset: int
     source: str
@@ -43,9 +49,9 @@ class SearchableSegment(Protocol):
     @property
     def offset_of_largest_timestamp(self) -> int: ...
 
-    def indexes(self) -> tuple[OffsetIndex, TimeIndex]: ...
+    def time_lookup(self, target: int) -> tuple[tuple[int, int] | None, int | None]: ...
 
-    def chunks_from(self, position: int) -> Iterator[tuple[bytes, BatchHeaders]]: ...
+    def batches_from(self, offset: int, until: int | None = None) -> Iterator[tuple[bytes, BatchHeaders]]: ...
 
 
 @dataclass(frozen=True)
@@ -102,10 +108,13 @@ def offset_for_timestamp(segments: Sequence[SearchableSegment], target: int, log
 
 
 def _search_segment(segment: SearchableSegment, target: int, log_start_offset: int) -> OffsetAnswer | None:
-    offset_index, time_index = segment.indexes()
-    _, indexed_offset = time_index.lookup(target)
-    _, position = offset_index.lookup(max(indexed_offset, log_start_offset))
-    for data, headers in segment.chunks_from(position):
+    """Kafka's search (time-index floor, then forward from the batch holding its offset), started after
+    the floor entry's offset when its timestamp is below the target: no record up to it qualifies."""
+    floor, upper = segment.time_lookup(target)
+    first = segment.base_offset if floor is None else floor[1] + int(floor[0] < target)
+    first = max(first, log_start_offset)
+    until = upper if upper is not None and upper >= first else None
+    for data, headers in segment.batches_from(first, until):
         rows = np.flatnonzero((headers.max_timestamp >= target) & (headers.last_offset >= log_start_offset))
         answer = _first_record(data, headers, rows, segment.source,
                                lambda ts, off: (ts >= target) & (off >= log_start_offset))
@@ -130,7 +139,8 @@ def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset
     """-3: the largest timestamp at or after the log start offset and the first offset carrying it.
 
     Kafka picks the segment with the greatest max (first on ties), then scans from the offset-index
-    floor of the max's shallow offset to the first batch whose maxTimestamp equals it (spec 5.3). Only
+    floor of the max's shallow offset to the first batch whose maxTimestamp equals it (spec 5.3); that
+    offset is the first carrier's, so the scan starts at the batch holding it. Only
     the segment holding the log start offset can have records below it; its max is recomputed from
     the records at or after the log start offset, so such records never win.
     """
@@ -151,9 +161,8 @@ def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset
     largest, segment = best
     if segment.base_offset < log_start_offset:
         return straddling or NO_ANSWER
-    offset_index, _ = segment.indexes()
-    _, position = offset_index.lookup(segment.offset_of_largest_timestamp)
-    for data, headers in segment.chunks_from(position):
+    carrier = segment.offset_of_largest_timestamp
+    for data, headers in segment.batches_from(carrier, carrier):
         rows = np.flatnonzero(headers.max_timestamp == largest)
         answer = _first_record(data, headers, rows, segment.source, lambda ts, off: ts == largest)
         if answer is not None:
@@ -163,10 +172,8 @@ def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset
 
 def _max_from(segment: SearchableSegment, log_start_offset: int) -> OffsetAnswer | None:
     """The largest record timestamp at or after `log_start_offset` in one segment, and its first offset."""
-    offset_index, _ = segment.indexes()
-    _, position = offset_index.lookup(log_start_offset)
     best: OffsetAnswer | None = None
-    for data, headers in segment.chunks_from(position):
+    for data, headers in segment.batches_from(log_start_offset):
         records = decode_records(data, headers, segment.source)
         ts = np.where(records.offset >= log_start_offset, records.timestamp, np.iinfo(np.int64).min)
         if ts.shape[0] == 0:

@@ -64,5 +64,9 @@ class InMemorySegment:
     def indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         return self.offset_index, self.time_index
 
-    def chunks_from(self, position: int) -> Iterator[tuple[bytes, BatchHeaders]]:
-        yield self.data, self.headers.take(self.headers.position >= position)
+    def time_lookup(self, target: int) -> tuple[tuple[int, int] | None, int | None]:
+        """The time-index floor entry of `target` and the offset of the entry after it (`SearchableSegment`)."""
+        return self.time_index.floor_and_next(target)
+
+    def batches_from(self, offset: int, until: int | None = None) -> Iterator[tuple[bytes, BatchHeaders]]:
+        yield self.data, self.headers.take(self.headers.last_offset >= offset)

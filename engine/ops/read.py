@@ -161,22 +161,25 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
 
 def pack_items(items: Sequence[WorkItem], target_bytes: int = DEFAULT_PACK_BYTES, min_packs: int = 1
                ) -> list[list[WorkItem]]:
-    """Work items grouped into tasks of about `target_bytes` of log bytes each, in plan order (so a task
-    reads neighbouring segments of one partition): a task per small segment would cost more in Spark's
-    scheduling than in reading. The target shrinks to the total over `min_packs` (the cores), so that
-    little work still spreads over the cluster; an item larger than the target is a task alone.
+    """Work items grouped into tasks of at most about `target_bytes` of log bytes each, in plan order (so a
+    task reads neighbouring segments of one partition): a task per small segment would cost more in Spark's
+    scheduling than in reading. The task count is the smallest multiple of `min_packs` (the cores) whose
+    even share of the bytes is within `target_bytes` (at most one task per item), so that no wave of tasks
+    leaves a core idle; an item goes to the task where its middle byte falls in the even split, so each
+    task is within one item of its share, and a task left empty beside a large item is dropped.
     """
-    sizes = [item.end - (item.start or 0) for item in items]
-    target = max(1, min(target_bytes, -(-sum(sizes) // max(min_packs, 1))))
-    packs: list[list[WorkItem]] = []
-    filled = 0
-    for item, size in zip(items, sizes, strict=True):
-        if not packs or filled + size > target:
-            packs.append([])
-            filled = 0
-        packs[-1].append(item)
-        filled += size
-    return packs
+    sizes = np.array([item.end - (item.start or 0) for item in items], dtype=np.int64)
+    total = int(sizes.sum())
+    if not items:
+        return []
+    cores = max(min_packs, 1)
+    count = min(len(items), -(-max(-(-total // max(target_bytes, 1)), 1) // cores) * cores)
+    middles = np.cumsum(sizes) - sizes / 2
+    slots = np.minimum((middles * count / max(total, 1)).astype(np.int64), count - 1)
+    packs: dict[int, list[WorkItem]] = {}
+    for item, slot in zip(items, slots.tolist(), strict=True):
+        packs.setdefault(slot, []).append(item)
+    return list(packs.values())
 
 
 def _log_start_offsets(live: list[SegmentRow]) -> dict[int, int]:
@@ -298,18 +301,27 @@ def _records_in_range(data: bytes, headers: BatchHeaders, item: WorkItem) -> pa.
     taken = headers.take(_candidate_batches(headers, item.bounds))
     table = decode_records(data, taken, item.row.log_key).to_arrow(taken)
     keep = item.bounds.mask(table["offset"].to_numpy(), table["timestamp"].to_numpy())
-    return kafka_rows(table.filter(pa.array(keep)), item.row.topic, item.row.partition)
+    return kafka_rows(table if keep.all() else table.filter(pa.array(keep)), item.row.topic, item.row.partition)
 
 
 def kafka_rows(records: pa.Table, topic: str, partition: int) -> pa.Table:
-    """Decoded records (`RecordTable.to_arrow`) as Spark Kafka source rows: timestamps in microseconds."""
+    """Decoded records (`RecordTable.to_arrow`) as Spark Kafka source rows: timestamps in microseconds.
+    The constant columns are built from buffers (no Python object per row)."""
     n = records.num_rows
     millis = np.clip(records["timestamp"].to_numpy(), -_MS_LIMIT, _MS_LIMIT)
     return pa.table([
-        records["key"], records["value"], pa.array(np.full(n, topic, dtype=object), pa.string()),
+        records["key"], records["value"], _repeated_string(topic, n),
         pa.array(np.full(n, partition, np.int32)), records["offset"],
         pa.array(millis * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         records["timestamp_type"].cast(pa.int32()), records["headers"]], schema=KAFKA_ARROW_SCHEMA)
+
+
+def _repeated_string(text: str, n: int) -> pa.Array:
+    """`text` n times as an Arrow string column: one buffer of the repeated bytes and its offsets (int32:
+    a chunk's records times a topic name's <= 249 bytes stay far below 2 GiB)."""
+    data = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data * n))
 
 
 # --- Spark ---------------------------------------------------------------------------------------

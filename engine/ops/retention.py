@@ -1,27 +1,33 @@
 """Apply a retention plan to partitions through the catalog's two-phase delete.
 
 Steps, each safe to crash after (a re-run finishes the work, `engine.ops.deletion`):
-1. under the partitions' leases, plan each with `plan_retention` (pure, explicit `now`);
-2. when every segment of a partition goes, a new empty ACTIVE segment is written at the log end
-   offset (Kafka rolls before deleting, so a partition always has a segment and its log end offset
-   survives); it is added in the same commit that retires the old ACTIVE row;
+1. under the partitions' leases, the driver plans every partition at once with `plan_retention`
+   (pure, vectorised over the live rows as Arrow, explicit `now`): `RetentionPlanner`;
+2. each partition's task gets its slice of the plan; when every segment of a partition goes, it
+   writes a new empty ACTIVE segment at the log end offset (Kafka rolls before deleting, so a partition
+   always has a segment and its log end offset survives), added in the same commit that retires the
+   old ACTIVE row;
 3. one commit marks every doomed row DELETE_STARTED: from here they have left the live log;
 4. delete the objects klake owns (object layout, and sidecars it wrote under the root; a Kafka-layout
    `.log` imported in place belongs to the broker copy and is left where it is, and reported);
 5. one commit removes the rows. Rows left DELETE_STARTED by an earlier crash are finished first.
-Steps 1-2 are `prepare_retention` (one partition, no commit); `engine.ops.run` does the rest.
+Step 2 is `prepare_retention` (one partition, no commit); `engine.ops.run` does the rest.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import SegmentState, partition_log_start_offset
-from engine.log.retention import RetentionPlan, plan_retention
+from engine.catalog.schema import SegmentState, table_to_rows
+from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
@@ -35,30 +41,43 @@ from layouts.store import StorageOptions, normalize_uri
 class RetentionOutcome:
     topic: str
     partition: int
-    plan: RetentionPlan
+    plan: PartitionRetention | None  # None: the partition has no live segment
     dry_run: bool
     cleanup: Cleanup = field(default_factory=Cleanup)
     finished_from_earlier_run: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "dry_run": self.dry_run,
-                "plan": self.plan.to_dict(), "finished_from_earlier_run": self.finished_from_earlier_run,
+                "plan": None if self.plan is None else self.plan.to_dict(), "finished_from_earlier_run": self.finished_from_earlier_run,
                 **asdict(self.cleanup)}
+
+
+@dataclass(frozen=True)
+class RetentionPlanner:
+    """The driver's plan of every partition's retention at `now_ms` (a `Planner`: it reads no object key)."""
+
+    now_ms: int
+    columns: tuple[str, ...] = RETENTION_INPUT_COLUMNS
+
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> RetentionPlan:
+        return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
 def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
                       job_id: str, dry_run: bool = False) -> PartitionStep[RetentionOutcome]:
-    """Plan one partition's retention and, unless `dry_run`, write the empty segment a full delete needs."""
-    rows = list(item.rows)
-    plan = plan_retention(rows, item.config, now_ms, partition_log_start_offset(rows))
+    """Take one partition's slice of the retention plan and, unless `dry_run`, write the empty segment a
+    full delete needs; the change moves the planned rows to DELETE_STARTED."""
+    plan: PartitionRetention | None = item.plan
     outcome = RetentionOutcome(item.tp.topic, item.tp.partition, plan, dry_run)
-    if dry_run or not plan.to_delete:
+    if dry_run or plan is None or not plan.delete_ids:
         return PartitionStep(outcome)
     add = ()
     if plan.roll_new_active_at is not None:
         add = (store_segment_version(root, item.tp, plan.roll_new_active_at, b"", b"", b"", SegmentState.ACTIVE,
                                      job_id, now_ms, options),)
-    retired = tuple(plan.to_delete)
+    assert item.segments is not None, f"{item.tp}: retention plans on the driver and ships the rows as Arrow"
+    doomed = pc.is_in(item.segments["segment_id"], pa.array(plan.delete_ids, pa.string()))
+    retired = tuple(table_to_rows(item.segments.filter(doomed)))
     change = CatalogChange(add=add, transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in retired))
     return PartitionStep(outcome, change, retired)
 
@@ -71,7 +90,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     root = normalize_uri(root)
     prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
-                               options=options, mutate=not dry_run)
+                               options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms))
     outcome: RetentionOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)

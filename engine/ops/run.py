@@ -10,13 +10,16 @@ this process for the engine's single-partition functions, one Spark task per par
 3. skip the partitions the job ledger says this job id already finished (an earlier attempt committed
    them): a job id names a unit of work per partition, as a producer id and sequence do in Kafka's
    idempotent producer, so a re-run finishes exactly the partitions that are missing;
-4. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
+4. a job that plans on the driver (`planner`: retention) plans every partition at once over the live
+   rows as one Arrow table, and each task gets its partition's slice of the plan and of the rows, as
+   Arrow (no row objects are built or pickled);
+5. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
    always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
    scrub job removes them) and a re-run starts again from the catalog;
-5. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
+6. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
    entries of the partitions it finishes and the transaction identifiers their steps carry (an
    operation's own progress, read back into the next run's `PartitionInput.app_versions`);
-6. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
+7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
    removed (one more commit); then the leases are released.
 """
 
@@ -32,8 +35,20 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import LIVE_STATES, SegmentRow, SegmentState
+from engine.catalog.schema import (
+    CATALOG_SCHEMA,
+    COLUMNS,
+    LIVE_STATES,
+    SegmentRow,
+    SegmentState,
+    owned,
+    table_to_rows,
+)
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -54,14 +69,37 @@ from layouts.store import StorageOptions, normalize_uri
 
 @dataclass(frozen=True)
 class PartitionInput:
-    """What a partition's task needs: its live rows (base-offset order), its topic's settings, and the
-    versions the catalog records for the transaction identifiers the operation asked for (`app_ids`),
-    read under the partition's lease with its rows."""
+    """What a partition's task needs: its live rows (base-offset order) and its topic's settings; for a
+    job that plans on the driver (`Planner`), `rows` is empty and the task gets Arrow instead: `segments`,
+    its live catalog rows, and `plan`, its slice of the driver's plan (None: no live segment). With them,
+    `app_versions`: the versions the catalog records for the transaction identifiers the operation asked
+    for (`app_ids`), read under the partition's lease with its rows."""
 
     tp: TopicPartition
     rows: tuple[SegmentRow, ...]
     config: TopicConfig
+    segments: pa.Table | None = None
+    plan: Any = None
     app_versions: Mapping[str, int] = field(default_factory=dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Shipped to a task with its own rows only (Arrow), not the whole table they were sliced from."""
+        return {**self.__dict__, "segments": None if self.segments is None else owned(self.segments)}
+
+
+class DriverPlan(Protocol):
+    """A plan of many partitions made on the driver in one vectorised pass (`RetentionPlan`)."""
+
+    def partition(self, tp: TopicPartition) -> Any: ...
+
+
+class Planner(Protocol):
+    """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
+    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those)."""
+
+    columns: Sequence[str]
+
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
 
 
 class StepOutcome(Protocol):
@@ -144,6 +182,7 @@ class JobRun:
     finished_from_earlier_run: dict[str, int] = field(default_factory=dict)
     commit: CommitResult | None = None
     committed_earlier: list[TopicPartition] = field(default_factory=list)
+    plan: DriverPlan | None = None
     requests: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
 
@@ -196,7 +235,7 @@ class _Leases:
 def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
                       app_ids: Callable[[TopicPartition], Sequence[str]] | None = None) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
@@ -207,8 +246,9 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
     their steps are idempotent and the ledger must not grow with every idle run. `ledger=False` (import)
     neither skips nor enters partitions: a job idempotent by content that must redo its work whenever its
-    source has grown. `app_ids`: the transaction identifiers whose recorded versions each partition's
-    task gets (`PartitionInput.app_versions`), read after its lease is taken.
+    source has grown. `planner` plans every partition on the driver over the live rows as Arrow (step 4).
+    `app_ids`: the transaction identifiers whose recorded versions each partition's task gets
+    (`PartitionInput.app_versions`), read after its lease is taken.
     """
     root = normalize_uri(root)
     if catalog is None and mutate:
@@ -218,18 +258,30 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            rows = rows_by_partition(catalog, tps) if catalog is not None else {}
             if mutate:
-                _finish_earlier_deletes(catalog, root, rows, options, run)
+                earlier = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], [SegmentState.DELETE_STARTED])
+                _finish_earlier_deletes(catalog, root, earlier, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
-            wanted = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
+            wanted_ids = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
             recorded = {} if catalog is None else catalog.transaction_versions(
-                app_id for ids in wanted.values() for app_id in ids)
-        items = [PartitionInput(tp, tuple(r for r in rows.get(tp, []) if r.state in LIVE_STATES), configs[tp],
-                                {app_id: recorded[app_id] for app_id in wanted[tp] if app_id in recorded})
-                 for tp in tps]
+                app_id for ids in wanted_ids.values() for app_id in ids)
+            columns = COLUMNS if planner is None or mutate else planner.columns
+            live = (catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
+                    if catalog is not None else pa.schema([CATALOG_SCHEMA.field(c) for c in columns]).empty_table())
+        versions = {tp: {app_id: recorded[app_id] for app_id in wanted_ids[tp] if app_id in recorded} for tp in tps}
+        if planner is None:
+            rows = _rows_by_partition(live)
+            items = [PartitionInput(tp, tuple(rows.get(tp, [])), configs[tp], app_versions=versions[tp])
+                     for tp in tps]
+        else:
+            slices = _partition_slices(live)
+            wanted = [tp for tp in tps if tp in slices]
+            live = pa.concat_tables([slices[tp] for tp in wanted]) if wanted else live.slice(0, 0)
+            run.plan = planner(live, {tp: configs[tp] for tp in wanted})
+            items = [PartitionInput(tp, (), configs[tp], slices.get(tp, live.slice(0, 0)),
+                                    run.plan.partition(tp) if tp in slices else None, versions[tp]) for tp in tps]
         run.results = execute(items)
         for result in run.results:
             if result.error is not None:
@@ -246,11 +298,12 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
 
 def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
                          *, operation: str, job_id: str, options: StorageOptions | None = None, mutate: bool = True,
-                         ledger_idle: bool = False) -> JobRun:
+                         ledger_idle: bool = False, planner: Planner | None = None) -> JobRun:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
     return run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
-                             job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle)
+                             job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle,
+                             planner=planner)
 
 
 @contextmanager
@@ -265,18 +318,33 @@ def _driver_io(run: JobRun) -> Iterator[None]:
 
 def rows_by_partition(catalog: Catalog, tps: Sequence[TopicPartition]) -> dict[TopicPartition, list[SegmentRow]]:
     """Every row of `tps` (any state), per partition in base-offset order, from one catalog read."""
+    return _rows_by_partition(catalog.rows_table([(tp.topic, tp.partition) for tp in tps]))
+
+
+def _rows_by_partition(table: pa.Table) -> dict[TopicPartition, list[SegmentRow]]:
+    """The rows of a table in (topic, partition, offset) order as row objects, per partition."""
     by_tp: dict[TopicPartition, list[SegmentRow]] = {}
-    if tps:
-        for row in catalog.rows_of([(tp.topic, tp.partition) for tp in tps]).values():
-            by_tp.setdefault(TopicPartition(row.topic, row.partition), []).append(row)
-    for segments in by_tp.values():
-        segments.sort(key=lambda r: r.base_offset)
+    for row in table_to_rows(table):
+        by_tp.setdefault(TopicPartition(row.topic, row.partition), []).append(row)
     return by_tp
 
 
-def _finish_earlier_deletes(catalog: Catalog, root: str, rows: Mapping[TopicPartition, list[SegmentRow]],
-                            options: StorageOptions | None, run: JobRun) -> None:
-    earlier = [r for segments in rows.values() for r in segments if r.state == SegmentState.DELETE_STARTED]
+def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
+    """Each partition's rows of a table in (topic, partition, offset) order, as zero-copy slices."""
+    if not live.num_rows:
+        return {}
+    topic = pc.dictionary_encode(live["topic"].combine_chunks()).indices.to_numpy().astype(np.int64)
+    key = (topic << 32) | live["partition"].combine_chunks().to_numpy().astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ends = np.r_[starts[1:], live.num_rows]
+    topics, partitions = live["topic"].take(starts).to_pylist(), live["partition"].take(starts).to_pylist()
+    return {TopicPartition(t, p): live.slice(int(a), int(b - a))
+            for t, p, a, b in zip(topics, partitions, starts, ends, strict=True)}
+
+
+def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
+                            run: JobRun) -> None:
+    earlier = table_to_rows(table)
     if earlier:
         delete_and_forget(catalog, root, earlier, options, run.job_id, run.cleanup)
         run.finished_from_earlier_run = dict(Counter(f"{r.topic}-{r.partition}" for r in earlier))

@@ -1,31 +1,155 @@
 """A catalogued segment read lazily from object storage, for lookups and reads.
 
 Its metadata (offsets, largest timestamp and its offset) comes from the catalog row, so choosing the
-segment costs no request. Then, as Kafka reads a segment: the `.timeindex` and the `.index` in one GET
-each, and the `.log` from the indexed position by ranged GETs of `read_window` bytes (grown to fit a
-batch larger than the window). A lookup's window is what Kafka's index guarantees: the answer's batch
-starts within `index.interval.bytes` of the indexed position, so one ranged read of that much plus two
-average batches usually holds it (`lookup_window`). Ranges already read are kept, so the next target
-of the same task near the same place costs no request. Sidecars that fail their checks are rebuilt
-from the whole log.
+segment costs no request. A lookup reads what Kafka's own lookup touches, and little more:
+- the sidecars by pages (`_PagedSidecar`): the first read of each is its last page, Kafka's "warm
+  section" (KAFKA-7283: recent lookups land there), which is the whole file when it is that small;
+  a larger one is then searched page by page, each probe placed by interpolating the target between
+  the entries already known (one probe for evenly spread data), as a binary search would;
+- the log from the batch holding the first offset that can answer (the offset index's entry for it,
+  or the next entry when every batch is indexed and that batch turns out to hold it) to the batch the
+  time index says reaches the target, in one ranged GET, then on by `read_window` if needed.
+A task keeps the pages and log ranges it has read, so its next target near the same place costs no
+request. A sidecar that fails its checks (a page out of order with the others, a length that is not a
+multiple of the entry size, zero padding) is read whole and, failing again, rebuilt from the whole log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import numpy as np
 
 from engine.catalog.schema import SegmentRow
 from engine.errors import CorruptRecordError, TruncatedBatchError
 from engine.format.batch import LOG_OVERHEAD, BatchHeaders, scan_batches
 from engine.index.checks import settle_indexes
-from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, INT32_MAX, INT64_MAX, INT64_MIN, clamp
+from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
 from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig, min_timestamp
-from layouts.store import StorageOptions, read_bytes
+from layouts.store import StorageOptions, object_info, read_bytes
 
 DEFAULT_READ_WINDOW = 256 * 1024
 MIN_LOOKUP_WINDOW = 8 * 1024
+INDEX_PAGE_BYTES = 4096
+"""A sidecar is read in pages of whole entries of at most this many bytes (an OS page, which is what
+Kafka's memory-mapped index lookups touch)."""
+
+
+class _Unpaged(Exception):
+    """A sidecar page did not check out: the sidecar is to be read whole (and checked against the log)."""
+
+
+class _PagedSidecar:
+    """One `.index` or `.timeindex` object read a page at a time, as a sorted list of (key, value)
+    entries: (relative offset, position) or (timestamp, relative offset).
+
+    `parse` loads the bytes of whole entries with the index's own rules (`OffsetIndex.load`,
+    `TimeIndex.load`) and returns its key and value columns, or raises `_Unpaged` if they break them.
+    """
+
+    def __init__(self, uri: str, options: StorageOptions | None, entry_size: int,
+                 parse: Callable[[bytes], tuple[np.ndarray, np.ndarray]], low_key: int) -> None:
+        self.uri, self.options, self.entry_size, self.parse = uri, options, entry_size, parse
+        self.low_key = low_key  # a key no entry is below, for interpolating before the first known entry
+        self.page_entries = INDEX_PAGE_BYTES // entry_size
+        self.entries: int | None = None
+        self.blocks: list[tuple[int, np.ndarray, np.ndarray]] = []  # (first slot, keys, values), by slot
+
+    def around(self, key: int, after: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+        """The floor entry of `key` (the last entry with key <= `key`; None if none) and the `after`
+        entries following it (fewer at the end of the file)."""
+        if self.entries is None:
+            self._open()
+        while True:
+            low, high = self._bracket(key)
+            if high == low + 1:
+                break
+            self._load_page(self._probe(key, low, high) // self.page_entries)
+        wanted = range(max(low, 0), min(low + after + 1, self.entries))
+        for slot in wanted:
+            if self._entry(slot) is None:
+                self._load_page(slot // self.page_entries)
+        entries = [self._entry(slot) for slot in wanted]
+        return (entries[0] if low >= 0 else None), entries[1 if low >= 0 else 0:]
+
+    def _open(self) -> None:
+        """Read the last page; a file no larger comes whole, else its size (one HEAD) places the page."""
+        span = self.page_entries * self.entry_size
+        tail = read_bytes(self.uri, self.options, -span)
+        if len(tail) < span:
+            self.entries = len(tail) // self.entry_size
+            if len(tail) % self.entry_size:
+                raise _Unpaged
+            self._add(0, tail)
+            return
+        info = object_info(self.uri, self.options)
+        if info is None or info.size % self.entry_size:
+            raise _Unpaged
+        self.entries = info.size // self.entry_size
+        self._add(self.entries - self.page_entries, tail)
+
+    def _load_page(self, page: int) -> None:
+        first = page * self.page_entries
+        last = min(first + self.page_entries, self.entries)
+        self._add(first, read_bytes(self.uri, self.options, first * self.entry_size, last * self.entry_size))
+
+    def _add(self, first: int, data: bytes) -> None:
+        """Keep a run of entries starting at slot `first`, if it is in order with every entry known."""
+        keys, values = self.parse(data)
+        if keys.shape[0] != len(data) // self.entry_size:
+            raise _Unpaged
+        end = first + keys.shape[0]
+        before = [b for b in self.blocks if b[0] + b[1].shape[0] <= first]
+        after = [b for b in self.blocks if b[0] >= end]
+        if keys.shape[0] and ((before and (before[-1][1][-1] >= keys[0] or before[-1][2][-1] > values[0]))
+                              or (after and (after[0][1][0] <= keys[-1] or after[0][2][0] < values[-1]))):
+            raise _Unpaged
+        self.blocks = sorted([*self.blocks, (first, keys, values)], key=lambda b: b[0])
+
+    def _entry(self, slot: int) -> tuple[int, int] | None:
+        for first, keys, values in self.blocks:
+            if first <= slot < first + keys.shape[0]:
+                return int(keys[slot - first]), int(values[slot - first])
+        return None
+
+    def _bracket(self, key: int) -> tuple[int, int]:
+        """(the last known slot with key <= `key`, or -1; the first known slot with key > `key`, or the
+        entry count): the floor lies in [low, high) and every slot strictly between is unread."""
+        low, high = -1, self.entries
+        for first, keys, _ in self.blocks:
+            cut = int(np.searchsorted(keys, key, side="right"))
+            if cut:
+                low = max(low, first + cut - 1)
+            if cut < keys.shape[0]:
+                high = min(high, first + cut)
+        return low, high
+
+    def _probe(self, key: int, low: int, high: int) -> int:
+        """An unread slot strictly between `low` and `high`, placed by interpolating `key` between them."""
+        low_key = self._entry(low)[0] if low >= 0 else self.low_key
+        high_key = self._entry(high)[0]
+        share = (key - low_key) / max(high_key - low_key, 1)
+        return clamp(low + 1 + int(share * (high - low - 1)), low + 1, high - 1)
+
+
+def _offset_entries(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    loaded = OffsetIndex.load(data, 0)
+    if not loaded.ok:
+        raise _Unpaged
+    return loaded.index.relative_offsets, loaded.index.positions
+
+
+def _time_entries(floor: int) -> Callable[[bytes], tuple[np.ndarray, np.ndarray]]:
+    def parse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        loaded = TimeIndex.load(data, 0, min_timestamp=floor)
+        if not loaded.ok:
+            raise _Unpaged
+        return loaded.index.timestamps, loaded.index.relative_offsets
+    return parse
 
 
 class StoredSegment:
@@ -42,6 +166,9 @@ class StoredSegment:
         self.base_offset = row.base_offset
         self.source = row.log_key
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
+        self._offsets = _PagedSidecar(row.index_key, options, OFFSET_ENTRY_SIZE, _offset_entries, 0)
+        self._times = _PagedSidecar(row.timeindex_key, options, TIME_ENTRY_SIZE, _time_entries(min_timestamp),
+                                    min(row.base_timestamp, row.largest_timestamp))
         self._ranges: list[tuple[int, bytes]] | None = [] if keep_ranges else None
         self.index_problems: list[str] = []
 
@@ -76,16 +203,99 @@ class StoredSegment:
                 self._indexes = (offsets, times)
         return self._indexes
 
-    def chunks_from(self, position: int) -> Iterator[tuple[bytes, BatchHeaders]]:
-        """Batches from `position` to the end of the log, one ranged read per chunk.
+    def time_lookup(self, target: int) -> tuple[tuple[int, int] | None, int | None]:
+        """The `.timeindex` floor entry of `target` and an offset whose batch reaches it: the next entry's,
+        or the first batch's (`SegmentRow.first_batch_timestamp`) when no entry is below the target
+        (`engine.log.lookup.SearchableSegment`); from the pages that hold them."""
+        floor, reach = self._time_floor_and_next(target)
+        if floor is None and target <= self.row.first_batch_timestamp:  # the first batch (never indexed) reaches it
+            reach = self.base_offset
+        return floor, reach
+
+    def _time_floor_and_next(self, target: int) -> tuple[tuple[int, int] | None, int | None]:
+        if self._indexes is None:
+            try:
+                floor, following = self._times.around(clamp(target, INT64_MIN + 1, INT64_MAX), 1)
+            except _Unpaged:
+                self.indexes()
+            else:
+                return ((floor[0], self.base_offset + floor[1]) if floor else None,
+                        self.base_offset + following[0][1] if following else None)
+        return self.indexes()[1].floor_and_next(target)
+
+    def batches_from(self, offset: int, until: int | None = None) -> Iterator[tuple[bytes, BatchHeaders]]:
+        """The log's batches from the one holding `offset` on (`SearchableSegment`); the first ranged read
+        ends with the batch holding `until` when the offset index places it."""
+        start, fallback = self._start_of(offset)
+        end = self._end_of(until, start) if until is not None else None
+        chunks = self.chunks_from(start, None if end is None else min(end, start + 4 * self.read_window))
+        if fallback is not None:
+            first = next(chunks, None)
+            if first is None or int(first[1].base_offset[0]) > offset:  # an unindexed batch lies between
+                yield from self.chunks_from(fallback, stop=start)
+            if first is not None:
+                yield first
+        yield from chunks
+
+    def _offset_around(self, offset: int, after: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+        """`.index` entries as (absolute offset, position): the floor entry of `offset` and `after` more."""
+        key = clamp(offset - self.base_offset, -1, INT32_MAX)
+        if self._indexes is None:
+            try:
+                floor, following = self._offsets.around(key, after)
+            except _Unpaged:
+                self.indexes()
+            else:
+                return ((self.base_offset + floor[0], floor[1]) if floor else None,
+                        [(self.base_offset + k, p) for k, p in following])
+        index = self.indexes()[0]
+        slot = int(np.searchsorted(index.relative_offsets, key, side="right")) - 1
+        return (index.entry(slot) if slot >= 0 else None), [index.entry(i) for i in range(slot + 1,
+                                                                                           min(slot + 1 + after, len(index)))]
+
+    def _start_of(self, offset: int) -> tuple[int, int | None]:
+        """Where the batch holding `offset` can start: the position of the offset index's floor entry (Kafka's
+        lookup) when that entry's batch ends at `offset` or nothing follows it; else, when every batch is
+        indexed (each above `index.interval.bytes`, spec 2.5), the next entry's position, with the floor's as
+        the fallback if the batch read there starts above `offset`."""
+        floor, following = self._offset_around(offset, 1)
+        if floor is None or floor[0] == offset or not following:  # the first batch is never indexed
+            return (floor[1] if floor else 0), None
+        if self._average_batch() > self.index_interval_bytes:
+            return following[0][1], floor[1]
+        return floor[1], None
+
+    def _average_batch(self) -> int:
+        return self.row.size_bytes // max(self.row.batch_count, 1)
+
+    def _end_of(self, offset: int, start: int) -> int | None:
+        """Where the batch holding `offset` ends, or a position after it: the entry after the first entry at
+        or past `offset` (None when the index ends first); when that first entry's batch ends at `offset`,
+        two average batches past its position, if that is sooner (a longer batch costs one more read); the
+        first indexed position for the segment's first batch."""
+        floor, following = self._offset_around(offset, 2)
+        rest = following if floor is None or floor[0] < offset else [floor, *following]
+        if offset == self.base_offset and rest:  # the first batch, at 0, ends by the first indexed one
+            return rest[0][1]
+        if len(rest) < 2 or rest[1][1] <= start:
+            return None
+        if rest[0][0] == offset:
+            return max(start + 1, min(rest[1][1], rest[0][1] + 2 * self._average_batch()))
+        return rest[1][1]
+
+    def chunks_from(self, position: int, first_end: int | None = None, stop: int | None = None
+                    ) -> Iterator[tuple[bytes, BatchHeaders]]:
+        """Batches from `position` to the end of the log (or to `stop`, a batch boundary), one ranged read
+        per chunk: the first up to `first_end` (if given), the next ones `read_window` long.
 
         Header positions index into each yielded chunk; a batch cut by the window's end is read again
         at the start of the next chunk.
         """
-        size = self.row.size_bytes
+        size = self.row.size_bytes if stop is None else min(stop, self.row.size_bytes)
         window = self.read_window
         while position < size:
-            end = min(size, position + window)
+            end = min(size, first_end if first_end is not None and first_end > position else position + window)
+            first_end = None
             data = self._read(position, end)
             scan = scan_batches(data, self.source, strict=False)
             cut = next((p for p in scan.problems if isinstance(p, TruncatedBatchError) and end < size), None)
@@ -96,12 +306,12 @@ class StoredSegment:
             if len(scan.headers):
                 yield data, scan.headers
             if cut is None:
-                return
+                position = end
+                continue
             if cut.position == 0:  # one batch larger than the window: widen to its declared size
                 declared = int.from_bytes(data[8:12], "big", signed=True) + LOG_OVERHEAD if len(data) >= 12 else 0
                 window = max(2 * window, declared)
             position += cut.position
-
 
     def _read(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the log: from a range this segment already read, else one ranged GET
@@ -116,16 +326,16 @@ class StoredSegment:
 
 
 def lookup_window(row: SegmentRow, index_interval_bytes: int) -> int:
-    """Log bytes one lookup reads after the indexed position: the index interval (the answer's batch
-    starts within it, spec 2.5) plus two of the segment's average batches, between 8 KiB and the
-    default window."""
+    """Log bytes a lookup reads per ranged GET where the index does not bound the read: the index
+    interval (the answer's batch starts within it, spec 2.5) plus two of the segment's average batches,
+    between 8 KiB and the default window."""
     average_batch = row.size_bytes // max(row.batch_count, 1)
     return min(DEFAULT_READ_WINDOW, max(MIN_LOOKUP_WINDOW, index_interval_bytes + 2 * average_batch))
 
 
 def stored_segment(row: SegmentRow, options: StorageOptions | None, config: TopicConfig | None = None) -> StoredSegment:
     """A `StoredSegment` for lookups, read with its topic's index settings (interval, KIP-228 minimum
-    timestamp) and a `lookup_window` sized read of the log."""
+    timestamp), keeping the pages and ranges it reads for the task's next targets."""
     config = config or TopicConfig()
     return StoredSegment(row, options, config.index_interval_bytes,
                          lookup_window(row, config.index_interval_bytes), min_timestamp(config), keep_ranges=True)

@@ -7,7 +7,7 @@ Common options: `--conf FILE`, `--set key=value` (repeatable), `--root`/`--catal
 file), `--topic` / `--partition` (repeatable; default every catalogued partition), `--now` (epoch ms
 or ISO-8601, UTC unless it names a zone; default the wall clock), `--dry-run` (jobs that change
 data), `--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
-without duplicating it), `--master`, `--no-progress`, `--verbose` (Spark's own log on stderr).
+without duplicating it), `--master`, `--no-progress`, `--verbose` (Spark's own log on stderr, per-item detail on stdout).
 Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
 2 bad configuration, usage or input: one line on stderr naming the key, file, column, bucket or topic
 at fault, and nothing written. What needs no data is checked before the job starts any work
@@ -95,7 +95,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
     group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
     group.add_argument("--no-progress", action="store_true", help="no progress on stderr (a bar on a terminal; in a log, a line every 30 s of a long job)")
     group.add_argument("--verbose", action="store_true",
-                       help="show Spark's own log (INFO and up) on stderr; by default only the job's output")
+                       help="show Spark's own log (INFO and up) on stderr, and the job's per-item detail (e.g. "
+                            "retention's decision for every segment) on stdout; by default only a summary")
 
 
 class JobContext:
@@ -234,7 +235,7 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     if code == 2:  # bad input: the one line says it all (the report, if asked for, has the rest)
         print(f"klake {spec.name}: error: {ctx.report.failures[-1]['error']}", file=sys.stderr)
         return 2
-    print("\n".join(ctx.report.summary))
+    print("\n".join([*ctx.report.details, *ctx.report.summary]))
     return 1 if ctx.report.failures else 0
 
 

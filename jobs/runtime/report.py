@@ -5,17 +5,24 @@ hidden), partitions (one entry per partition: status, error, outcome, requests, 
 failures, requests (object-store requests by verb: every request of the run, the driver's own and its
 tasks', but not the catalog's, which delta-rs makes in Rust), bytes (read/written), commit (version, attempts,
 conflicts), rejected (count, by reason, where the rejected records were written), anomalies, results
-(job-specific answers such as lookups), summary (the lines printed on stdout).
+(job-specific answers such as lookups; `files`: the side files written next to the report), summary (the
+lines printed on stdout). Per-item detail too large for JSON (a plan's decision for every segment) goes
+to Parquet side files next to the report, `<report>.<name>.parquet`; `details` (--verbose) is printed
+before the summary and kept out of the JSON.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from engine.ops.run import JobRun
 from layouts.store import StorageOptions, write_bytes
@@ -46,6 +53,8 @@ class RunReport:
     results: dict[str, Any] = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)
     duration_s: float | None = None
+    side_files: dict[str, pa.Table] = field(default_factory=dict)
+    details: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -108,5 +117,15 @@ class RunReport:
         self.summary += [f"anomaly: {a}" for a in self.anomalies]
 
     def write(self, uri: str, options: StorageOptions | None) -> None:
-        """Write the report as JSON (local path or s3://), replacing an earlier attempt's report."""
+        """Write the report as JSON (local path or s3://), replacing an earlier attempt's report, and its
+        side files as Parquet next to it (`retention.json` -> `retention.segments.parquet`)."""
+        stem = uri[:-len(".json")] if uri.endswith(".json") else uri
+        for name, table in self.side_files.items():
+            buffer = io.BytesIO()
+            pq.write_table(table, buffer, compression="zstd")
+            path = f"{stem}.{name}.parquet"
+            write_bytes(path, buffer.getvalue(), options)
+            self.results.setdefault("files", {})[name] = {"path": path, "rows": table.num_rows,
+                                                          "bytes": buffer.tell()}
+            self.summary.append(f"{name}: {plural(table.num_rows, 'row')} in {path}")
         write_bytes(uri, json.dumps(self.to_dict(), indent=2, default=str).encode(), options)

@@ -102,6 +102,15 @@ def partition_outcomes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {p["partition"]: p["outcome"] for p in report["partitions"] if p.get("outcome")}
 
 
+def retention_decisions(run: DemoRun) -> dict[str, list[dict[str, Any]]]:
+    """Every segment's retention decision by partition, from the Parquet file next to the job's report."""
+    path = run.report("retention")["results"]["files"]["segments"]["path"]
+    by_partition: dict[str, list[dict[str, Any]]] = {}
+    for d in pq.read_table(path).to_pylist():
+        by_partition.setdefault(f"{d['topic']}-{d['partition']}", []).append(d)
+    return by_partition
+
+
 def retention_walk(decisions: list[dict[str, Any]], log: list[Record], retention_ms: int, now: int
                    ) -> tuple[list[int], list[int]]:
     """(deleted, held back) base offsets: oldest first, delete while past retention.ms, stop at the first keeper."""
@@ -127,10 +136,10 @@ def latest_per_key(log: list[Record], start: int, end: int) -> list[int]:
 def surviving_offsets(run: DemoRun, logs: dict[str, list[Record]]) -> dict[str, tuple[int, list[int]]]:
     """Per partition: the log start after retention and the offsets left after compaction."""
     kept = {}
-    plans = {name: o["plan"] for name, o in partition_outcomes(run.report("retention")).items()}
+    decisions = retention_decisions(run)
     cleaned = partition_outcomes(run.report("compact"))
     for name, log in logs.items():
-        start = next(d["base_offset"] for d in plans[name]["decisions"] if d["action"] == "keep")
+        start = next(d["base_offset"] for d in decisions[name] if d["action"] == "keep")
         end = cleaned[name]["checkpoint"] if name in cleaned else start
         kept[name] = (start, latest_per_key(log, start, end) + list(range(end, len(log))))
     return kept
@@ -190,14 +199,16 @@ def test_retention_deletes_what_the_time_rule_says(local_run: DemoRun) -> None:
     now, topics = report["now_ms"], local_run.config.topics
     deleted_segments = deleted_records = 0
     held_total = 0
+    decisions = retention_decisions(local_run)
     for name, outcome in partition_outcomes(report).items():
         plan = outcome["plan"]
-        deleted, held = retention_walk(plan["decisions"], logs[name], topics[name.rsplit("-", 1)[0]].config.retention_ms,
+        deleted, held = retention_walk(decisions[name], logs[name], topics[name.rsplit("-", 1)[0]].config.retention_ms,
                                        now)
-        assert [d["base_offset"] for d in plan["decisions"] if d["action"] == "delete"] == deleted, name
+        assert [d["base_offset"] for d in decisions[name] if d["action"] == "delete"] == deleted, name
         assert [h["base_offset"] for h in plan["held_back_by_future_timestamp"]] == held, name
+        assert plan["totals"]["segments"] == len(deleted), name
         deleted_segments += len(deleted)
-        deleted_records += sum(d["record_count"] for d in plan["decisions"] if d["base_offset"] in deleted)
+        deleted_records += sum(d["record_count"] for d in decisions[name] if d["base_offset"] in deleted)
         held_total += len(held)
     assert deleted_segments > 0 and held_total == 1
     assert summary_number(local_run, r"retention +deleted (\d+) segments") == deleted_segments

@@ -307,7 +307,7 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
 
 
 def test_retention_dry_run_plans_and_the_run_deletes_exactly_kafkas_segments(
-        spark, backend: Backend, tmp_path: Path) -> None:
+        spark, backend: Backend, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     jobs = Jobs(tmp_path, backend, {"events": {"partitions": 2, "segment.bytes": 1500, "retention.ms": HOUR}})
     # partition 0: three hours of records, one of them late (20 minutes ago): its segment stops the walk
     # although older segments follow it; partition 1: everything past retention, the active segment too
@@ -330,20 +330,27 @@ def test_retention_dry_run_plans_and_the_run_deletes_exactly_kafkas_segments(
     assert any(NOW - r.largest_timestamp > HOUR for r in before[0][len(expected[0]):])
     version, objects = jobs.catalog.version(), jobs.objects()
 
-    code, report = jobs.run(retention.SPEC, "--dry-run")
+    capsys.readouterr()
+    code, report = jobs.run(retention.SPEC, "--dry-run", "--verbose")
     assert code == 0 and report["dry_run"] is True
     assert jobs.catalog.version() == version and jobs.objects() == objects
-    summary = report["summary"].splitlines()
+    printed = capsys.readouterr().out.splitlines()
+    side_file = report["results"]["files"]["segments"]
+    segments = pq.read_table(side_file["path"])  # every segment's decision: a Parquet file next to the report
+    assert side_file["rows"] == segments.num_rows == len(before[0]) + len(before[1])
     for p in range(2):
         doomed = {r.segment_id for r in expected[p]}
         outcome = next(e["outcome"] for e in report["partitions"] if e["partition"] == f"events-{p}")
-        decisions = outcome["plan"]["decisions"]
+        assert outcome["plan"]["totals"]["segments"] == len(doomed)
+        assert outcome["plan"]["segments"] == len(before[p])
+        decisions = [d for d in segments.to_pylist() if d["partition"] == p]
         assert [d["segment_id"] for d in decisions] == [r.segment_id for r in before[p]]
         for decision, row in zip(decisions, before[p], strict=True):
             action = "delete" if row.segment_id in doomed else "keep"
             assert decision["action"] == action and decision["reason"]
-            line = next(s for s in summary if s.startswith(f"events-{p} {row.base_offset:>20} "))
-            assert line.split()[2] == action and decision["reason"] in line
+            line = next(s for s in printed if s.startswith(f"events-{p} {row.base_offset:>20} "))  # --verbose
+            assert line.split()[2] == action and f"({decision['decided_by']})" in line
+    assert not any(line.startswith("events-") for line in report["summary"].splitlines())  # a summary, not segments
 
     code, report = jobs.run(retention.SPEC)
     assert code == 0 and report["status"] == "succeeded", report["failures"]

@@ -9,6 +9,7 @@ the records the brute force selects, whatever the split size (task-side or drive
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import uuid
@@ -325,18 +326,32 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_packs_keep_plan_order_and_sizes_and_leave_no_core_idle(seed: int) -> None:
-    """`pack_items` against the rule it states: order kept, every pack within the target unless it is one
-    large item, no pack that could have taken the next item closed early, and a target shrunk to spread
-    little work over `min_packs` tasks."""
+def test_packs_keep_plan_order_and_share_bytes_evenly_over_whole_waves(seed: int) -> None:
+    """`pack_items` against the rule it states: order kept; the count the smallest multiple of `min_packs`
+    whose even share is within the target (at most one pack per item, empty packs dropped); every pack
+    within one item of its share; a pack's items are those whose middle byte falls in its share."""
     rnd = random.Random(seed)
     row = SegmentRow.__new__(SegmentRow)
-    items = [range_read.WorkItem(row, rnd.choice([None, 0, 10]), rnd.randint(11, 5000), range_read.ReadRange())
-             for _ in range(rnd.randint(0, 60))]
+    items = [range_read.WorkItem(row, rnd.choice([None, 0, 10]), rnd.randint(11, rnd.choice([50, 5000, 10**6])),
+                                 range_read.ReadRange()) for _ in range(rnd.randint(0, 60))]
     target, min_packs = rnd.choice([1, 100, 3000, 10**9]), rnd.randint(1, 8)
     packs = range_read.pack_items(items, target, min_packs)
-    assert [i for p in packs for i in p] == items
-    sizes = [[i.end - (i.start or 0) for i in p] for p in packs]
-    effective = max(1, min(target, -(-sum(map(sum, sizes)) // min_packs))) if items else target
-    assert all(sum(s) <= effective or len(s) == 1 for s in sizes)
-    assert all(sum(a) + b[0] > effective for a, b in zip(sizes, sizes[1:], strict=False))
+    assert [i for p in packs for i in p] == items and all(packs)
+    if not items:
+        return
+    sizes = [i.end - (i.start or 0) for i in items]
+    total = sum(sizes)
+    count = next(k for k in range(min_packs, 10**9, min_packs) if total <= k * target or k >= len(items))
+    count = min(count, len(items))
+    share = total / count
+    assert len(packs) <= count
+    ends = list(itertools.accumulate(len(p) for p in packs))
+    for pack, end in zip(packs, ends, strict=True):
+        pack_sizes = sizes[end - len(pack):end]
+        assert sum(pack_sizes) <= share + max(pack_sizes) or len(pack) == 1
+    middle = 0.0
+    slot_of = []
+    for size in sizes:
+        slot_of.append(min(int((middle + size / 2) * count / total), count - 1))
+        middle += size
+    assert [len(list(g)) for _, g in itertools.groupby(slot_of)] == [len(p) for p in packs]

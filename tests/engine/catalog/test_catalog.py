@@ -167,6 +167,21 @@ def test_offset_range_pruning(catalog: Catalog) -> None:
     assert table_to_rows(catalog.segments(from_offset=100)) == []
 
 
+def test_rows_table_reads_the_asked_partitions_states_and_columns_in_offset_order(catalog: Catalog) -> None:
+    """Committed out of order over several commits, read back in (topic, partition, offset) order."""
+    rows = [make_row(t, p, b, b + 10) for t in ("b", "a") for p in (1, 0) for b in (20, 0, 10)]
+    for chunk in (rows[::2], rows[1::2]):
+        add_segments(catalog, chunk)
+    transition(catalog, [rows[1].ref], SegmentState.DELETE_STARTED)  # b-1 at offset 0
+    every = catalog.rows_table([("a", 0), ("b", 1), ("c", 0)])
+    assert [(r.topic, r.partition, r.base_offset) for r in table_to_rows(every)] == [
+        ("a", 0, 0), ("a", 0, 10), ("a", 0, 20), ("b", 1, 0), ("b", 1, 10), ("b", 1, 20)]
+    live = catalog.rows_table([("b", 1)], [SegmentState.ACTIVE, SegmentState.ROLLED], ["segment_id", "base_offset"])
+    assert live.column_names == ["segment_id", "base_offset"] and live["base_offset"].to_pylist() == [10, 20]
+    assert catalog.rows_table([]).num_rows == 0 and catalog.rows_table([("c", 0)]).num_rows == 0
+    assert catalog.rows_of([("a", 0)]).keys() == {r.ref for r in rows if (r.topic, r.partition) == ("a", 0)}
+
+
 def test_checkpoint_optimize_and_vacuum_keep_the_rows(catalog: Catalog, backend) -> None:
     for b in range(0, 60, 10):
         add_segments(catalog, [make_row("t", 0, b, b + 10), make_row("u", 1, b, b + 10)])

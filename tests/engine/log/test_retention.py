@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.catalog.schema import SegmentRow, SegmentState
-from engine.log.retention import RetentionAction, RetentionPass, RetentionPlan, plan_retention
+from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table
+from engine.log.retention import PartitionRetention, RetentionAction, RetentionPass, plan_retention
 from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
 from tests.catalog_rows import make_row
 
 DAY, HOUR = 86_400_000, 3_600_000
@@ -41,7 +42,17 @@ def config(policy: str = "delete", retention_ms: int = -1, retention_bytes: int 
     return TopicConfig(cleanup_policy=policy, retention_ms=retention_ms, retention_bytes=retention_bytes)
 
 
-def decision(plan: RetentionPlan, sid: str):
+def plan_one(rows: list[SegmentRow], topic_config: TopicConfig, now: int, log_start_offset: int | None = None,
+             high_watermark: int | None = None) -> PartitionRetention:
+    """Plan one partition t-0 through the vectorised planner; its log start offset is the catalog's
+    (the first row's `log_start_offset` column, as DeleteRecords leaves it), raised to the first base offset."""
+    if log_start_offset is not None:
+        rows = [replace(rows[0], log_start_offset=log_start_offset), *rows[1:]]
+    watermarks = None if high_watermark is None else {TopicPartition("t", 0): high_watermark}
+    return plan_retention(rows_to_table(rows), {"t": topic_config}, now, watermarks).partition(TopicPartition("t", 0))
+
+
+def decision(plan: PartitionRetention, sid: str):
     return next(d for d in plan.decisions if d.segment_id == sid)
 
 
@@ -54,7 +65,7 @@ def decision(plan: RetentionPlan, sid: str):
 def test_log_start_pass_deletes_segments_wholly_below_it(log_start: int, deleted: tuple[str, ...],
                                                          new_start: int) -> None:
     """Spec 4: S goes iff the next segment exists and next.base <= log start offset."""
-    plan = plan_retention(chain((100, NOW), (100, NOW), (100, NOW)), config(), NOW, log_start_offset=log_start)
+    plan = plan_one(chain((100, NOW), (100, NOW), (100, NOW)), config(), NOW, log_start_offset=log_start)
     assert plan.delete_ids == deleted and plan.new_log_start_offset == new_start and plan.roll_new_active_at is None
     kept = decision(plan, f"s{len(deleted)}")
     assert kept.action == RetentionAction.KEEP and kept.decided_by == LOG_START  # the only pass that ran
@@ -62,7 +73,7 @@ def test_log_start_pass_deletes_segments_wholly_below_it(log_start: int, deleted
 
 
 def test_log_start_pass_reason_and_pass_outcomes() -> None:
-    plan = plan_retention(chain((100, NOW), (100, NOW), (100, NOW)), config(), NOW, log_start_offset=150)
+    plan = plan_one(chain((100, NOW), (100, NOW), (100, NOW)), config(), NOW, log_start_offset=150)
     assert decision(plan, "s0").reason == ("wholly below the log start offset: the next segment starts at 100 <= 150")
     assert decision(plan, "s1").reason.startswith("kept: log-start-offset: holds the log start offset 150 "
                                                   "(the next segment starts at 200 > 150)")
@@ -73,7 +84,7 @@ def test_log_start_pass_reason_and_pass_outcomes() -> None:
 
 def test_log_start_pass_runs_first_kafka_12177() -> None:
     """With the log-start pass first, its deletions shrink the log before the size pass measures it."""
-    plan = plan_retention(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=150), NOW,
+    plan = plan_one(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=150), NOW,
                           log_start_offset=200)
     assert plan.delete_ids == ("s0", "s1")
     assert [decision(plan, s).decided_by for s in ("s0", "s1")] == [LOG_START, LOG_START]
@@ -82,11 +93,11 @@ def test_log_start_pass_runs_first_kafka_12177() -> None:
 
 def test_compact_only_runs_just_the_log_start_pass_kafka_7400() -> None:
     rows = chain((100, NOW - 30 * DAY), (100, NOW - 30 * DAY), (100, NOW - 30 * DAY))
-    plan = plan_retention(rows, config("compact", WEEK, 0), NOW, log_start_offset=150)
+    plan = plan_one(rows, config("compact", WEEK, 0), NOW, log_start_offset=150)
     assert plan.delete_ids == ("s0",) and plan.roll_new_active_at is None
     assert [(p.name, p.ran) for p in plan.passes] == [(LOG_START, True), (SIZE, False), (TIME, False)]
     assert "KAFKA-7400" in plan.passes[2].note
-    both = plan_retention(rows, config("compact,delete", WEEK, 0), NOW, log_start_offset=150)
+    both = plan_one(rows, config("compact,delete", WEEK, 0), NOW, log_start_offset=150)
     assert both.delete_ids == ("s0", "s1", "s2") and both.roll_new_active_at == 300
     assert [decision(both, s).decided_by for s in ("s0", "s1", "s2")] == [LOG_START, SIZE, SIZE]
 
@@ -98,7 +109,7 @@ def test_compact_only_runs_just_the_log_start_pass_kafka_7400() -> None:
     (199, ("s0",)), (100, ("s0", "s1")), (99, ("s0", "s1")), (300, ()), (301, ()), (-1, ()),
 ])
 def test_size_pass_keeps_at_least_retention_bytes(retention_bytes: int, deleted: tuple[str, ...]) -> None:
-    plan = plan_retention(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=retention_bytes), NOW)
+    plan = plan_one(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=retention_bytes), NOW)
     assert plan.delete_ids == deleted
     assert sum(r.size_bytes for r in plan.to_delete) == plan.bytes_to_delete == 100 * len(deleted)
     assert all(decision(plan, s).decided_by == SIZE for s in deleted)
@@ -107,7 +118,7 @@ def test_size_pass_keeps_at_least_retention_bytes(retention_bytes: int, deleted:
 
 
 def test_size_pass_reasons_carry_the_numbers() -> None:
-    plan = plan_retention(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=150), NOW)
+    plan = plan_one(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=150), NOW)
     assert decision(plan, "s0").reason == ("the log is 150 B over retention.bytes 150 B; dropping its 100 B "
                                            "leaves it 50 B over")
     assert decision(plan, "s1").reason == ("kept: size: the log is only 50 B over retention.bytes 150 B; dropping "
@@ -116,7 +127,7 @@ def test_size_pass_reasons_carry_the_numbers() -> None:
 
 def test_size_walk_stops_at_first_keeper_even_if_a_later_one_fits() -> None:
     """Sizes 100, 500, 10 over a 450 B limit: diff 160 -> s0 goes (60 left); s1 stays; s2 (10 <= 60) is not reached."""
-    plan = plan_retention(chain((100, NOW), (500, NOW), (10, NOW)), config(retention_bytes=450), NOW)
+    plan = plan_one(chain((100, NOW), (500, NOW), (10, NOW)), config(retention_bytes=450), NOW)
     assert plan.delete_ids == ("s0",)
     assert decision(plan, "s2").action == RetentionAction.KEEP and decision(plan, "s2").decided_by == NONE
 
@@ -125,7 +136,7 @@ def test_size_walk_stops_at_first_keeper_even_if_a_later_one_fits() -> None:
 
 def test_time_pass_deletes_expired_prefix_with_readable_reason() -> None:
     rows = chain((100, NOW - 8 * DAY - 2 * HOUR), (100, NOW - 8 * DAY), (100, NOW - DAY))
-    plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("s0", "s1") and plan.new_log_start_offset == 200
     assert decision(plan, "s0").reason == "largest timestamp 2026-11-01T00:00:00Z is 8 days old > retention.ms 7 days"
     assert decision(plan, "s2").reason == ("kept: time: largest timestamp 2026-11-08T02:00:00Z is a day old <= "
@@ -134,7 +145,7 @@ def test_time_pass_deletes_expired_prefix_with_readable_reason() -> None:
 
 
 def test_time_walk_stops_at_first_keeper_even_if_a_later_one_expired() -> None:
-    plan = plan_retention(chain((100, NOW - 8 * DAY), (100, NOW - DAY), (100, NOW - 9 * DAY)),
+    plan = plan_one(chain((100, NOW - 8 * DAY), (100, NOW - DAY), (100, NOW - 9 * DAY)),
                           config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("s0",)
     assert decision(plan, "s2").action == RetentionAction.KEEP and decision(plan, "s2").decided_by == NONE
@@ -143,9 +154,9 @@ def test_time_walk_stops_at_first_keeper_even_if_a_later_one_expired() -> None:
 def test_time_equality_keeps_kafkas_local_rule_kafka_20091() -> None:
     """`now - largest == retention.ms` keeps the segment (strict >); one ms later it goes."""
     rows = chain((100, NOW - WEEK), (100, NOW))
-    plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == () and "KAFKA-20091" in decision(plan, "s0").reason
-    later = plan_retention(rows, config(retention_ms=WEEK), NOW + 1)
+    later = plan_one(rows, config(retention_ms=WEEK), NOW + 1)
     assert later.delete_ids == ("s0",)
     assert decision(later, "s0").reason == ("largest timestamp 2026-11-02T02:00:00Z is 7 days and 1 millisecond "
                                             "old > retention.ms 7 days")
@@ -155,19 +166,19 @@ def test_time_uses_created_at_as_mtime_when_largest_timestamp_is_missing() -> No
     """Kafka's largestTimestamp falls back to the file mtime when < 0; klake's mtime is created_at_ms."""
     rows = [seg("old", 0, 10, largest=-1, created=NOW - 10 * DAY), seg("new", 10, 10, largest=-1, created=NOW - DAY),
             seg("last", 20, 10, largest=NOW)]
-    plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("old",)
     assert decision(plan, "old").reason.startswith("created_at_ms (mtime; largest_timestamp -1) 2026-10-30T02:00:00Z "
                                                    "is 10 days old")
     # a real timestamp wins over created_at_ms, however old the row version is
-    assert plan_retention([seg("a", 0, 10, largest=NOW, created=0), seg("b", 10, 10, largest=NOW)],
+    assert plan_one([seg("a", 0, 10, largest=NOW, created=0), seg("b", 10, 10, largest=NOW)],
                           config(retention_ms=WEEK), NOW).delete_ids == ()
 
 
 def test_future_timestamp_blocks_time_retention_and_is_reported_kafka_4340() -> None:
     future = 1_900_000_000_000
     rows = chain((100, NOW - 30 * DAY), (100, future), (100, NOW - 30 * DAY), (100, NOW - 30 * DAY), (100, NOW - DAY))
-    plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("s0",)
     [hold] = plan.held_back_by_future_timestamp
     assert (hold.segment_id, hold.largest_timestamp, hold.from_mtime) == ("s1", future, False)
@@ -178,30 +189,30 @@ def test_future_timestamp_blocks_time_retention_and_is_reported_kafka_4340() -> 
     assert "KAFKA-4340" in reason and "3 newer segments" in reason and "2 of them past retention.ms" in reason
     assert "HELD BACK s1" in plan.describe()
     # until wall time passes largest + retention.ms; then the whole expired prefix goes
-    assert plan_retention(rows[1:], config(retention_ms=WEEK), hold.deletable_from_ms - 1).delete_ids == ()
-    assert plan_retention(rows[1:], config(retention_ms=WEEK), hold.deletable_from_ms).delete_ids == (
+    assert plan_one(rows[1:], config(retention_ms=WEEK), hold.deletable_from_ms - 1).delete_ids == ()
+    assert plan_one(rows[1:], config(retention_ms=WEEK), hold.deletable_from_ms).delete_ids == (
         "s1", "s2", "s3", "s4")
 
 
 def test_future_timestamp_does_not_block_size_or_log_start_retention() -> None:
     rows = chain((100, NOW - 30 * DAY), (100, 1_900_000_000_000), (100, NOW - 30 * DAY), (100, NOW))
-    plan = plan_retention(rows, config(retention_ms=WEEK, retention_bytes=100), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK, retention_bytes=100), NOW)
     assert plan.delete_ids == ("s0", "s1", "s2") and decision(plan, "s1").decided_by == SIZE
     assert plan.held_back_by_future_timestamp == ()
-    by_start = plan_retention(rows, config(retention_ms=WEEK), NOW, log_start_offset=250)
+    by_start = plan_one(rows, config(retention_ms=WEEK), NOW, log_start_offset=250)
     assert by_start.delete_ids == ("s0", "s1", "s2")
     assert [decision(by_start, s).decided_by for s in ("s0", "s1", "s2")] == [LOG_START, LOG_START, TIME]
 
 
 def test_future_timestamp_behind_an_earlier_keeper_is_not_reported_as_blocking() -> None:
-    plan = plan_retention(chain((100, NOW - DAY), (100, 1_900_000_000_000), (100, NOW - 30 * DAY)),
+    plan = plan_one(chain((100, NOW - DAY), (100, 1_900_000_000_000), (100, NOW - 30 * DAY)),
                           config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == () and plan.held_back_by_future_timestamp == ()
 
 
 def test_future_mtime_fallback_is_reported_too() -> None:
     rows = [seg("skewed", 0, 10, largest=-1, created=NOW + HOUR), seg("old", 10, 10, largest=NOW - 30 * DAY)]
-    [hold] = plan_retention(rows, config(retention_ms=WEEK), NOW).held_back_by_future_timestamp
+    [hold] = plan_one(rows, config(retention_ms=WEEK), NOW).held_back_by_future_timestamp
     assert (hold.segment_id, hold.from_mtime, hold.in_future_ms, hold.newer_past_retention) == ("skewed", True, HOUR, 1)
 
 
@@ -209,7 +220,7 @@ def test_future_mtime_fallback_is_reported_too() -> None:
 
 def test_active_segment_can_be_deleted_after_rolling_a_new_empty_one() -> None:
     rows = chain((100, NOW - 30 * DAY), (100, NOW - 30 * DAY), (100, NOW - 30 * DAY), active_last=True)
-    plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK), NOW)
     assert plan.delete_ids == ("s0", "s1", "s2")
     assert plan.roll_new_active_at == 300 and plan.new_log_start_offset == 300
     assert "roll it (ACTIVE -> ROLLED)" in decision(plan, "s2").reason
@@ -218,7 +229,7 @@ def test_active_segment_can_be_deleted_after_rolling_a_new_empty_one() -> None:
 
 
 def test_roll_in_size_pass_leaves_nothing_for_the_time_pass() -> None:
-    plan = plan_retention(chain((100, NOW - 30 * DAY), (100, NOW)), config(retention_ms=WEEK, retention_bytes=0), NOW)
+    plan = plan_one(chain((100, NOW - 30 * DAY), (100, NOW)), config(retention_ms=WEEK, retention_bytes=0), NOW)
     assert plan.delete_ids == ("s0", "s1") and plan.roll_new_active_at == 200
     assert plan.passes[2].deleted == () and plan.passes[2].note.startswith("nothing to walk")
 
@@ -226,7 +237,7 @@ def test_roll_in_size_pass_leaves_nothing_for_the_time_pass() -> None:
 def test_empty_last_segment_is_never_deleted() -> None:
     rows = chain((100, NOW - 30 * DAY), (100, NOW - 30 * DAY)) + [
         seg("empty", 200, 0, largest=-1, created=NOW - 30 * DAY, state=SegmentState.ACTIVE)]
-    plan = plan_retention(rows, config(retention_ms=WEEK, retention_bytes=0), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK, retention_bytes=0), NOW)
     assert plan.delete_ids == ("s0", "s1") and plan.roll_new_active_at is None and plan.new_log_start_offset == 200
     assert "the last segment is empty; Kafka never deletes it" in decision(plan, "empty").reason
 
@@ -235,7 +246,7 @@ def test_empty_last_segment_is_never_deleted() -> None:
                                              (100, ("s0",)), (99, ())])
 def test_high_watermark_gate_kafka_5634(hw: int, deleted: tuple[str, ...]) -> None:
     """S goes only if HW >= its upper bound (next segment's base, or the LEO for the last)."""
-    plan = plan_retention(chain((100, 0), (100, 0), (100, 0)), config(retention_ms=WEEK), NOW, high_watermark=hw)
+    plan = plan_one(chain((100, 0), (100, 0), (100, 0)), config(retention_ms=WEEK), NOW, high_watermark=hw)
     assert plan.delete_ids == deleted
     if len(deleted) < 3:
         kept = decision(plan, f"s{len(deleted)}")
@@ -243,18 +254,18 @@ def test_high_watermark_gate_kafka_5634(hw: int, deleted: tuple[str, ...]) -> No
 
 
 def test_log_start_offset_never_decreases() -> None:
-    plan = plan_retention(chain((100, NOW - 30 * DAY), (100, NOW)), config(retention_ms=WEEK), NOW, log_start_offset=170)
+    plan = plan_one(chain((100, NOW - 30 * DAY), (100, NOW)), config(retention_ms=WEEK), NOW, log_start_offset=170)
     assert plan.delete_ids == ("s0",) and plan.new_log_start_offset == 170
-    stale = plan_retention(chain((100, NOW), (100, NOW))[1:], config(), NOW, log_start_offset=3)
+    stale = plan_one(chain((100, NOW), (100, NOW))[1:], config(), NOW, log_start_offset=3)
     assert stale.new_log_start_offset == 100  # raised to the first segment's base, as Kafka's loader does
 
 
 def test_applying_a_plan_then_replanning_deletes_nothing_more() -> None:
     rows = chain((100, NOW - 30 * DAY), (300, NOW - 20 * DAY), (100, 1_900_000_000_000), (100, NOW - 30 * DAY),
                  (100, NOW), active_last=True)
-    plan = plan_retention(rows, config(retention_ms=WEEK, retention_bytes=450), NOW, log_start_offset=50)
+    plan = plan_one(rows, config(retention_ms=WEEK, retention_bytes=450), NOW, log_start_offset=50)
     assert plan.delete_ids == ("s0", "s1") and len(plan.held_back_by_future_timestamp) == 1
-    again = plan_retention(apply(rows, plan, NOW), config(retention_ms=WEEK, retention_bytes=450), NOW,
+    again = plan_one(apply(rows, plan, NOW), config(retention_ms=WEEK, retention_bytes=450), NOW,
                            plan.new_log_start_offset)
     assert again.delete_ids == () and again.new_log_start_offset == plan.new_log_start_offset
 
@@ -263,11 +274,13 @@ def test_applying_a_plan_then_replanning_deletes_nothing_more() -> None:
 
 def test_to_dict_is_json_and_describe_has_one_line_per_segment() -> None:
     rows = chain((100, NOW - 30 * DAY), (50, NOW), active_last=True)
-    plan = plan_retention(rows, config(retention_ms=WEEK), NOW)
+    plan = plan_one(rows, config(retention_ms=WEEK), NOW)
     data = json.loads(json.dumps(plan.to_dict()))
-    assert data["delete"] == ["s0"] and data["totals"] == {"segments": 1, "bytes": 100, "records": 100}
-    assert [d["action"] for d in data["decisions"]] == ["delete", "keep"]
-    assert [d["decided_by"] for d in data["decisions"]] == ["time", "time"]
+    assert (data["first_deleted"], data["last_deleted"], data["first_kept"]) == ("s0", "s0", "s1")
+    assert data["totals"] == {"segments": 1, "bytes": 100, "records": 100}
+    assert data["reasons"] == {"time: older than retention.ms": 1, "kept: time: not older than retention.ms": 1}
+    assert plan.rows["action"].to_pylist() == ["delete", "keep"]  # every decision is in the plan's columns
+    assert plan.rows["decided_by"].to_pylist() == ["time", "time"]
     assert data["new_log_start_offset"] == 100 and data["roll_new_active_at"] is None
     lines = plan.describe().splitlines()
     assert [line.split()[:2] for line in lines[1:3]] == [["DELETE", "s0"], ["KEEP", "s1"]]
@@ -275,8 +288,21 @@ def test_to_dict_is_json_and_describe_has_one_line_per_segment() -> None:
 
 
 def test_no_segments_plans_nothing() -> None:
-    plan = plan_retention([], config(retention_ms=0, retention_bytes=0), NOW, log_start_offset=7)
-    assert plan.decisions == () and plan.to_delete == () and plan.new_log_start_offset == 7
+    plan = plan_retention(rows_to_table([]), {"t": config(retention_ms=0, retention_bytes=0)}, NOW)
+    assert plan.topic_partitions() == [] and plan.segments.num_rows == 0 and plan.segments_to_delete == 0
+
+
+def test_partitions_plan_independently_in_one_table() -> None:
+    """Each partition walks its own segments: one plan over interleaved rows equals the plans one by one."""
+    t0 = chain((100, NOW - 30 * DAY), (100, NOW - 30 * DAY), (100, NOW))
+    t1 = [replace(r, partition=1, segment_id=f"p1-{r.segment_id}") for r in chain((100, NOW - 30 * DAY), (100, NOW))]
+    other = [replace(r, topic="u", segment_id=f"u-{r.segment_id}") for r in t0]
+    table = rows_to_table([t1[0], t0[0], other[0], t0[1], t1[1], other[1], t0[2], other[2]])
+    plan = plan_retention(table, {"t": config(retention_ms=WEEK), "u": config(retention_bytes=100)}, NOW)
+    assert plan.partition(TopicPartition("t", 0)).delete_ids == ("s0", "s1")
+    assert plan.partition(TopicPartition("t", 1)).delete_ids == ("p1-s0",)
+    assert plan.partition(TopicPartition("u", 0)).delete_ids == ("u-s0", "u-s1")
+    assert plan.segments_to_delete == 5 and plan.totals()["delete_bytes"] == 500
 
 
 @pytest.mark.parametrize(("rows", "kwargs", "message"), [
@@ -284,14 +310,13 @@ def test_no_segments_plans_nothing() -> None:
     ([seg("a", 0, 10), seg("b", 5, 10)], {}, "overlaps or precedes"),
     ([seg("a", 0, 10, state=SegmentState.ACTIVE), seg("b", 10, 10)], {}, "ACTIVE but not the last"),
     ([seg("a", 0, 10, state=SegmentState.DELETE_STARTED)], {}, "not live"),
-    ([seg("a", 0, 10), replace(seg("b", 10, 10), partition=1)], {}, "is in t-1, not t-0"),
     ([replace(seg("a", 0, 10), size_bytes=0)], {}, "inconsistent"),
     (chain((100, 0)), {"high_watermark": 101}, "above the log end offset"),
     (chain((100, 0)), {"high_watermark": 50, "log_start_offset": 60}, "above the high watermark"),
 ])
 def test_invalid_input_is_rejected(rows: list[SegmentRow], kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        plan_retention(rows, config(), NOW, **kwargs)
+        plan_one(rows, config(), NOW, **kwargs)
 
 
 # ---- reference: Kafka's deleteOldSegments, literally ------------------------------------------------
@@ -359,7 +384,7 @@ def kafka_reference(rows: list[SegmentRow], policy: str, retention_ms: int, rete
     return {"deleted": deleted, "lso": state["lso"], "roll": state["roll"], "holds": holds}
 
 
-def apply(rows: list[SegmentRow], plan: RetentionPlan, now: int) -> list[SegmentRow]:
+def apply(rows: list[SegmentRow], plan: PartitionRetention, now: int) -> list[SegmentRow]:
     """The catalog after the plan: deleted rows gone, a new empty ACTIVE segment if the plan rolls."""
     left = [r for r in rows if r.segment_id not in set(plan.delete_ids)]
     if plan.roll_new_active_at is not None:
@@ -400,7 +425,7 @@ def partitions(draw: st.DrawFn) -> tuple[list[SegmentRow], TopicConfig, int | No
 def test_plan_matches_literal_kafka_simulation(case: tuple[list[SegmentRow], TopicConfig, int | None, int | None]
                                                ) -> None:
     rows, topic, log_start, hw = case
-    plan = plan_retention(rows, topic, SMALL_NOW, log_start, hw)
+    plan = plan_one(rows, topic, SMALL_NOW, log_start, hw)
     ref = kafka_reference(rows, topic.cleanup_policy, topic.retention_ms, topic.retention_bytes, SMALL_NOW,
                           log_start, hw)
     assert plan.delete_ids == tuple(ref["deleted"])
@@ -426,9 +451,9 @@ def test_replanning_after_applying_deletes_nothing(case: tuple[list[SegmentRow],
                                                    ) -> None:
     """Retention is idempotent at a fixed `now` (the point of KAFKA-12177's pass order)."""
     rows, topic, log_start, hw = case
-    plan = plan_retention(rows, topic, SMALL_NOW, log_start, hw)
+    plan = plan_one(rows, topic, SMALL_NOW, log_start, hw)
     after = apply(rows, plan, SMALL_NOW)
-    again = plan_retention(after, topic, SMALL_NOW, plan.new_log_start_offset, hw)
+    again = plan_one(after, topic, SMALL_NOW, plan.new_log_start_offset, hw)
     assert again.delete_ids == () and again.roll_new_active_at is None
     assert again.new_log_start_offset == plan.new_log_start_offset
     assert after[0].base_offset <= plan.new_log_start_offset

@@ -4,16 +4,30 @@
 from __future__ import annotations
 
 import json
+from dataclasses import astuple
 
+import numpy as np
 import pytest
 
+from engine.catalog.schema import SegmentState
+from engine.format.batch import scan_batches
+from engine.format.builder import encode_batch
 from engine.log.lookup import list_offsets
+from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
 from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from engine.ops.stored_segment import DEFAULT_READ_WINDOW, StoredSegment, lookup_window, stored_segment
+from engine.ops.stored_segment import (
+    DEFAULT_READ_WINDOW,
+    INDEX_PAGE_BYTES,
+    StoredSegment,
+    lookup_window,
+    stored_segment,
+)
+from engine.ops.versions import store_segment_version
 from layouts.metering import metered
-from layouts.store import object_info
+from layouts.store import object_info, read_bytes
 from tests.catalog_rows import partition_segments
 from tests.conftest import KAFKA_FIXTURES, Backend
 
@@ -81,3 +95,58 @@ def test_lookup_windows_read_little_and_a_task_reads_each_range_once(catalogued)
         with metered() as again:
             assert list_offsets(warm, expected["target"]) == answer
         assert again.requests["GET"] == 0, expected
+
+
+def _paged_partition(backend: Backend, tail: dict[str, bytes] | None = None) -> tuple[list, np.ndarray]:
+    """One segment of 3,000 single-record batches, every one indexed: sidecars of several pages. `tail`
+    appends bytes to a sidecar ("index" / "timeindex") as a broken upload would leave it."""
+    rng = np.random.default_rng(7)
+    stamps = 1_000_000 + np.sort(rng.integers(0, 10**7, 3000)) + rng.integers(-500, 500, 3000)
+    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=1))
+    for offset, ts in enumerate(stamps.tolist()):
+        data = encode_batch([b"k"], [b"v" * 50], [ts], base_offset=offset)
+        writer.append(Append(data, offset, offset, ts, offset), now_ms=0)
+    seg = writer.active.close(None)
+    assert len(seg.index) > 4 * INDEX_PAGE_BYTES and len(seg.timeindex) > 4 * INDEX_PAGE_BYTES
+    tail = tail or {}
+    row = store_segment_version(backend.uri("paged"), TopicPartition("t", 0), 0, seg.log,
+                                seg.index + tail.get("index", b""), seg.timeindex + tail.get("timeindex", b""),
+                                SegmentState.ROLLED, "test", 0, backend.options)
+    return [row], stamps
+
+
+@pytest.mark.parametrize("damage", ["none", "zero-padded timeindex", "index length off by 4"])
+def test_paged_sidecars_answer_as_brute_force_and_fall_back_whole_when_damaged(backend: Backend, damage: str) -> None:
+    """Sidecars larger than a page are searched a page at a time (far fewer bytes than whole on a cold
+    task); a damaged one (KAFKA-10207 zero padding, a length that is not a multiple of the entry size)
+    is read whole instead and the answers stay exact."""
+    tail = {"none": {}, "zero-padded timeindex": {"timeindex": bytes(12 * 2000)},
+            "index length off by 4": {"index": b"\0\0\0\1"}}[damage]
+    rows, stamps = _paged_partition(backend, tail)
+    sidecars = sum(object_info(key, backend.options).size for key in (rows[0].index_key, rows[0].timeindex_key))
+    rng = np.random.default_rng(1)
+    targets = [int(stamps.min()) - 1, int(stamps.max()), int(stamps.max()) + 1,
+               *rng.integers(int(stamps.min()), int(stamps.max()), 12 if backend.name == "local" else 4).tolist()]
+    task = [stored_segment(rows[0], backend.options)]
+    for target in targets:
+        hits = np.flatnonzero(stamps >= target)
+        expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
+        cold = [stored_segment(rows[0], backend.options)]
+        with metered() as meter:
+            answer = list_offsets(cold, target)
+        assert (answer.offset, answer.timestamp) == expected, (damage, target)
+        assert astuple(list_offsets(task, target))[:2] == expected, (damage, target)
+        if damage == "none":
+            assert meter.bytes["read"] < sidecars / 2, (target, meter.bytes)
+    assert bool(task[0].index_problems) == (damage != "none"), task[0].index_problems
+    top = int(np.argmax(stamps))
+    assert (list_offsets(task, -3).offset, list_offsets(task, -3).timestamp) == (top, int(stamps[top]))
+
+
+def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Backend) -> None:
+    """A read window that ends where a batch ends is not the end of the log (range reads and lookups
+    read on from there)."""
+    rows, stamps = _paged_partition(backend)
+    first = scan_batches(read_bytes(rows[0].log_key, backend.options, 0, 4096), strict=False).headers
+    segment = StoredSegment(rows[0], backend.options, read_window=int(first.size[0]) * 3)
+    assert sum(len(headers) for _, headers in segment.chunks_from(0)) == rows[0].batch_count == len(stamps)
