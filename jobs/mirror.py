@@ -4,7 +4,8 @@ replica (same segments, indexes and catalog facts); `--offsets remap` appends th
 destination's log end with its rules (a LogAppendTime destination re-stamps them) and writes the offset
 map as Parquet under {root}/_mirror/; `auto` (default) preserves where the destination is empty or a
 replica of the same timestamp type. A re-run copies only what the destination lacks; a killed run is
-finished by re-running the same command.
+finished by re-running the same command. `--dry-run` says per partition what would be copied (mode,
+segments, batches, bytes, source offsets) and writes nothing, not even the destination's catalog.
 
     spark-submit jobs/mirror.py /data/klake --conf conf/s3.example.yaml --topic orders --report out/mirror.json
 """
@@ -14,9 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+import humanize
+
 from engine.errors import KlakeError
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
-from engine.ops.mirror import MODES, default_mirror_job_id, mirror_partitions, source_partitions
+from engine.ops.mirror import (
+    MODES,
+    MirrorOutcome,
+    default_mirror_job_id,
+    mirror_partitions,
+    source_partitions,
+)
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 from layouts.store import check_access, join, normalize_uri
@@ -41,9 +50,10 @@ def run(ctx: JobContext) -> None:
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_mirror_job_id(source, ctx.config.root, ctx.args.offsets)
     declared = {tp.topic: ctx.topic_config(tp.topic) for tp in tps if ctx.config.topic(tp.topic) is not None}
-    run = mirror_partitions(source, source_catalog, ctx.config.root, ctx.catalog_or_create(), tps,
+    run = mirror_partitions(source, source_catalog, ctx.config.root, _destination_catalog(ctx), tps,
                             dest_configs=declared, mode=ctx.args.offsets, now_ms=ctx.now_ms, options=ctx.options,
-                            job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]))
+                            job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]),
+                            dry_run=ctx.dry_run)
     ctx.report.add_run(run)
     segments = batches = 0
     for result in sorted(run.results, key=lambda r: (r.tp.topic, r.tp.partition)):
@@ -52,19 +62,48 @@ def run(ctx: JobContext) -> None:
         out = result.step.outcome
         segments += out.segments_copied
         batches += out.batches_copied
+        if ctx.dry_run:
+            ctx.report.summary.append(f"{result.tp}: {out.mode}: {_would(out)}")
+            continue
         what = (f"{plural(out.segments_copied, 'segment')} written, {plural(out.batches_copied, 'batch', 'batches')} "
                 f"copied, log end offset {out.log_end_offset} (source {out.source_log_end_offset})")
         if out.offset_map:
             what += f", offset map {out.offset_map}"
         ctx.report.summary.append(f"{result.tp}: {out.mode}: {what}")
     ctx.report.results["mirror"] = {"source": source, "source_catalog": catalog_uri, "offsets": ctx.args.offsets,
-                                    "segments_written": segments, "batches_copied": batches}
-    ctx.report.summary.append(f"mirror {source} -> {ctx.config.root}: {plural(segments, 'segment')} written, "
-                              f"{plural(batches, 'batch', 'batches')} copied over {plural(len(tps), 'partition')}")
+                                    "segments_written": 0 if ctx.dry_run else segments,
+                                    "batches_copied": 0 if ctx.dry_run else batches}
+    if ctx.dry_run:
+        ctx.report.results["mirror"].update(segments_to_write=segments, batches_to_copy=batches)
+    written, copied = ("would be written", "to copy") if ctx.dry_run else ("written", "copied")
+    ctx.report.summary.append(f"mirror {source} -> {ctx.config.root}: {plural(segments, 'segment')} {written}, "
+                              f"{plural(batches, 'batch', 'batches')} {copied} over {plural(len(tps), 'partition')}")
+
+
+def _destination_catalog(ctx: JobContext) -> Catalog | None:
+    """The destination's catalog, created for a run that writes; a dry run against a root without one
+    plans on empty partitions and creates nothing."""
+    if not ctx.dry_run:
+        return ctx.catalog_or_create()
+    try:
+        return ctx.catalog
+    except KlakeError:
+        return None
+
+
+def _would(out: MirrorOutcome) -> str:
+    """A dry run's line for one partition: what the mirror would copy."""
+    if out.source_first_offset is None:
+        return f"nothing to copy, log end offset {out.log_end_offset} (source {out.source_log_end_offset})"
+    replaced = f" ({out.segments_replaced} replacing older versions)" if out.segments_replaced else ""
+    return (f"would write {plural(out.segments_copied, 'segment')}{replaced}, copying "
+            f"{plural(out.batches_copied, 'batch', 'batches')} ({humanize.naturalsize(out.bytes_copied, binary=True)}) "
+            f"of source offsets {out.source_first_offset}..{out.source_last_offset}; log end offset would be "
+            f"{out.log_end_offset} (source {out.source_log_end_offset})")
 
 
 SPEC = JobSpec("mirror", "copy topics from another klake root (replica or re-assigned offsets)", run, add_arguments,
-               description=__doc__, dry_run=False)
+               description=__doc__)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

@@ -188,7 +188,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     ok = _validate(keys, headers, ts, config, now_ms, rejects)
 
     policy = config.roll_policy()
-    limit = min(config.max_message_bytes, policy.segment_bytes)
+    limit = batch_size_limit(config)
     codec = compression.NONE if config.compression_type in ("producer", "uncompressed") \
         else compression.codec_id(config.compression_type)
     rows = np.flatnonzero(ok)
@@ -196,7 +196,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     solo = V2_HEADER_SIZE + _record_sizes(fixed, np.zeros_like(fixed), np.zeros_like(fixed))
     if codec == compression.NONE:  # exact: reject before offsets are assigned
         too_big = solo > limit
-        rejects.add(rows[too_big], RECORD_TOO_LARGE, [_too_large(int(s), config, limit) for s in solo[too_big]])
+        rejects.add(rows[too_big], RECORD_TOO_LARGE, [_too_large(int(s), config) for s in solo[too_big]])
         rows, fixed = rows[~too_big], fixed[~too_big]
 
     lat = log_append_time(config, now_ms, last_log_append_time)
@@ -328,9 +328,21 @@ def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: 
     return ok
 
 
-def _too_large(size: int, config: TopicConfig, limit: int) -> str:
+def batch_size_limit(config: TopicConfig) -> int:
+    """The largest batch (log overhead included) a partition takes: `max.message.bytes`, and never more
+    than `segment.bytes` (spec 2.1; the broker's RecordTooLargeException for either)."""
+    return min(config.max_message_bytes, config.roll_policy().segment_bytes)
+
+
+def batch_too_large(size: int, config: TopicConfig) -> str:
+    """Why a `size`-byte batch is refused, for a `size` above `batch_size_limit(config)`."""
+    limit = batch_size_limit(config)
     what = "max.message.bytes" if limit == config.max_message_bytes else "segment.bytes"
-    return f"the record alone makes a {size}-byte batch, larger than {what} = {limit}"
+    return f"a {size}-byte batch, larger than {what} = {limit}"
+
+
+def _too_large(size: int, config: TopicConfig) -> str:
+    return f"the record alone makes {batch_too_large(size, config)}"
 
 
 # ------------------------------------------------------------------------------------------ sizes
@@ -439,7 +451,7 @@ def _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat, base_of
             out_counts.append(count)
         elif count == 1:
             keep[first] = False
-            rejects.add(rows[first:first + 1], RECORD_TOO_LARGE, [_too_large(len(data), config, limit)])
+            rejects.add(rows[first:first + 1], RECORD_TOO_LARGE, [_too_large(len(data), config)])
         else:
             half = count // 2
             offset = struct.unpack_from(">q", data)[0]

@@ -30,7 +30,9 @@ import numpy as np
 from engine.catalog.schema import SegmentRef, SegmentRow, SegmentState
 from engine.errors import KlakeError
 from engine.format.batch import LOG_APPEND_TIME, BatchHeaders, with_base_offset, with_max_timestamp
+from engine.log.append import batch_size_limit, batch_too_large
 from engine.log.segment_writer import Append
+from engine.log.topic_config import TopicConfig
 
 
 class NotAReplicaError(KlakeError):
@@ -106,15 +108,22 @@ class Relocated:
 
 
 def relocate_batches(data: bytes, headers: BatchHeaders, from_offset: int, next_offset: int,
-                     log_append_time: int | None, source: str) -> Relocated:
+                     log_append_time: int | None, source: str, config: TopicConfig) -> Relocated:
     """The batches of `data` whose last offset is >= `from_offset`, moved to run on from `next_offset`
-    (see the module docstring); `log_append_time` stamps them (a LogAppendTime destination)."""
+    (see the module docstring); `log_append_time` stamps them (a LogAppendTime destination). A batch
+    larger than the destination topic (`config`) takes is refused, as the broker's append refuses it
+    (RecordTooLargeException; `engine.log.append.batch_size_limit`), naming its source offset."""
     take = np.flatnonzero(headers.last_offset >= from_offset)
     picked = headers.take(take)
     if (legacy := picked.magic != 2).any():
         raise KlakeError(f"{source} at byte {int(picked.position[legacy][0])}: a magic-{int(picked.magic[legacy][0])} "
                          "message cannot move to another offset in place (a broker would convert it to v2); mirror "
                          "it with --offsets preserve")
+    if (large := picked.size > batch_size_limit(config)).any():
+        first = int(np.argmax(large))
+        raise KlakeError(f"{source}: the batch at offset {int(picked.base_offset[first])} is "
+                         f"{batch_too_large(int(picked.size[first]), config)} at the destination, which refuses it "
+                         "as a broker would (RecordTooLargeException)")
     spans = picked.last_offset - picked.base_offset + 1
     dest_base = next_offset + np.cumsum(spans) - spans
     appends = []

@@ -10,7 +10,7 @@ DataFusion engine, which prunes by the topic partition column and by per-file mi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +76,18 @@ def ledger_app_id(job_id: str, tp: TopicPartition) -> str:
     """The job ledger's key: Delta's transaction identifier (`txn` action, the protocol's own tool for
     idempotent writes) of one job id on one partition."""
     return f"klake:{job_id}:{tp}"
+
+
+@dataclass(frozen=True)
+class AppTransaction:
+    """A transaction identifier to record with a commit: its version, and whether it must outlive the
+    ledger's retention. A `permanent` one is written without `lastUpdated`, which delta-rs'
+    `delta.setTransactionRetentionDuration` never expires (delta-kernel-rs keeps such entries forever;
+    Delta Lake's Spark log replay would drop them, one more reason the catalog is delta-rs' alone):
+    right for state bounded by the partitions (one entry each), never for per-job entries."""
+
+    version: int
+    permanent: bool = False
 
 
 @dataclass
@@ -157,10 +169,18 @@ class Catalog:
         either in both or in neither: a re-run with the same job id finishes exactly the others.
         """
         tps = list(tps)
-        if not tps:
-            return set()
+        recorded = self.transaction_versions([ledger_app_id(job_id, tp) for tp in tps])
+        return {tp for tp in tps if ledger_app_id(job_id, tp) in recorded}
+
+    def transaction_versions(self, app_ids: Iterable[str]) -> dict[str, int]:
+        """The latest version Delta's transaction identifiers (`txn` actions) record for `app_ids`, for those
+        that have one: progress committed atomically with the rows (`apply(app_transactions=...)`)."""
+        app_ids = list(app_ids)
+        if not app_ids:
+            return {}
         self._table.update_incremental()
-        return {tp for tp in tps if self._table.transaction_version(ledger_app_id(job_id, tp)) is not None}
+        found = {app_id: self._table.transaction_version(app_id) for app_id in app_ids}
+        return {app_id: version for app_id, version in found.items() if version is not None}
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -252,43 +272,52 @@ class Catalog:
         return self.apply(change, operation="remove-deleted", job_id=job_id)
 
     def apply(self, change: CatalogChange, operation: str = "change", job_id: str = "",
-              finished: Sequence[TopicPartition] = ()) -> CommitResult:
+              finished: Sequence[TopicPartition] = (),
+              app_transactions: Mapping[str, AppTransaction] | None = None) -> CommitResult:
         """Plan `change` on a fresh read and commit it; on a commit conflict re-read, re-plan and retry.
 
         `finished`: the partitions whose work for `job_id` this commit completes; they enter the job
         ledger in the same commit (a ledger-only commit if the change is empty). If another attempt of
         the job committed one of them first, `AlreadyCommittedError`: the work must not be done twice.
+        `app_transactions`: more transaction identifiers (app id -> version) recorded by the same commit,
+        e.g. an operation's progress on a partition (`transaction_versions` reads them back).
         """
+        app_transactions = dict(app_transactions or {})
         retrying = Retrying(stop=stop_after_attempt(self.max_commit_attempts), wait=COMMIT_CONFLICT_BACKOFF,
                             retry=retry_if_exception_type(CommitFailedError))
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._apply_once(change, operation, job_id, finished, attempt.retry_state.attempt_number)
+                    return self._apply_once(change, operation, job_id, finished, app_transactions,
+                                            attempt.retry_state.attempt_number)
         except RetryError as exc:
             raise CatalogConflictError(f"catalog {self.uri}: {operation} still conflicted after "
                                        f"{self.max_commit_attempts} attempts: {exc.last_attempt.exception()}") from None
 
     def _apply_once(self, change: CatalogChange, operation: str, job_id: str, finished: Sequence[TopicPartition],
-                    attempt: int) -> CommitResult:
+                    app_transactions: Mapping[str, AppTransaction], attempt: int) -> CommitResult:
         """One attempt of `apply`: check the ledger, plan on a fresh read, commit (or raise the conflict)."""
         if twice := self.committed_partitions(job_id, finished):
             raise AlreadyCommittedError(f"job {job_id!r} already committed {', '.join(map(str, sorted(twice)))} "
                                         "in another attempt; this attempt's work for it is dropped")
         planned = plan_change(change, self.rows_of(change.partitions()))
         done = planned.already_added + planned.already_removed + planned.already_transitioned
-        if planned.is_empty and not finished:
+        if planned.is_empty and not finished and not app_transactions:
             return CommitResult(version=None, already_done=done, attempts=attempt)
-        metrics = self._commit(planned, change.partitions(), self._commit_properties(operation, job_id, finished))
+        properties = self._commit_properties(operation, job_id, finished, app_transactions)
+        metrics = self._commit(planned, change.partitions(), properties)
         return CommitResult(version=self._table.version(), added=len(planned.add), removed=len(planned.remove),
                             transitioned=len(planned.transitions), already_done=done, attempts=attempt,
                             metrics=metrics)
 
     @staticmethod
-    def _commit_properties(operation: str, job_id: str, finished: Sequence[TopicPartition]) -> CommitProperties:
+    def _commit_properties(operation: str, job_id: str, finished: Sequence[TopicPartition],
+                           app_transactions: Mapping[str, AppTransaction]) -> CommitProperties:
         now = time.time_ns() // 1_000_000
+        ledger = [Transaction(ledger_app_id(job_id, tp), 1, now) for tp in finished]
+        more = [Transaction(app_id, t.version, None if t.permanent else now) for app_id, t in app_transactions.items()]
         return CommitProperties(custom_metadata={"klake.operation": operation, "klake.job_id": job_id},
-                                app_transactions=[Transaction(ledger_app_id(job_id, tp), 1, now) for tp in finished])
+                                app_transactions=ledger + more)
 
     def _commit(self, planned: PlannedChange, partitions: set[tuple[str, int]], properties: CommitProperties) -> dict:
         """One Delta commit: a MERGE that deletes removed rows, updates states and inserts added rows; or,

@@ -19,9 +19,17 @@ offsets are (the rules: `engine.log.mirror`):
 
 Incremental and idempotent by content, as import is (no job-ledger entries): a replica copies the
 versions the destination lacks; a remap continues after the last source offset the committed maps
-name. A map file is written before the commit under a name fixed by the destination's log end, so a
-killed run leaves at worst an uncommitted map (past the destination's log end, ignored) and objects
-the scrubber removes, and the re-run writes the same names again.
+name. Which maps are committed is the catalog's to say, atomically: the commit that adds a remap's
+segments also records the Delta transaction identifier `offset_map_app_id(tp)` at version (the map's
+first destination offset + 1), so a map is committed iff its first destination offset is below that
+version. A map is written before the commit; a killed run leaves at worst one uncommitted map (at or
+past the recorded version) and objects the scrubber removes; the next remap of the partition deletes
+uncommitted maps before writing its own, so every map below the recorded version is a committed one,
+whatever was appended to the destination meanwhile. The record is one entry per partition, written
+without `lastUpdated`, so the ledger's retention (`delta.setTransactionRetentionDuration`) never
+expires it (`AppTransaction.permanent`): no record means no remap ever committed, and every map is
+one a killed run left. Maps written before the catalog recorded them (no record, no `MAP_TAG`, below
+the log end) are refused: for them klake can tell neither skipping nor copying again is right.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from engine.log.segment_writer import SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.append import last_log_append_time, resume_state
-from engine.ops.catalog_table import Catalog
+from engine.ops.catalog_table import AppTransaction, Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import (
     Execute,
@@ -64,6 +72,7 @@ from engine.ops.versions import store_segment_version
 from layouts.object_layout import object_segment_keys, write_segment
 from layouts.store import (
     StorageOptions,
+    delete_objects,
     ensure_object,
     join,
     list_objects,
@@ -78,6 +87,8 @@ MAP_DIR = "_mirror"
 MAP_SCHEMA = pa.schema([pa.field("source_base_offset", pa.int64(), nullable=False),
                         pa.field("source_last_offset", pa.int64(), nullable=False),
                         pa.field("destination_base_offset", pa.int64(), nullable=False)])
+MAP_TAG = b"klake.mirror.map.recorded"
+"""Parquet key-value metadata of every map whose commit the catalog records (`offset_map_app_id`)."""
 _MAP_NAME = re.compile(r"(\d{20})\.parquet")
 
 
@@ -96,6 +107,14 @@ class MirrorOutcome:
     log_end_offset: int = 0
     offset_map: str | None = None
     segments_written: list[str] = field(default_factory=list)
+    source_first_offset: int | None = None  # the source offsets copied (None: nothing)
+    source_last_offset: int | None = None
+    dry_run: bool = False  # what the run would do: nothing is written
+
+    def covers(self, first: int, last: int) -> None:
+        """Note source offsets [first, last] as copied."""
+        self.source_first_offset = first if self.source_first_offset is None else min(self.source_first_offset, first)
+        self.source_last_offset = last if self.source_last_offset is None else max(self.source_last_offset, last)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,45 +129,69 @@ def offset_map_prefix(dest_root: str, tp: TopicPartition) -> str:
     return join(dest_root, MAP_DIR, tp.dir_name)
 
 
-def committed_offset_maps(dest_root: str, tp: TopicPartition, log_end_offset: int,
-                          options: StorageOptions | None) -> list[tuple[int, str]]:
-    """The partition's offset maps whose first destination offset is below the log end (their commit
-    happened), as (first destination offset, uri) in order; later ones are left by uncommitted runs."""
-    found = [(int(m.group(1)), info.uri) for info in list_objects(offset_map_prefix(dest_root, tp), options)
-             if (m := _MAP_NAME.fullmatch(info.name))]
-    return sorted(entry for entry in found if entry[0] < log_end_offset)
+def offset_map_app_id(tp: TopicPartition) -> str:
+    """The catalog's record of a partition's committed offset maps: a Delta transaction identifier whose
+    version is the last committed map's first destination offset + 1 (it grows with the log end)."""
+    return f"klake:mirror-map:{tp}"
+
+
+def offset_maps(dest_root: str, tp: TopicPartition, options: StorageOptions | None) -> list[tuple[int, str]]:
+    """Every offset map file of the partition, committed or not, as (first destination offset, uri) in order."""
+    return sorted((int(m.group(1)), info.uri) for info in list_objects(offset_map_prefix(dest_root, tp), options)
+                  if (m := _MAP_NAME.fullmatch(info.name)))
+
+
+def committed_offset_maps(dest_root: str, tp: TopicPartition, recorded: int | None, options: StorageOptions | None,
+                          found: Sequence[tuple[int, str]] | None = None) -> list[tuple[int, str]]:
+    """The partition's committed offset maps, (first destination offset, uri) in order: those below
+    `recorded`, the version the destination catalog records for `offset_map_app_id(tp)` (None: none
+    committed). `found`: the partition's `offset_maps`, if listed already. The last committed map
+    missing is an error: continuing without it would copy its batches again."""
+    found = offset_maps(dest_root, tp, options) if found is None else found
+    if recorded is None:
+        return []
+    committed = [entry for entry in found if entry[0] < recorded]
+    if not committed or committed[-1][0] != recorded - 1:
+        raise KlakeError(f"{tp}: the destination catalog records a committed offset map "
+                         f"{join(offset_map_prefix(dest_root, tp), f'{recorded - 1:020d}.parquet')} that is missing "
+                         "(where the mirror stopped is unknown): restore it")
+    return committed
 
 
 def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
-                       options: StorageOptions | None) -> TopicConfig:
+                       options: StorageOptions | None, save: bool = True) -> TopicConfig:
     """A destination topic's settings: its own stored ones, else the source's, stored beside the
-    destination's data (a replica is configured as its source)."""
+    destination's data (a replica is configured as its source) unless not to `save` (a dry run)."""
     stored = stored_topic_config(dest_root, topic, options)
     if stored is not None:
         return stored
-    save_topic_config(dest_root, topic, source_config, options)
+    if save:
+        save_topic_config(dest_root, topic, source_config, options)
     return source_config
 
 
 def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
                    source_config: Mapping[str, TopicConfig], mode: str, dest_root: str, now_ms: int,
-                   options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
-    """Mirror one partition into the destination; the step is committed by the job's one commit."""
+                   options: StorageOptions | None, job_id: str, dry_run: bool = False) -> PartitionStep[MirrorOutcome]:
+    """Mirror one partition into the destination; the step is committed by the job's one commit. A
+    `dry_run` reads what the run would (every batch a remap would move is checked) and writes nothing."""
     source = list(source_rows.get(item.tp, ()))
     dest = list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
-    maps = committed_offset_maps(dest_root, item.tp, log_end, options)
+    recorded = item.app_versions.get(offset_map_app_id(item.tp))
+    found = offset_maps(dest_root, item.tp, options)
     same_time = source_config[item.tp.topic].message_timestamp_type == item.config.message_timestamp_type
     if mode == "preserve" and not same_time:
         raise KlakeError(f"{item.tp}: an exact replica keeps the source's timestamps, but message.timestamp.type is "
                          f"{source_config[item.tp.topic].message_timestamp_type} at the source and "
                          f"{item.config.message_timestamp_type} at the destination; mirror with --offsets remap")
     if mode == "auto":
-        replica = same_time and not maps and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
+        remapped = recorded is not None or any(first < log_end for first, _ in found)
+        replica = same_time and not remapped and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
         mode = "preserve" if replica else "remap"
     if mode == "preserve":
-        return _replicate(item.tp, source, dest, dest_root, options, job_id)
-    return _remap(item, source, maps, dest_root, now_ms, options, job_id)
+        return _replicate(item.tp, source, dest, dest_root, options, job_id, dry_run)
+    return _remap(item, source, recorded, found, dest_root, now_ms, options, job_id, dry_run)
 
 
 def _replica_marker(dest_root: str, tp: TopicPartition) -> str:
@@ -162,13 +205,21 @@ def _was_replica(dest_root: str, tp: TopicPartition, options: StorageOptions | N
 
 
 def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentRow], dest_root: str,
-               options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+               options: StorageOptions | None, job_id: str, dry_run: bool) -> PartitionStep[MirrorOutcome]:
     plan = replica_plan(source, dest)
     outcome = MirrorOutcome(tp.topic, tp.partition, "preserve",
-                            source_log_end_offset=source[-1].next_offset if source else 0)
+                            source_log_end_offset=source[-1].next_offset if source else 0, dry_run=dry_run)
+    for s in plan.copy:
+        outcome.covers(s.base_offset, s.last_offset)
     for d, s in plan.replace:
         if read_bytes(s.log_key, options, 0, d.size_bytes) != read_bytes(d.log_key, options):
             raise NotAReplicaError(f"destination segment {d.log_key} is not a prefix of source segment {s.log_key}")
+    if dry_run:
+        outcome.segments_copied, outcome.segments_replaced = len(plan.copy), len(plan.replace)
+        outcome.batches_copied = sum(s.batch_count for s in plan.copy)
+        outcome.bytes_copied = sum(s.size_bytes for s in plan.copy)
+        outcome.log_end_offset = max([s.next_offset for s in plan.copy] + ([dest[-1].next_offset] if dest else [0]))
+        return PartitionStep(outcome)
     added = []
     if plan.copy:
         ensure_object(_replica_marker(dest_root, tp), b"", options)
@@ -188,12 +239,31 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     return PartitionStep(outcome, change)
 
 
-def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int, str]], dest_root: str,
-           now_ms: int, options: StorageOptions | None, job_id: str) -> PartitionStep[MirrorOutcome]:
+def _uncommitted_maps(tp: TopicPartition, recorded: int | None, found: Sequence[tuple[int, str]], log_end: int,
+                      options: StorageOptions | None) -> list[str]:
+    """The maps left by runs that never committed (at or past the recorded version). Without a record,
+    a map below the log end without `MAP_TAG` predates the record, and whether it committed cannot be
+    told (one at or past the log end never did: a committed map starts below it)."""
+    uncommitted = [uri for first, uri in found if recorded is None or first >= recorded]
+    if recorded is None:
+        for uri in [uri for first, uri in found if first < log_end]:
+            if MAP_TAG not in (pq.read_schema(io.BytesIO(read_bytes(uri, options))).metadata or {}):
+                raise KlakeError(f"{tp}: offset map {uri} was written before the destination catalog recorded "
+                                 f"which maps are committed (transaction {offset_map_app_id(tp)}): whether its "
+                                 "batches reached the destination cannot be told, so neither skipping nor copying "
+                                 "them again is safe; mirror this partition into a new destination")
+    return uncommitted
+
+
+def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, found: list[tuple[int, str]],
+           dest_root: str, now_ms: int, options: StorageOptions | None, job_id: str,
+           dry_run: bool) -> PartitionStep[MirrorOutcome]:
     tp, config, dest = item.tp, item.config, list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
+    maps = committed_offset_maps(dest_root, tp, recorded, options, found)
+    stale = _uncommitted_maps(tp, recorded, found, log_end, options)
     outcome = MirrorOutcome(tp.topic, tp.partition, "remap", source_log_end_offset=source[-1].next_offset
-                            if source else 0, log_end_offset=log_end)
+                            if source else 0, log_end_offset=log_end, dry_run=dry_run)
     from_offset = 0
     if maps:  # the last committed map says where the previous runs stopped
         last_map = pq.read_table(io.BytesIO(read_bytes(maps[-1][1], options)))
@@ -214,6 +284,9 @@ def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int,
     new_rows: list[SegmentRow] = []
 
     def store(segment_base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> None:
+        if dry_run:
+            outcome.segments_copied += 1
+            return
         extends = active if active is not None and active.base_offset == segment_base else None
         new_rows.append(store_segment_version(
             dest_root, tp, segment_base, log, index, timeindex, state, job_id, now_ms, options,
@@ -222,32 +295,44 @@ def _remap(item: PartitionInput, source: list[SegmentRow], maps: list[tuple[int,
 
     next_offset = log_end
     map_parts = []
-    for s in todo:
-        data = read_bytes(s.log_key, options)
-        moved = relocate_batches(data, scan_batches(data, s.log_key).headers, from_offset, next_offset, lat,
-                                 s.log_key)
-        for append in moved.appends:
-            writer.append(append, now_ms)
-            outcome.bytes_copied += len(append.data)
-        for closed in writer.closed:  # upload each rolled segment at once: memory bounded by segment.bytes
-            store(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
-        writer.closed.clear()
-        map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
-        next_offset = moved.next_offset or next_offset
-        outcome.batches_copied += len(moved.appends)
+    try:
+        for s in todo:
+            data = read_bytes(s.log_key, options)
+            moved = relocate_batches(data, scan_batches(data, s.log_key).headers, from_offset, next_offset, lat,
+                                     s.log_key, config)
+            for append in moved.appends:
+                writer.append(append, now_ms)
+                outcome.bytes_copied += len(append.data)
+            for closed in writer.closed:  # upload each rolled segment at once: memory bounded by segment.bytes
+                store(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
+            writer.closed.clear()
+            map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
+            next_offset = moved.next_offset or next_offset
+            outcome.batches_copied += len(moved.appends)
+            if moved.appends:
+                outcome.covers(int(moved.source_base[0]), int(moved.source_last[-1]))
+    except KlakeError:  # a batch the destination refuses: the segments uploaded so far go too
+        delete_objects([k for r in new_rows for k in (r.log_key, r.index_key, r.timeindex_key)], options)
+        raise
     if next_offset == log_end:
         return PartitionStep(outcome)
     act = writer.active
     offsets, times = act.indexer.snapshot()
     store(act.base_offset, b"".join(act.chunks), offsets.to_bytes(), times.to_bytes(), SegmentState.ACTIVE)
+    if dry_run:
+        outcome.log_end_offset = next_offset
+        return PartitionStep(outcome)
     outcome.offset_map = join(offset_map_prefix(dest_root, tp), f"{log_end:020d}.parquet")
     sink = io.BytesIO()
-    pq.write_table(pa.concat_tables(map_parts), sink)
+    pq.write_table(pa.concat_tables(map_parts).replace_schema_metadata({MAP_TAG: b"1"}), sink)
+    if (gone := delete_objects([uri for uri in stale if uri != outcome.offset_map], options)).failed:
+        raise KlakeError(f"{tp}: uncommitted offset map(s) not deleted: {gone.failed}")  # the module docstring
     write_bytes(outcome.offset_map, sink.getvalue(), options)
     outcome.segments_written = [r.log_key for r in new_rows]
     outcome.segments_copied, outcome.log_end_offset = len(new_rows), next_offset
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows),
-                                                remove=(active.ref,) if active is not None else ()))
+                                                remove=(active.ref,) if active is not None else ()),
+                         app_transactions={offset_map_app_id(tp): AppTransaction(log_end + 1, permanent=True)})
 
 
 def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: Sequence[int] = ()
@@ -260,14 +345,16 @@ def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: 
     return [tp for tp in found if (not topics or tp.topic in topics) and (not partitions or tp.partition in partitions)]
 
 
-def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog,
+def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog | None,
                       tps: Sequence[TopicPartition], *, dest_configs: Mapping[str, TopicConfig] | None = None,
                       mode: str = "auto", now_ms: int, options: StorageOptions | None = None,
                       job_id: str | None = None, execute: Callable[[Prepare], Execute] = serial_execute,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> JobRun:
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, dry_run: bool = False) -> JobRun:
     """Mirror `tps` from the source root into the destination root in one job (see the module
     docstring); `dest_configs` are the destination topics' settings where the caller declared them,
-    the others are `destination_config`'s. `execute` runs the partitions (serially by default)."""
+    the others are `destination_config`'s. `execute` runs the partitions (serially by default).
+    A `dry_run` says per partition what the run would copy and writes nothing: no lease, no commit,
+    no object, no topic settings (`dest_catalog` None: a destination without a catalog yet)."""
     if mode not in MODES:
         raise KlakeError(f"offsets mode {mode!r}: expected one of {', '.join(MODES)}")
     source_root, dest_root = normalize_uri(source_root), normalize_uri(dest_root)
@@ -277,11 +364,12 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
     topics = sorted({tp.topic for tp in tps})
     source_config = {t: load_topic_config(source_root, t, options) for t in topics}
     declared = dict(dest_configs or {})
-    configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options) for t in topics}
+    configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options, save=not dry_run)
+               for t in topics}
     rows = {tp: tuple(r for r in found if r.state in LIVE_STATES)
             for tp, found in rows_by_partition(source_catalog, tps).items()}
     prepare = partial(prepare_mirror, source_rows=rows, source_config=source_config, mode=mode, dest_root=dest_root,
-                      now_ms=now_ms, options=options, job_id=job_id)
+                      now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     return run_partition_job(dest_catalog, dest_root, {tp: configs[tp.topic] for tp in tps}, execute(prepare),
-                             operation="mirror", job_id=job_id, options=options, ledger=False,
-                             lease_ttl_ms=lease_ttl_ms)
+                             operation="mirror", job_id=job_id, options=options, mutate=not dry_run, ledger=False,
+                             lease_ttl_ms=lease_ttl_ms, app_ids=lambda tp: [offset_map_app_id(tp)])

@@ -17,7 +17,8 @@ this process for the engine's single-partition functions, one Spark task per par
    always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
    scrub job removes them) and a re-run starts again from the catalog;
 6. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
-   entries of the partitions it finishes;
+   entries of the partitions it finishes and the transaction identifiers their steps carry (an
+   operation's own progress, read back into the next run's `PartitionInput.app_versions`);
 7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
    removed (one more commit); then the leases are released.
 """
@@ -39,11 +40,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import COLUMNS, LIVE_STATES, SegmentRow, SegmentState, owned, table_to_rows
+from engine.catalog.schema import (
+    CATALOG_SCHEMA,
+    COLUMNS,
+    LIVE_STATES,
+    SegmentRow,
+    SegmentState,
+    owned,
+    table_to_rows,
+)
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.catalog_table import AlreadyCommittedError, Catalog, CommitResult
+from engine.ops.catalog_table import AlreadyCommittedError, AppTransaction, Catalog, CommitResult
 from engine.ops.deletion import Cleanup, delete_and_forget
 from engine.ops.lease import (
     DEFAULT_LEASE_TTL_MS,
@@ -62,13 +71,16 @@ from layouts.store import StorageOptions, normalize_uri
 class PartitionInput:
     """What a partition's task needs: its live rows (base-offset order) and its topic's settings; for a
     job that plans on the driver (`Planner`), `rows` is empty and the task gets Arrow instead: `segments`,
-    its live catalog rows, and `plan`, its slice of the driver's plan (None: no live segment)."""
+    its live catalog rows, and `plan`, its slice of the driver's plan (None: no live segment). With them,
+    `app_versions`: the versions the catalog records for the transaction identifiers the operation asked
+    for (`app_ids`), read under the partition's lease with its rows."""
 
     tp: TopicPartition
     rows: tuple[SegmentRow, ...]
     config: TopicConfig
     segments: pa.Table | None = None
     plan: Any = None
+    app_versions: Mapping[str, int] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
         """Shipped to a task with its own rows only (Arrow), not the whole table they were sliced from."""
@@ -103,11 +115,13 @@ OutcomeT = TypeVar("OutcomeT", bound=StepOutcome)
 @dataclass
 class PartitionStep(Generic[OutcomeT]):
     """What `prepare` did for one partition: its job's typed outcome, the catalog change to commit,
-    and the rows that change moves to DELETE_STARTED (their objects are deleted after the commit)."""
+    the rows that change moves to DELETE_STARTED (their objects are deleted after the commit), and
+    transaction identifiers (app id -> version) that commit records, atomically with the change."""
 
     outcome: OutcomeT
     change: CatalogChange = field(default_factory=CatalogChange)
     retire: tuple[SegmentRow, ...] = ()
+    app_transactions: Mapping[str, AppTransaction] = field(default_factory=dict)
 
 
 Prepare = Callable[[PartitionInput], PartitionStep[Any]]
@@ -218,21 +232,27 @@ class _Leases:
         return None
 
 
-def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig],
+def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None) -> JobRun:
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
+                      app_ids: Callable[[TopicPartition], Sequence[str]] | None = None) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
-    `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing. `strict` raises the
+    `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
+    catalog (`catalog=None`: a root that has none yet, every partition empty). `strict` raises the
     first partition failure instead of recording it (the engine's single-partition functions).
     `ledger_idle` (appends): a partition whose step changed nothing (every record rejected) is finished
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
     their steps are idempotent and the ledger must not grow with every idle run. `ledger=False` (import)
     neither skips nor enters partitions: a job idempotent by content that must redo its work whenever its
     source has grown. `planner` plans every partition on the driver over the live rows as Arrow (step 4).
+    `app_ids`: the transaction identifiers whose recorded versions each partition's task gets
+    (`PartitionInput.app_versions`), read after its lease is taken.
     """
     root = normalize_uri(root)
+    if catalog is None and mutate:
+        raise ValueError("a run that commits needs a catalog")
     run = JobRun(job_id, operation)
     with ExitStack() as stack:
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
@@ -244,18 +264,24 @@ def run_partition_job(catalog: Catalog, root: str, configs: Mapping[TopicPartiti
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
+            wanted_ids = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
+            recorded = {} if catalog is None else catalog.transaction_versions(
+                app_id for ids in wanted_ids.values() for app_id in ids)
             columns = COLUMNS if planner is None or mutate else planner.columns
-            live = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
+            live = (catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
+                    if catalog is not None else pa.schema([CATALOG_SCHEMA.field(c) for c in columns]).empty_table())
+        versions = {tp: {app_id: recorded[app_id] for app_id in wanted_ids[tp] if app_id in recorded} for tp in tps}
         if planner is None:
             rows = _rows_by_partition(live)
-            items = [PartitionInput(tp, tuple(rows.get(tp, [])), configs[tp]) for tp in tps]
+            items = [PartitionInput(tp, tuple(rows.get(tp, [])), configs[tp], app_versions=versions[tp])
+                     for tp in tps]
         else:
             slices = _partition_slices(live)
             wanted = [tp for tp in tps if tp in slices]
             live = pa.concat_tables([slices[tp] for tp in wanted]) if wanted else live.slice(0, 0)
             run.plan = planner(live, {tp: configs[tp] for tp in wanted})
             items = [PartitionInput(tp, (), configs[tp], slices.get(tp, live.slice(0, 0)),
-                                    run.plan.partition(tp) if tp in slices else None) for tp in tps]
+                                    run.plan.partition(tp) if tp in slices else None, versions[tp]) for tp in tps]
         run.results = execute(items)
         for result in run.results:
             if result.error is not None:
@@ -326,14 +352,15 @@ def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, option
 
 def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
             ledger: bool, ledger_idle: bool) -> None:
-    """One commit for every partition that prepared a change and still holds its lease, entering the
-    partitions it finishes in the job ledger; then the deletes."""
+    """One commit for every partition that prepared a change (or transaction identifiers) and still holds
+    its lease, entering the partitions it finishes in the job ledger; then the deletes."""
     adds, removes, transitions, retire, finished = [], [], [], [], []
+    app_transactions: dict[str, AppTransaction] = {}
     for result in run.results:
         if result.step is None:
             continue
         change = result.step.change
-        changed = bool(change.add or change.remove or change.transitions)
+        changed = bool(change.add or change.remove or change.transitions or result.step.app_transactions)
         if not (changed or ledger_idle):
             continue
         if (lost := leases.still_ours(result.tp)) is not None:
@@ -344,12 +371,14 @@ def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: 
         removes += change.remove
         transitions += change.transitions
         retire += result.step.retire
+        app_transactions.update(result.step.app_transactions)
     if not finished:
         return
     try:
         run.commit = catalog.apply(CatalogChange(add=tuple(adds), remove=tuple(removes),
                                                  transitions=tuple(transitions)),
-                                   operation=run.operation, job_id=run.job_id, finished=finished if ledger else ())
+                                   operation=run.operation, job_id=run.job_id, finished=finished if ledger else (),
+                                   app_transactions=app_transactions)
     except AlreadyCommittedError as exc:
         run.failures.update({str(tp): f"not committed: {exc}" for tp in finished})
         return

@@ -403,10 +403,10 @@ def killing(doomed: str):  # noqa: ANN201 - a Catalog.apply replacement
     """`Catalog.apply` as if the driver died while committing a `doomed` operation."""
     original = Catalog.apply
 
-    def apply(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
+    def apply(self, change, operation="change", job_id="", finished=(), **more):  # noqa: ANN001, ANN003, ANN202
         if operation == doomed:
             raise RuntimeError(f"driver killed during the {operation} commit")
-        return original(self, change, operation=operation, job_id=job_id, finished=finished)
+        return original(self, change, operation=operation, job_id=job_id, finished=finished, **more)
 
     return apply
 

@@ -84,3 +84,19 @@ def test_mirror_job_local_to_s3_and_back_finishes_a_killed_run(spark, tmp_path: 
     code, report = _run(tmp_path, a, str(tmp_path / "d"), "--topic", "nope")
     assert code == 2 and "nope" in report["failures"][0]["error"]
     assert not (tmp_path / "d" / "_catalog").exists()
+
+
+def test_mirror_dry_run_reports_each_partition_and_writes_nothing(spark, tmp_path: Path) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    source = Catalog.create(f"{a}/_catalog", None)
+    save_topic_config(a, "events", CONFIG, None)
+    for i, tp in enumerate(TPS):
+        append_to_partition(source, a, tp, input_table(80, seed=i), CONFIG, NOW, None)
+    code, report = _run(tmp_path, a, b, "--offsets", "remap", "--dry-run")
+    assert code == 0, report["failures"]
+    assert report["dry_run"] and not (tmp_path / "b").exists()
+    for tp in TPS:
+        last = _records(a, tp, None)[-1][0]
+        line = next(s for s in report["summary"].splitlines() if s.startswith(f"{tp}: remap: would write"))
+        assert f"of source offsets 0..{last}; log end offset would be {last + 1}" in line
+    assert report["results"]["mirror"]["batches_copied"] == 0 and report["results"]["mirror"]["batches_to_copy"] > 0

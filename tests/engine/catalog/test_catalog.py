@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import fields, replace
 
 import pytest
 from deltalake import DeltaTable
 
 from engine.catalog.changes import CatalogChange, CatalogStateError
-from engine.catalog.schema import CATALOG_SCHEMA, SegmentRow, SegmentState, table_to_rows
+from engine.catalog.schema import CATALOG_SCHEMA, PARTITION_COLUMNS, SegmentRow, SegmentState, table_to_rows
 from engine.names import TopicPartition
 from engine.ops.catalog_table import (
+    TABLE_CONFIGURATION,
     AlreadyCommittedError,
+    AppTransaction,
     Catalog,
     CatalogConflictError,
     CatalogNotFoundError,
@@ -304,3 +307,28 @@ def test_the_job_ledger_commits_with_the_rows_and_refuses_a_second_attempt(catal
     reopened = Catalog.open(catalog.uri, backend.options)
     reopened.create_checkpoint()
     assert Catalog.open(catalog.uri, backend.options).committed_partitions("job-1", [orders0, orders1]) == {orders0, orders1}
+
+
+def test_app_transactions_commit_with_the_rows_and_a_permanent_one_outlives_the_ledger_retention(backend) -> None:
+    """Transaction identifiers given to `apply` are recorded by the same commit as the rows; the latest
+    version written is the one read back. With the retention at 1 s, the ledger's entry expires (Delta's
+    `delta.setTransactionRetentionDuration`, applied by delta-rs when reading) and a permanent one does not."""
+    uri = backend.uri("short-retention")
+    table = DeltaTable.create(uri, schema=CATALOG_SCHEMA, partition_by=PARTITION_COLUMNS,
+                              configuration={**TABLE_CONFIGURATION,
+                                             "delta.setTransactionRetentionDuration": "interval 1 seconds"},
+                              storage_options=Catalog._storage_options(uri, backend.options))
+    catalog = Catalog(table, uri)
+    orders0 = TopicPartition("orders", 0)
+    done = catalog.apply(CatalogChange(add=(make_row("orders", 0, 0, 10),)), job_id="job-1", finished=[orders0],
+                         app_transactions={"progress": AppTransaction(11, permanent=True), "fleeting": AppTransaction(3)})
+    assert done.version == 1 and done.added == 1
+    assert catalog.transaction_versions(["progress", "fleeting", "nope"]) == {"progress": 11, "fleeting": 3}
+    assert catalog.committed_partitions("job-1", [orders0]) == {orders0}
+    time.sleep(1.5)
+    reopened = Catalog.open(uri, backend.options)
+    assert reopened.transaction_versions(["progress", "fleeting"]) == {"progress": 11}
+    assert reopened.committed_partitions("job-1", [orders0]) == set()
+    again = reopened.apply(CatalogChange(), app_transactions={"progress": AppTransaction(7, permanent=True)})
+    assert again.version == 2 and reopened.transaction_versions(["progress"]) == {"progress": 7}
+    assert [r.base_offset for r in reopened.live_segments("orders", 0)] == [0]

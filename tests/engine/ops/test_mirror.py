@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.errors import KlakeError
+from engine.format.batch import scan_batches
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
 from engine.log.mirror import NotAReplicaError
 from engine.log.topic_config import TopicConfig
@@ -23,10 +24,16 @@ from engine.names import TopicPartition
 from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from engine.ops.mirror import committed_offset_maps, mirror_partitions
+from engine.ops.mirror import (
+    MAP_SCHEMA,
+    committed_offset_maps,
+    mirror_partitions,
+    offset_map_app_id,
+    offset_maps,
+)
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from engine.ops.truncate import delete_records, truncate_partition
-from layouts.store import StorageOptions, list_objects, read_bytes
+from layouts.store import StorageOptions, delete_object, list_objects, read_bytes, write_bytes
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 
@@ -161,7 +168,7 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     assert _read(b, cat_b, TP, options) == _read(a, cat_a, TP, options)
 
 
-def _killing(self, change, operation="change", job_id="", finished=()):  # noqa: ANN001, ANN202
+def _killing(self, change, operation="change", job_id="", finished=(), **more):  # noqa: ANN001, ANN003, ANN202
     raise RuntimeError(f"driver killed during the {operation} commit")
 
 
@@ -221,8 +228,10 @@ def _compacted_log_dir(where: Path) -> Path:
 
 
 def _offset_map(root: str, tp: TopicPartition, catalog: Catalog, options: StorageOptions) -> pa.Table:
-    rows = catalog.live_segments(tp.topic, tp.partition)
-    maps = committed_offset_maps(root, tp, rows[-1].next_offset, options)
+    """The partition's committed maps, concatenated; every map file left is a committed one."""
+    recorded = catalog.transaction_versions([offset_map_app_id(tp)]).get(offset_map_app_id(tp))
+    maps = committed_offset_maps(root, tp, recorded, options)
+    assert maps == offset_maps(root, tp, options)
     return pa.concat_tables([pq.read_table(pa.BufferReader(read_bytes(uri, options))) for _, uri in maps])
 
 
@@ -333,3 +342,139 @@ def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtu
     moved = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
     assert "magic-1" in moved.failures[str(TP)] and f"{1000:020d}" in moved.failures[str(TP)]
     assert moved.commit is None and not (tmp_path / "c" / TP.dir_name).exists()
+
+
+@pytest.mark.parametrize("earlier_runs", [0, 1])
+def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicates_nothing(
+        backend: Backend, earlier_runs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remap run dies after writing its offset map but before its commit; records are then appended
+    to the destination, past the map's first offset. The map names offsets that other records now hold:
+    only the catalog's record says it never committed, and the re-run copies those batches (once)."""
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(a, TP.topic, CONFIG, options)
+    save_topic_config(b, TP.topic, CONFIG, options)
+    append_to_partition(cat_a, a, TP, _records(60), CONFIG, NOW, options)
+    append_to_partition(cat_b, b, TP, _records(5, first=1000), CONFIG, NOW, options)  # B's own records
+    if earlier_runs:
+        assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}
+        append_to_partition(cat_a, a, TP, _records(50, first=60), CONFIG, NOW, options)
+    with monkeypatch.context() as patch:
+        patch.setattr(Catalog, "apply", _killing)
+        with pytest.raises(RuntimeError, match="killed"):
+            mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    (stale, _), = [m for m in offset_maps(b, TP, options) if m not in committed_offset_maps(
+        b, TP, cat_b.transaction_versions([offset_map_app_id(TP)]).get(offset_map_app_id(TP)), options)]
+    append_to_partition(cat_b, b, TP, _records(30, first=2000), CONFIG, NOW, options)  # past the stale map
+    assert cat_b.live_segments(TP.topic, TP.partition)[-1].next_offset > stale
+
+    rerun = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    assert rerun.failures == {} and rerun.results[0].step.outcome.offset_map is not None
+    source, _ = _read(a, cat_a, TP, options)
+    mirrored, _ = _read(b, cat_b, TP, options)
+    own = [r for r in mirrored if int(r[4][0][1]) >= 1000]  # header h: the record's number
+    copied = [r for r in mirrored if r not in own]
+    assert len(own) == 5 + 30
+    assert [r[1:] for r in copied] == [r[1:] for r in source]  # every source record exactly once, in order
+    ab = _offset_map(b, TP, cat_b, options)  # the stale map is gone; the committed ones cover each record once
+    assert [_mapped(ab, r[0]) for r in source] == [r[0] for r in copied]
+    idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    assert _copied(idle) == 0 and idle.commit is None and _read(b, cat_b, TP, options)[0] == mirrored
+
+
+def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_nothing(backend: Backend) -> None:
+    """Kafka's append rule (RecordTooLargeException): a batch above the destination's max.message.bytes
+    fails its partition, naming the source segment and offset; segments already uploaded are deleted.
+    A batch exactly at the limit moves."""
+    options = backend.options
+    a = backend.uri("a")
+    cat_a = Catalog.create(f"{a}/_catalog", options)
+    roomy = TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": 1200})
+    append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)  # batches of at most 400 bytes
+    append_to_partition(cat_a, a, TP, _records(60, first=150), roomy, NOW, options)
+    rows = cat_a.live_segments(TP.topic, TP.partition)
+    sizes = []
+    for row in rows:
+        headers = scan_batches(read_bytes(row.log_key, options), row.log_key).headers
+        sizes += [(int(size), row.log_key, int(base)) for size, base in zip(headers.size, headers.base_offset,
+                                                                                strict=True)]
+    largest = max(sizes)[0]
+    size, segment, offset = next(s for s in sizes if s[0] > 400)  # the first batch too large for CONFIG
+    assert largest > 400 and segment != rows[0].log_key
+
+    b = backend.uri("b")
+    cat_b = Catalog.create(f"{b}/_catalog", options)
+    save_topic_config(b, TP.topic, CONFIG, options)
+    refused = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    reason = refused.failures[str(TP)]
+    assert segment in reason and f"offset {offset} is a {size}-byte batch" in reason
+    assert "max.message.bytes = 400" in reason and refused.commit is None
+    assert [o.name for o in list_objects(b, options) if o.name.endswith((".log", ".index", ".timeindex"))] == []
+    assert cat_b.live_segments(TP.topic, TP.partition) == [] and offset_maps(b, TP, options) == []
+
+    c = backend.uri("c")
+    cat_c = Catalog.create(f"{c}/_catalog", options)
+    save_topic_config(c, TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}),
+                      options)
+    fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
+    assert fits.failures == {} and _read(c, cat_c, TP, options)[0] == _read(a, cat_a, TP, options)[0]
+
+
+@pytest.mark.parametrize("mode", ["preserve", "remap"])
+def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend, mode: str) -> None:
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a = Catalog.create(f"{a}/_catalog", options)
+    save_topic_config(a, TP.topic, CONFIG, options)
+    append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)
+    source, batches = _read(a, cat_a, TP, options)
+    sizes = [len(read_bytes(r.log_key, options)) for r in cat_a.live_segments(TP.topic, TP.partition)]
+
+    planned = mirror_partitions(a, cat_a, b, None, [TP], mode=mode, now_ms=NOW, options=options, dry_run=True)
+    assert planned.failures == {} and planned.commit is None and list_objects(b, options) == []  # not even a catalog
+    would = planned.results[0].step.outcome
+    assert would.dry_run and would.mode == mode and would.offset_map is None and would.segments_written == []
+    assert (would.source_first_offset, would.source_last_offset) == (source[0][0], source[-1][0])
+    assert would.batches_copied == len(batches) and would.bytes_copied == sum(sizes)
+    assert would.log_end_offset == source[-1][0] + 1
+
+    cat_b = Catalog.create(f"{b}/_catalog", options)
+    done = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options).results[0].step.outcome
+    assert {k: v for k, v in done.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")} == {
+        k: v for k, v in would.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")}
+    assert done.segments_copied == len(cat_b.live_segments(TP.topic, TP.partition))
+    before, version = list_objects(b, options), cat_b.version()
+    idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options, dry_run=True)
+    assert idle.results[0].step.outcome.source_first_offset is None
+    assert list_objects(b, options) == before and cat_b.version() == version
+
+
+def test_maps_whose_commit_cannot_be_told_fail_the_partition_and_nothing_is_written(backend: Backend) -> None:
+    """A map below the log end without the catalog's record (written before klake recorded maps) could
+    be committed or not: the partition fails naming it. A recorded map that is missing fails it too."""
+    options = backend.options
+    a, b = backend.uri("a"), backend.uri("b")
+    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    for root in (a, b):
+        save_topic_config(root, TP.topic, CONFIG, options)
+    append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
+    append_to_partition(cat_b, b, TP, _records(10, first=1000), CONFIG, NOW, options)
+    untagged = f"{b}/_mirror/{TP.dir_name}/{0:020d}.parquet"
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"source_base_offset": [0], "source_last_offset": [4], "destination_base_offset": [0]},
+                            schema=MAP_SCHEMA), sink)
+    write_bytes(untagged, sink.getvalue().to_pybytes(), options)
+    before, version = list_objects(b, options), cat_b.version()
+    for mode in ("auto", "remap"):
+        run = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options)
+        assert untagged in run.failures[str(TP)] and "cannot be told" in run.failures[str(TP)]
+    assert list_objects(b, options) == before and cat_b.version() == version
+
+    delete_object(untagged, options)
+    assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}
+    (first, uri), = offset_maps(b, TP, options)
+    assert first == 10
+    delete_object(uri, options)
+    lost = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    assert uri in lost.failures[str(TP)] and "missing" in lost.failures[str(TP)]
