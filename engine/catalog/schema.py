@@ -16,7 +16,7 @@ Two columns carry partition state, so that it commits atomically with the segmen
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
 from enum import StrEnum
 
@@ -81,6 +81,11 @@ CATALOG_SCHEMA = pa.schema([
     pa.field("cleaned", pa.bool_(), nullable=False),
 ])
 COLUMNS = tuple(CATALOG_SCHEMA.names)
+
+
+def empty_rows(columns: Sequence[str] = COLUMNS) -> pa.Table:
+    """No rows, with the catalog's types for `columns`: a partition or root the catalog holds nothing of."""
+    return pa.schema([CATALOG_SCHEMA.field(c) for c in columns]).empty_table()
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from engine.catalog.schema import (
     SegmentRef,
     SegmentRow,
     SegmentState,
+    empty_rows,
     rows_to_table,
     table_to_rows,
 )
@@ -189,8 +190,7 @@ class Catalog:
         sql = (f"SELECT {', '.join(_quoted(c) for c in columns)} FROM catalog"
                f"{' WHERE ' + ' AND '.join(where) if where else ''}{order_by}")
         reader = QueryBuilder().register("catalog", self._table).execute(sql)
-        schema = pa.schema([CATALOG_SCHEMA.field(c) for c in columns])
-        return pa.RecordBatchReader.from_stream(reader).read_all().select(list(columns)).cast(schema)
+        return pa.RecordBatchReader.from_stream(reader).read_all().select(list(columns)).cast(empty_rows(columns).schema)
 
     def segments(self, topic: str | None = None, partition: int | None = None, from_ms: int | None = None,
                  to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
@@ -236,7 +236,7 @@ class Catalog:
         offset) order; only `columns` (default all) are read, so a plan that needs no object key reads none."""
         wanted = sorted(set(partitions))
         if not wanted:
-            return pa.schema([CATALOG_SCHEMA.field(c) for c in columns]).empty_table()
+            return empty_rows(columns)
         topics = sorted({validate_topic(t) for t, _ in wanted})
         where = [f"topic IN ({', '.join(_sql_string(t) for t in topics)})"]
         if states is not None:

@@ -41,11 +41,11 @@ import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import (
-    CATALOG_SCHEMA,
     COLUMNS,
     LIVE_STATES,
     SegmentRow,
     SegmentState,
+    empty_rows,
     owned,
     table_to_rows,
 )
@@ -258,18 +258,23 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            if mutate:
-                earlier = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], [SegmentState.DELETE_STARTED])
-                _finish_earlier_deletes(catalog, root, earlier, options, run)
+            columns = COLUMNS if planner is None or mutate else planner.columns
+            if catalog is None:
+                live = empty_rows(columns)
+            elif mutate:  # one read under the leases: the earlier run's unfinished deletes and the live rows
+                every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps])
+                state = every["state"]
+                _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))),
+                                        options, run)
+                live = every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
+            else:
+                live = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
             wanted_ids = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
             recorded = {} if catalog is None else catalog.transaction_versions(
                 app_id for ids in wanted_ids.values() for app_id in ids)
-            columns = COLUMNS if planner is None or mutate else planner.columns
-            live = (catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
-                    if catalog is not None else pa.schema([CATALOG_SCHEMA.field(c) for c in columns]).empty_table())
         versions = {tp: {app_id: recorded[app_id] for app_id in wanted_ids[tp] if app_id in recorded} for tp in tps}
         if planner is None:
             rows = _rows_by_partition(live)
