@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
-from engine.catalog.schema import SegmentRow, partition_log_start_offset
+from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.cleaner.txn import control_types
 from engine.errors import KlakeError
 from engine.format.batch import scan_batches
@@ -246,7 +246,7 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
             log = data
             index, timeindex = read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options)
             check = check_sidecars(headers, row.base_offset, index, timeindex, row.log_key,
-                                   active=row.state == "ACTIVE", min_timestamp=floor)
+                                   active=row.state == SegmentState.ACTIVE, min_timestamp=floor)
         else:
             log = data[cut.start:cut.stop]
             headers = scan_batches(log, row.log_key).headers

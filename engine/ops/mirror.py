@@ -28,8 +28,7 @@ uncommitted maps before writing its own, so every map below the recorded version
 whatever was appended to the destination meanwhile. The record is one entry per partition, written
 without `lastUpdated`, so the ledger's retention (`delta.setTransactionRetentionDuration`) never
 expires it (`AppTransaction.permanent`): no record means no remap ever committed, and every map is
-one a killed run left. Maps written before the catalog recorded them (no record, no `MAP_TAG`, below
-the log end) are refused: for them klake can tell neither skipping nor copying again is right.
+one a killed run left.
 """
 
 from __future__ import annotations
@@ -87,7 +86,6 @@ MAP_DIR = "_mirror"
 MAP_SCHEMA = pa.schema([pa.field("source_base_offset", pa.int64(), nullable=False),
                         pa.field("source_last_offset", pa.int64(), nullable=False),
                         pa.field("destination_base_offset", pa.int64(), nullable=False)])
-MAP_TAG = b"klake.mirror.map.recorded"
 """Parquet key-value metadata of every map whose commit the catalog records (`offset_map_app_id`)."""
 _MAP_NAME = re.compile(r"(\d{20})\.parquet")
 
@@ -177,21 +175,19 @@ def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition,
     `dry_run` reads what the run would (every batch a remap would move is checked) and writes nothing."""
     source = list(source_rows.get(item.tp, ()))
     dest = list(item.rows)
-    log_end = dest[-1].next_offset if dest else 0
     recorded = item.app_versions.get(offset_map_app_id(item.tp))
-    found = offset_maps(dest_root, item.tp, options)
     same_time = source_config[item.tp.topic].message_timestamp_type == item.config.message_timestamp_type
     if mode == "preserve" and not same_time:
         raise KlakeError(f"{item.tp}: an exact replica keeps the source's timestamps, but message.timestamp.type is "
                          f"{source_config[item.tp.topic].message_timestamp_type} at the source and "
                          f"{item.config.message_timestamp_type} at the destination; mirror with --offsets remap")
     if mode == "auto":
-        remapped = recorded is not None or any(first < log_end for first, _ in found)
+        remapped = recorded is not None  # the catalog records every committed remap
         replica = same_time and not remapped and (is_replica(source, dest) or _was_replica(dest_root, item.tp, options))
         mode = "preserve" if replica else "remap"
     if mode == "preserve":
         return _replicate(item.tp, source, dest, dest_root, options, job_id, dry_run)
-    return _remap(item, source, recorded, found, dest_root, now_ms, options, job_id, dry_run)
+    return _remap(item, source, recorded, dest_root, now_ms, options, job_id, dry_run)
 
 
 def _replica_marker(dest_root: str, tp: TopicPartition) -> str:
@@ -239,29 +235,13 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     return PartitionStep(outcome, change)
 
 
-def _uncommitted_maps(tp: TopicPartition, recorded: int | None, found: Sequence[tuple[int, str]], log_end: int,
-                      options: StorageOptions | None) -> list[str]:
-    """The maps left by runs that never committed (at or past the recorded version). Without a record,
-    a map below the log end without `MAP_TAG` predates the record, and whether it committed cannot be
-    told (one at or past the log end never did: a committed map starts below it)."""
-    uncommitted = [uri for first, uri in found if recorded is None or first >= recorded]
-    if recorded is None:
-        for uri in [uri for first, uri in found if first < log_end]:
-            if MAP_TAG not in (pq.read_schema(io.BytesIO(read_bytes(uri, options))).metadata or {}):
-                raise KlakeError(f"{tp}: offset map {uri} was written before the destination catalog recorded "
-                                 f"which maps are committed (transaction {offset_map_app_id(tp)}): whether its "
-                                 "batches reached the destination cannot be told, so neither skipping nor copying "
-                                 "them again is safe; mirror this partition into a new destination")
-    return uncommitted
-
-
-def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, found: list[tuple[int, str]],
-           dest_root: str, now_ms: int, options: StorageOptions | None, job_id: str,
-           dry_run: bool) -> PartitionStep[MirrorOutcome]:
+def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, dest_root: str, now_ms: int,
+           options: StorageOptions | None, job_id: str, dry_run: bool) -> PartitionStep[MirrorOutcome]:
     tp, config, dest = item.tp, item.config, list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
+    found = offset_maps(dest_root, tp, options)
     maps = committed_offset_maps(dest_root, tp, recorded, options, found)
-    stale = _uncommitted_maps(tp, recorded, found, log_end, options)
+    stale = [uri for first, uri in found if recorded is None or first >= recorded]  # left by killed runs
     outcome = MirrorOutcome(tp.topic, tp.partition, "remap", source_log_end_offset=source[-1].next_offset
                             if source else 0, log_end_offset=log_end, dry_run=dry_run)
     from_offset = 0
@@ -324,7 +304,7 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
         return PartitionStep(outcome)
     outcome.offset_map = join(offset_map_prefix(dest_root, tp), f"{log_end:020d}.parquet")
     sink = io.BytesIO()
-    pq.write_table(pa.concat_tables(map_parts).replace_schema_metadata({MAP_TAG: b"1"}), sink)
+    pq.write_table(pa.concat_tables(map_parts), sink)
     if (gone := delete_objects([uri for uri in stale if uri != outcome.offset_map], options)).failed:
         raise KlakeError(f"{tp}: uncommitted offset map(s) not deleted: {gone.failed}")  # the module docstring
     write_bytes(outcome.offset_map, sink.getvalue(), options)
