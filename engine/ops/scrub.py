@@ -2,12 +2,12 @@
 
 It finds (1) orphans: object-layout segment objects under the root that no live catalog row
 references, older than a grace period, (2) live rows whose objects are missing or of another size
-than the row records (the `.log`'s, and the sidecars' where the row has them), and (3) debris of killed jobs older than the grace period: lease
-temporaries and takeover markers under `_leases/`, and rejects files under `_rejects/{job id}/` of
-partitions the job ledger says that job id never committed (a later attempt writes its own). It
-reports all three and deletes orphans and debris (README, "The jobs": a killed job leaves at worst
-unreferenced objects, which scrub removes; it never leaves a live row without its objects). Rules
-that keep it from deleting anything it should not:
+than the row records (the `.log`'s, and the sidecars' where the row has them), and (3) debris of
+killed jobs older than the grace period: lease temporaries and takeover markers under `_leases/`,
+and rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
+committed (a later attempt writes its own). It reports all three and deletes orphans and debris
+(README, "The jobs": a killed job leaves at worst unreferenced objects, which scrub removes; it never
+leaves a live row without its objects). Rules that keep it from deleting anything it should not:
 
 - only names klake itself writes are candidates: `{topic}-{partition}/{base:020d}-{id}.{log|index|timeindex}`
   and their local put-if-absent temporaries; Kafka-layout files, leases and the catalog never are;

@@ -375,3 +375,33 @@ def test_a_catalog_written_before_the_sidecar_size_columns_reads_them_as_unknown
     assert all(stored[f.name].nullable == f.nullable for f in CATALOG_SCHEMA)
     assert catalog.apply(CatalogChange(remove=(old_rows[0].ref,))).removed == 1
     assert catalog.live_segments("orders", 0) == [rolled, new_row] and catalog.version() == version + 3
+
+
+def test_writers_racing_on_an_older_catalog_add_the_columns_once_and_all_commit(backend) -> None:
+    uri = backend.uri("old-raced")
+    old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name not in SIDECAR_SIZE_COLUMNS])
+    DeltaTable.create(uri, schema=old_schema, partition_by=PARTITION_COLUMNS, configuration=TABLE_CONFIGURATION,
+                      storage_options=Catalog._storage_options(uri, backend.options))
+    catalogs = [Catalog.open(uri, backend.options) for _ in range(3)]
+    barrier = threading.Barrier(len(catalogs))
+    outcomes: list[object] = []
+
+    def add(i: int) -> None:
+        barrier.wait()
+        row = replace(make_row("t", i, 0, 10), index_size_bytes=8 * i, timeindex_size_bytes=12 * i)
+        try:
+            outcomes.append(catalogs[i].apply(CatalogChange(add=(row,))).added)
+        except Exception as exc:  # the outcome under test
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(len(catalogs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes == [1] * len(catalogs)
+    table = Catalog.open(uri, backend.options).all_rows()
+    assert table["timeindex_size_bytes"].to_pylist() == [12 * i for i in range(len(catalogs))]
+    operations = [h["operation"] for h in DeltaTable(uri, storage_options=Catalog._storage_options(
+        uri, backend.options)).history()]
+    assert operations.count("ADD COLUMN") == 1 and operations.count("MERGE") == len(catalogs)
