@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from engine.catalog.schema import (
     ALLOWED_TRANSITIONS,
     LIVE_STATES,
+    SIDECAR_SIZE_COLUMNS,
     Layout,
     SegmentRef,
     SegmentRow,
@@ -83,6 +84,9 @@ def validate_row(row: SegmentRow) -> None:
                                 f"[{row.base_offset}, {row.next_offset})")
     if row.size_bytes < 0:
         raise CatalogStateError(f"{_name(row.ref)}: negative size {row.size_bytes}")
+    for column in SIDECAR_SIZE_COLUMNS:
+        if (size := getattr(row, column)) is not None and size < 0:
+            raise CatalogStateError(f"{_name(row.ref)}: negative {column} {size}")
 
 
 def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow]) -> PlannedChange:

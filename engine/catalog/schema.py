@@ -12,6 +12,11 @@ Two columns carry partition state, so that it commits atomically with the segmen
 - `cleaned`: the segment was written by the cleaner, so all of it lies below the cleaner checkpoint
   (Kafka's `cleaner-offset-checkpoint`): the first dirty offset is the next offset of the last
   segment of the leading run of cleaned segments.
+
+Two columns carry the sidecars' byte lengths (`index_size_bytes`, `timeindex_size_bytes`; `size_bytes` is
+the `.log`'s), so that a lookup's first ranged GET of a sidecar larger than a page is the page its
+search needs, with no request for the size first (`engine.ops.stored_segment`). Rows of a catalog
+written before these columns existed read them as null: unknown, and the size is found as before.
 """
 
 from __future__ import annotations
@@ -79,7 +84,12 @@ CATALOG_SCHEMA = pa.schema([
     pa.field("magic", pa.int8(), nullable=False),
     pa.field("log_start_offset", pa.int64(), nullable=False),
     pa.field("cleaned", pa.bool_(), nullable=False),
+    pa.field("index_size_bytes", pa.int64(), nullable=True),
+    pa.field("timeindex_size_bytes", pa.int64(), nullable=True),
 ])
+SIDECAR_SIZE_COLUMNS = ("index_size_bytes", "timeindex_size_bytes")
+"""Added after the first catalogs were written: nullable, and added to an older catalog's schema by its
+next commit (`engine.ops.catalog_table`)."""
 COLUMNS = tuple(CATALOG_SCHEMA.names)
 
 
@@ -126,6 +136,8 @@ class SegmentRow:
     magic: int
     log_start_offset: int = -1
     cleaned: bool = False
+    index_size_bytes: int | None = None
+    timeindex_size_bytes: int | None = None
 
     @property
     def ref(self) -> SegmentRef:

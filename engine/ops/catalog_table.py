@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, WriterProperties
+from deltalake import CommitProperties, DeltaTable, Field, QueryBuilder, Transaction, WriterProperties
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from tenacity import (
     RetryError,
@@ -32,6 +32,7 @@ from engine.catalog.schema import (
     COLUMNS,
     LIVE_STATES,
     PARTITION_COLUMNS,
+    SIDECAR_SIZE_COLUMNS,
     SegmentRef,
     SegmentRow,
     SegmentState,
@@ -187,10 +188,21 @@ class Catalog:
 
     def _query(self, where: Sequence[str], order_by: str = "", columns: Sequence[str] = COLUMNS) -> pa.Table:
         self._table.update_incremental()
-        sql = (f"SELECT {', '.join(_quoted(c) for c in columns)} FROM catalog"
+        absent = self._absent_columns()
+        stored = [c for c in columns if c not in absent]
+        sql = (f"SELECT {', '.join(_quoted(c) for c in stored)} FROM catalog"
                f"{' WHERE ' + ' AND '.join(where) if where else ''}{order_by}")
         reader = QueryBuilder().register("catalog", self._table).execute(sql)
-        return pa.RecordBatchReader.from_stream(reader).read_all().select(list(columns)).cast(empty_rows(columns).schema)
+        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        for column in (c for c in columns if c in absent):  # an older catalog's rows: unknown (null)
+            table = table.append_column(column, pa.nulls(table.num_rows, CATALOG_SCHEMA.field(column).type))
+        return table.select(list(columns)).cast(empty_rows(columns).schema)
+
+    def _absent_columns(self) -> set[str]:
+        """The nullable columns added after this catalog was created (`SIDECAR_SIZE_COLUMNS`) that its schema
+        does not have yet."""
+        names = {f.name for f in self._table.schema().fields}
+        return {c for c in SIDECAR_SIZE_COLUMNS if c not in names}
 
     def segments(self, topic: str | None = None, partition: int | None = None, from_ms: int | None = None,
                  to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
@@ -321,12 +333,19 @@ class Catalog:
 
     def _commit(self, planned: PlannedChange, partitions: set[tuple[str, int]], properties: CommitProperties) -> dict:
         """One Delta commit: a MERGE that deletes removed rows, updates states and inserts added rows; or,
-        for an empty change, the job ledger's entries alone."""
+        for an empty change, the job ledger's entries alone. A catalog created before the newest
+        (nullable) columns gains them first, in a commit of its own (delta-rs' `add_columns`: a MERGE
+        with `merge_schema` would also make every source column nullable in the table); a writer racing
+        it conflicts and re-plans as on any conflict."""
         if planned.is_empty:
             self._table.create_write_transaction([], mode="append", schema=CATALOG_SCHEMA,
                                                  partition_by=PARTITION_COLUMNS, commit_properties=properties)
             self._table.update_incremental()
             return {}
+        if absent := self._absent_columns():  # an older catalog: its schema gains the new columns first
+            self._table.alter.add_columns([Field.from_arrow(CATALOG_SCHEMA.field(c)) for c in COLUMNS if c in absent],
+                                          commit_properties=CommitProperties(custom_metadata={
+                                              "klake.operation": "add-columns"}))
         source = _merge_source(planned)
         topics = ", ".join(sorted(_sql_string(t) for t in {t for t, _ in partitions}))
         predicate = (f"t.topic = s.topic AND t.{_quoted('partition')} = s.{_quoted('partition')} "

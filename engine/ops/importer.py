@@ -230,7 +230,9 @@ class _PartitionImporter:
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
         keys, layout = self._keys(seg, data, segment_id, sidecars)
-        self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id))
+        self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id,
+                                     index_size_bytes=len(sidecars.index),
+                                     timeindex_size_bytes=len(sidecars.timeindex)))
         if record:
             self.outcome.segments.append(SegmentOutcome(
                 seg.log.uri, seg.base_offset, "registered", segment_id=segment_id,

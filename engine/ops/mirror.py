@@ -221,10 +221,11 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
         ensure_object(_replica_marker(dest_root, tp), b"", options)
     for s in plan.copy:
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
-        log = read_bytes(s.log_key, options)
-        write_segment(keys, log, read_bytes(s.index_key, options), read_bytes(s.timeindex_key, options), options)
+        log, index, timeindex = (read_bytes(key, options) for key in (s.log_key, s.index_key, s.timeindex_key))
+        write_segment(keys, log, index, timeindex, options)
         added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
-                             layout=str(Layout.OBJECT), job_id=job_id))
+                             layout=str(Layout.OBJECT), job_id=job_id, index_size_bytes=len(index),
+                             timeindex_size_bytes=len(timeindex)))
         outcome.bytes_copied += len(log)
         outcome.batches_copied += s.batch_count
     outcome.segments_copied, outcome.segments_replaced = len(added), len(plan.replace)

@@ -3,7 +3,8 @@
 Kafka's `LogLoader` (spec 7.1) and `LogSegment.recover` (spec 7.2), applied to immutable objects and
 one catalog commit, under the partition's lease. Per live segment (verified by `recovery_check`):
 
-- sidecars missing or invalid (KAFKA-10207: a zero-padded `.timeindex`; KAFKA-7283: never checked)
+- sidecars missing, invalid (KAFKA-10207: a zero-padded `.timeindex`; KAFKA-7283: never checked) or
+  of another size than their row records
   -> rebuilt with Kafka's recovery rule (`build_indexes`, the topic's `index.interval.bytes`) and
   written as NEW objects under the root (object-layout keys of a new segment id); the `.log` is
   immutable and stays where it is, also for a Kafka-layout row (the broker copy is never touched);
@@ -198,7 +199,7 @@ class _Planner:
         self._put(repair, keys.index, index)
         self._put(repair, keys.timeindex, timeindex)
         repair._new_row = replace(row, segment_id=new_id, index_key=keys.index, timeindex_key=keys.timeindex,
-                                  job_id=self.job_id)
+                                  job_id=self.job_id, index_size_bytes=len(index), timeindex_size_bytes=len(timeindex))
         return repair
 
     def _cut(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
@@ -224,7 +225,8 @@ class _Planner:
         for uri, content in zip(keys.all(), (prefix, index, timeindex), strict=True):
             self._put(repair, uri, content)  # .log, then .index, then .timeindex (commit protocol order)
         new_row = segment_row(self.tp, new_id, keys, Layout.OBJECT, check.summary, SegmentState(row.state),
-                              self.job_id, created_at_ms=row.created_at_ms if valid else self.now_ms)
+                              self.job_id, created_at_ms=row.created_at_ms if valid else self.now_ms,
+                              index_size_bytes=len(index), timeindex_size_bytes=len(timeindex))
         repair._new_row = replace(new_row, log_start_offset=row.log_start_offset, cleaned=row.cleaned)
         return repair
 

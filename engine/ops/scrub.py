@@ -1,13 +1,13 @@
 """The scrubber: reconcile the object store with the catalog.
 
 It finds (1) orphans: object-layout segment objects under the root that no live catalog row
-references, older than a grace period, (2) live rows whose objects are missing or whose `.log`
-size differs from the row, and (3) debris of killed jobs older than the grace period: lease
-temporaries and takeover markers under `_leases/`, and rejects files under `_rejects/{job id}/` of
-partitions the job ledger says that job id never committed (a later attempt writes its own). It
-reports all three and deletes orphans and debris (README, "The jobs": a killed job leaves at worst
-unreferenced objects, which scrub removes; it never leaves a live row without its objects). Rules
-that keep it from deleting anything it should not:
+references, older than a grace period, (2) live rows whose objects are missing or of another size
+than the row records (the `.log`'s, and the sidecars' where the row has them), and (3) debris of
+killed jobs older than the grace period: lease temporaries and takeover markers under `_leases/`,
+and rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
+committed (a later attempt writes its own). It reports all three and deletes orphans and debris
+(README, "The jobs": a killed job leaves at worst unreferenced objects, which scrub removes; it never
+leaves a live row without its objects). Rules that keep it from deleting anything it should not:
 
 - only names klake itself writes are candidates: `{topic}-{partition}/{base:020d}-{id}.{log|index|timeindex}`
   and their local put-if-absent temporaries; Kafka-layout files, leases and the catalog never are;
@@ -140,12 +140,13 @@ def _outside_listing(rows: list[SegmentRow], root: str, options: StorageOptions 
 def _check_rows(rows: list[SegmentRow], objects: dict[str, ObjectInfo], report: ScrubReport) -> None:
     for row in rows:
         name = f"{row.topic}-{row.partition}/{row.segment_id}"
-        for kind, key in (("log", row.log_key), ("index", row.index_key), ("timeindex", row.timeindex_key)):
+        for kind, key, size in (("log", row.log_key, row.size_bytes), ("index", row.index_key, row.index_size_bytes),
+                                ("timeindex", row.timeindex_key, row.timeindex_size_bytes)):
             info = objects.get(key)
             if info is None:
                 report.missing.append(MissingObject(segment=name, kind=kind, key=key))
-            elif kind == "log" and info.size != row.size_bytes:
-                report.size_mismatches.append(SizeMismatch(segment=name, key=key, catalog_size=row.size_bytes,
+            elif size is not None and info.size != size:  # an older catalog's row records no sidecar size
+                report.size_mismatches.append(SizeMismatch(segment=name, key=key, catalog_size=size,
                                                            object_size=info.size))
 
 

@@ -2,10 +2,13 @@
 
 Its metadata (offsets, largest timestamp and its offset) comes from the catalog row, so choosing the
 segment costs no request. A lookup reads what Kafka's own lookup touches, and little more:
-- the sidecars by pages (`_PagedSidecar`): the first read of each is its last page, Kafka's "warm
-  section" (KAFKA-7283: recent lookups land there), which is the whole file when it is that small;
-  a larger one is then searched page by page, each probe placed by interpolating the target between
-  the entries already known (one probe for evenly spread data), as a binary search would;
+- the sidecars by pages (`_PagedSidecar`): one no larger than a page is read whole; a larger one is
+  searched page by page, each probe a page centred on the slot found by interpolating the target
+  between the entries already known (one probe for evenly spread data), as a binary search would.
+  The row gives the sidecars' sizes (`index_size_bytes`, `timeindex_size_bytes`), so the first probe
+  is the first read; a row of an older catalog does not, and the first read is then the last page,
+  Kafka's "warm section" (KAFKA-7283: recent lookups land there), plus a HEAD for the size if the
+  file is larger;
 - the log from the batch holding the first offset that can answer (the offset index's entry for it,
   or the next entry when every batch is indexed and that batch turns out to hold it) to the batch the
   time index says reaches the target, in one ranged GET, then on by `read_window` if needed.
@@ -49,12 +52,16 @@ class _PagedSidecar:
 
     `parse` loads the bytes of whole entries with the index's own rules (`OffsetIndex.load`,
     `TimeIndex.load`) and returns its key and value columns, or raises `_Unpaged` if they break them.
+    `size` is the object's length from its catalog row (None if the row does not say); `low_key` and
+    `high_key` bound the keys (no entry's key is below the first or at or above the second), for
+    interpolating before the first and after the last entry known.
     """
 
     def __init__(self, uri: str, options: StorageOptions | None, entry_size: int,
-                 parse: Callable[[bytes], tuple[np.ndarray, np.ndarray]], low_key: int) -> None:
+                 parse: Callable[[bytes], tuple[np.ndarray, np.ndarray]], size: int | None, low_key: int,
+                 high_key: int) -> None:
         self.uri, self.options, self.entry_size, self.parse = uri, options, entry_size, parse
-        self.low_key = low_key  # a key no entry is below, for interpolating before the first known entry
+        self.size, self.low_key, self.high_key = size, low_key, high_key
         self.page_entries = INDEX_PAGE_BYTES // entry_size
         self.entries: int | None = None
         self.blocks: list[tuple[int, np.ndarray, np.ndarray]] = []  # (first slot, keys, values), by slot
@@ -68,17 +75,24 @@ class _PagedSidecar:
             low, high = self._bracket(key)
             if high == low + 1:
                 break
-            self._load_page(self._probe(key, low, high) // self.page_entries)
+            self._load_around(self._probe(key, low, high), low, high)
         wanted = range(max(low, 0), min(low + after + 1, self.entries))
         for slot in wanted:
             if self._entry(slot) is None:
-                self._load_page(slot // self.page_entries)
+                self._load_around(slot, slot - 1, self._next_known(slot))
         entries = [self._entry(slot) for slot in wanted]
         return (entries[0] if low >= 0 else None), entries[1 if low >= 0 else 0:]
 
     def _open(self) -> None:
-        """Read the last page; a file no larger comes whole, else its size (one HEAD) places the page."""
+        """Know the entry count. With the size from the row, a file larger than a page is not read yet
+        (the search's first probe is its first read); else the last page is read, which is the whole
+        file when it is no larger, and otherwise its size (one HEAD) places it."""
         span = self.page_entries * self.entry_size
+        if self.size is not None and (self.size > span or self.size == 0):
+            if self.size % self.entry_size:
+                raise _Unpaged
+            self.entries = self.size // self.entry_size
+            return
         tail = read_bytes(self.uri, self.options, -span)
         if len(tail) < span:
             self.entries = len(tail) // self.entry_size
@@ -92,10 +106,18 @@ class _PagedSidecar:
         self.entries = info.size // self.entry_size
         self._add(self.entries - self.page_entries, tail)
 
-    def _load_page(self, page: int) -> None:
-        first = page * self.page_entries
-        last = min(first + self.page_entries, self.entries)
-        self._add(first, read_bytes(self.uri, self.options, first * self.entry_size, last * self.entry_size))
+    def _load_around(self, slot: int, low: int, high: int) -> None:
+        """Read a page of entries holding unread `slot`, centred on it, within the unread slots (low, high)."""
+        first = max(low + 1, min(slot - self.page_entries // 2, high - self.page_entries))
+        last = min(first + self.page_entries, high, self.entries)
+        data = read_bytes(self.uri, self.options, first * self.entry_size, last * self.entry_size)
+        if len(data) != (last - first) * self.entry_size:  # the object is shorter than its row says
+            raise _Unpaged
+        self._add(first, data)
+
+    def _next_known(self, slot: int) -> int:
+        """The first read slot after `slot`, or the entry count."""
+        return min([first for first, _, _ in self.blocks if first > slot], default=self.entries)
 
     def _add(self, first: int, data: bytes) -> None:
         """Keep a run of entries starting at slot `first`, if it is in order with every entry known."""
@@ -129,9 +151,10 @@ class _PagedSidecar:
         return low, high
 
     def _probe(self, key: int, low: int, high: int) -> int:
-        """An unread slot strictly between `low` and `high`, placed by interpolating `key` between them."""
+        """An unread slot strictly between `low` and `high`, placed by interpolating `key` between them
+        (the key bounds stand for the entries before the first slot and after the last)."""
         low_key = self._entry(low)[0] if low >= 0 else self.low_key
-        high_key = self._entry(high)[0]
+        high_key = self._entry(high)[0] if high < self.entries else self.high_key
         share = (key - low_key) / max(high_key - low_key, 1)
         return clamp(low + 1 + int(share * (high - low - 1)), low + 1, high - 1)
 
@@ -166,9 +189,11 @@ class StoredSegment:
         self.base_offset = row.base_offset
         self.source = row.log_key
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
-        self._offsets = _PagedSidecar(row.index_key, options, OFFSET_ENTRY_SIZE, _offset_entries, 0)
+        self._offsets = _PagedSidecar(row.index_key, options, OFFSET_ENTRY_SIZE, _offset_entries,
+                                      row.index_size_bytes, 0, row.next_offset - row.base_offset)
         self._times = _PagedSidecar(row.timeindex_key, options, TIME_ENTRY_SIZE, _time_entries(min_timestamp),
-                                    min(row.base_timestamp, row.largest_timestamp))
+                                    row.timeindex_size_bytes, min(row.base_timestamp, row.largest_timestamp),
+                                    row.largest_timestamp + 1)
         self._ranges: list[tuple[int, bytes]] | None = [] if keep_ranges else None
         self.index_problems: list[str] = []
 

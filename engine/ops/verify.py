@@ -1,9 +1,9 @@
 """Verify a catalogued partition against its objects: what `klake recover` would repair, and why.
 
 For every live segment (catalog rows, offset order) the `.log` must exist with the row's size; every
-batch must be valid; the row's facts must be what the log says; the sidecars must be present and
-consistent; and offsets must increase across segments. Each problem names the object, the byte
-position and the defect.
+batch must be valid; the row's facts must be what the log says; the sidecars must be present,
+consistent and of the sizes the row records (if it does); and offsets must increase across segments.
+Each problem names the object, the byte position and the defect.
 
 The valid prefix of a log is Kafka's recovery rule (`LogSegment.recover`, spec 7.2) made stricter:
 Kafka stops at the first batch failing `ensureValid` (framing, size, CRC) or with an offset outside
@@ -239,6 +239,16 @@ def _sidecar_problems(row: SegmentRow, lines: list[str]) -> list[Problem]:
     return problems
 
 
+def _sidecar_size_problems(row: SegmentRow, index: bytes | None, timeindex: bytes | None) -> list[Problem]:
+    """Each present sidecar whose length is not the one its row records (lookups place their ranged reads
+    by it); a row without the sizes (an older catalog's) records none."""
+    return [Problem(key, min(len(data), size), "size",
+                    f"size: the object holds {len(data)} bytes but the catalog row says {size}")
+            for key, data, size in ((row.index_key, index, row.index_size_bytes),
+                                    (row.timeindex_key, timeindex, row.timeindex_size_bytes))
+            if data is not None and size is not None and len(data) != size]
+
+
 def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False,
                   min_timestamp: int = 0) -> SegmentCheck:
     """Verify one catalogued segment: its `.log`, its row's facts and its sidecars; `min_timestamp` is
@@ -265,8 +275,9 @@ def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_d
         index, timeindex = _read(row.index_key, options), _read(row.timeindex_key, options)
         sidecars = check_sidecars(prefix.headers, row.base_offset, index, timeindex, row.log_key,
                                   active=row.state == SegmentState.ACTIVE, min_timestamp=min_timestamp)
-        check.sidecars_valid = sidecars.valid
-        check.problems += facts + _sidecar_problems(row, sidecars.problems)
+        sizes = _sidecar_size_problems(row, index, timeindex)
+        check.sidecars_valid = sidecars.valid and not sizes
+        check.problems += facts + _sidecar_problems(row, sidecars.problems) + sizes
     else:  # the segment is rewritten from its prefix anyway; only say which sidecars are gone
         check.problems += [Problem(key, None, "sidecar", "missing")
                            for key in (row.index_key, row.timeindex_key) if object_info(key, options) is None]

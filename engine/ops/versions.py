@@ -32,7 +32,8 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
                   log_prefix_uri=extends.log_key if extends is not None else None,
                   log_prefix_size=extends.size_bytes if extends is not None else 0)
     summary = summary or summarize_segment(log, base_offset, keys.log, min_timestamp)
-    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms)
+    row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms,
+                      index_size_bytes=len(index), timeindex_size_bytes=len(timeindex))
     return replace(row, log_start_offset=log_start_offset, cleaned=cleaned)
 
 
@@ -47,9 +48,12 @@ def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, lo
 
 
 def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,
-                state: SegmentState, job_id: str, created_at_ms: int | None = None) -> SegmentRow:
-    """The catalog row of a segment version described by `summary`; `created_at_ms` is klake's
-    object-storage "mtime" (retention's fallback for segments without timestamps), default now."""
+                state: SegmentState, job_id: str, created_at_ms: int | None = None, *,
+                index_size_bytes: int | None = None, timeindex_size_bytes: int | None = None) -> SegmentRow:
+    """The catalog row of a segment version described by `summary`, whose sidecar objects (`keys.index`,
+    `keys.timeindex`) hold the given numbers of bytes (None: unknown; every klake writer knows them);
+    `created_at_ms` is klake's object-storage "mtime" (retention's fallback for segments without
+    timestamps), default now."""
     return SegmentRow(
         topic=tp.topic, partition=tp.partition, segment_id=segment_id,
         log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
@@ -60,4 +64,5 @@ def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: 
         offset_of_largest_timestamp=summary.offset_of_largest_timestamp,
         timestamp_type=str(summary.timestamp_type), state=str(state),
         created_at_ms=time.time_ns() // 1_000_000 if created_at_ms is None else created_at_ms,
-        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic)
+        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic,
+        index_size_bytes=index_size_bytes, timeindex_size_bytes=timeindex_size_bytes)

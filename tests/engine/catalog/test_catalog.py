@@ -7,11 +7,20 @@ import threading
 import time
 from dataclasses import fields, replace
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from engine.catalog.changes import CatalogChange, CatalogStateError
-from engine.catalog.schema import CATALOG_SCHEMA, PARTITION_COLUMNS, SegmentRow, SegmentState, table_to_rows
+from engine.catalog.schema import (
+    CATALOG_SCHEMA,
+    PARTITION_COLUMNS,
+    SIDECAR_SIZE_COLUMNS,
+    SegmentRow,
+    SegmentState,
+    rows_to_table,
+    table_to_rows,
+)
 from engine.names import TopicPartition
 from engine.ops.catalog_table import (
     TABLE_CONFIGURATION,
@@ -332,3 +341,67 @@ def test_app_transactions_commit_with_the_rows_and_a_permanent_one_outlives_the_
     again = reopened.apply(CatalogChange(), app_transactions={"progress": AppTransaction(7, permanent=True)})
     assert again.version == 2 and reopened.transaction_versions(["progress"]) == {"progress": 7}
     assert [r.base_offset for r in reopened.live_segments("orders", 0)] == [0]
+
+
+def test_a_catalog_written_before_the_sidecar_size_columns_reads_them_as_unknown_and_gains_them_on_commit(
+        backend) -> None:
+    """A catalog created and filled by an older klake (its schema without `index_size_bytes` and
+    `timeindex_size_bytes`, written here directly through delta-rs) is read with the sizes null; its next
+    commit adds both columns (nullable) and leaves every other column as it was, old rows still null."""
+    uri = backend.uri("old-catalog")
+    old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name not in SIDECAR_SIZE_COLUMNS])
+    storage = Catalog._storage_options(uri, backend.options)
+    DeltaTable.create(uri, schema=old_schema, partition_by=PARTITION_COLUMNS, name="klake_segments",
+                      configuration=TABLE_CONFIGURATION, storage_options=storage)
+    old_rows = [make_row("orders", 0, 0, 10), make_row("orders", 0, 10, 20, state=SegmentState.ACTIVE)]
+    write_deltalake(uri, rows_to_table(old_rows).select(old_schema.names).cast(old_schema), mode="append",
+                    storage_options=storage)
+    catalog = Catalog.open(uri, backend.options)
+    assert catalog.live_segments("orders", 0) == old_rows
+    assert catalog.rows_table([("orders", 0)], columns=["segment_id", "timeindex_size_bytes"]).to_pylist() == [
+        {"segment_id": "s0p0", "timeindex_size_bytes": None}, {"segment_id": "sap0", "timeindex_size_bytes": None}]
+    version = catalog.version()
+
+    new_row = replace(make_row("orders", 0, 20, 30, state=SegmentState.ACTIVE), index_size_bytes=16,
+                      timeindex_size_bytes=24)
+    change = CatalogChange(add=(new_row,), transitions=((old_rows[1].ref, SegmentState.ROLLED),))
+    assert catalog.apply(change, job_id="job-1", finished=[TopicPartition("orders", 0)]).added == 1
+    rolled = replace(old_rows[1], state=str(SegmentState.ROLLED))
+    assert Catalog.open(uri, backend.options).live_segments("orders", 0) == [old_rows[0], rolled, new_row]
+    table = DeltaTable(uri, storage_options=storage)
+    assert table.version() == version + 2  # the columns, then the change
+    stored = {f.name: f for f in table.schema().fields}
+    assert set(stored) == set(CATALOG_SCHEMA.names)
+    assert all(stored[f.name].nullable == f.nullable for f in CATALOG_SCHEMA)
+    assert catalog.apply(CatalogChange(remove=(old_rows[0].ref,))).removed == 1
+    assert catalog.live_segments("orders", 0) == [rolled, new_row] and catalog.version() == version + 3
+
+
+def test_writers_racing_on_an_older_catalog_add_the_columns_once_and_all_commit(backend) -> None:
+    uri = backend.uri("old-raced")
+    old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name not in SIDECAR_SIZE_COLUMNS])
+    DeltaTable.create(uri, schema=old_schema, partition_by=PARTITION_COLUMNS, configuration=TABLE_CONFIGURATION,
+                      storage_options=Catalog._storage_options(uri, backend.options))
+    catalogs = [Catalog.open(uri, backend.options) for _ in range(3)]
+    barrier = threading.Barrier(len(catalogs))
+    outcomes: list[object] = []
+
+    def add(i: int) -> None:
+        barrier.wait()
+        row = replace(make_row("t", i, 0, 10), index_size_bytes=8 * i, timeindex_size_bytes=12 * i)
+        try:
+            outcomes.append(catalogs[i].apply(CatalogChange(add=(row,))).added)
+        except Exception as exc:  # the outcome under test
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(len(catalogs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes == [1] * len(catalogs)
+    table = Catalog.open(uri, backend.options).all_rows()
+    assert table["timeindex_size_bytes"].to_pylist() == [12 * i for i in range(len(catalogs))]
+    operations = [h["operation"] for h in DeltaTable(uri, storage_options=Catalog._storage_options(
+        uri, backend.options)).history()]
+    assert operations.count("ADD COLUMN") == 1 and operations.count("MERGE") == len(catalogs)

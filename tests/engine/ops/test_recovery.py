@@ -3,7 +3,7 @@ byte), repaired in one commit with cut bytes quarantined (nothing lost), and re-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import crc32c
 import numpy as np
@@ -20,7 +20,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.recover import quarantine_key, recover_partition, verify_partition
 from engine.ops.verify import valid_prefix
-from engine.ops.versions import segment_row
+from engine.ops.versions import segment_row, store_segment_version
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
 from layouts.store import delete_object, list_objects, read_bytes
 from tests.catalog_rows import add_segments, all_segments
@@ -293,3 +293,32 @@ def test_valid_prefix_ends_where_offsets_stop_increasing() -> None:
         f"seg.log: byte {len(first)}: offsets: offset 11 does not follow the previous batch's last offset 11"]
     below = valid_prefix(first, 12, "seg.log")  # last offset 11 below the segment base 12 (spec 7.2)
     assert below.valid_bytes == 0 and below.problems[0].kind == "offsets"
+
+
+def test_a_sidecar_of_another_size_than_its_row_says_is_reported_and_rebuilt_with_its_size(backend: Backend) -> None:
+    """The sidecar sizes a row records are checked like the `.log`'s: a valid `.timeindex` whose row says it
+    holds an entry more than it does is a `size` problem, recovery rebuilds the sidecars and the new row
+    records the sizes of the new objects; a row without the sizes (an older catalog's) has nothing to
+    disagree with."""
+    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    root = backend.uri("root")
+    rows = []
+    for i, seg in enumerate(_segments(3)):
+        state = SegmentState.ACTIVE if i == 2 else SegmentState.ROLLED
+        rows.append(store_segment_version(root, TP, seg.base_offset, seg.log, seg.index, seg.timeindex, state,
+                                          "build", T0, backend.options))
+    assert rows[0].timeindex_size_bytes == (size := len(read_bytes(rows[0].timeindex_key, backend.options)))
+    rows[0] = replace(rows[0], timeindex_size_bytes=size + 12)
+    rows[1] = replace(rows[1], index_size_bytes=None, timeindex_size_bytes=None)
+    add_segments(catalog, rows)
+
+    check = verify_partition(catalog, TP, backend.options, CONFIG)
+    assert [(x.kind, x.object, x.position) for x in check.all_problems] == [("size", rows[0].timeindex_key, size)]
+    assert f"the object holds {size} bytes but the catalog row says {size + 12}" in check.lines()[0]
+    report = recover_partition(catalog, root, TP, backend.options, config=CONFIG, now_ms=T0)
+    assert [r.action for r in report.repairs] == ["rebuild-sidecars"]
+    live = catalog.live_segments(TP.topic, TP.partition)
+    assert live[1:] == rows[1:] and live[0].log_key == rows[0].log_key
+    assert (live[0].index_size_bytes, live[0].timeindex_size_bytes) == (
+        len(read_bytes(live[0].index_key, backend.options)), len(read_bytes(live[0].timeindex_key, backend.options)))
+    assert verify_partition(catalog, TP, backend.options, CONFIG).ok

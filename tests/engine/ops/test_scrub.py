@@ -152,3 +152,21 @@ def test_scrub_reclaims_lease_temporaries_and_rejects_of_partitions_their_job_ne
     assert {d.uri: d.kind for d in report.debris} == debris and sorted(report.deleted) == sorted(debris)
     assert all(object_info(uri, backend.options) is None for uri in debris)
     assert all(object_info(uri, backend.options) is not None for uri in kept)
+
+
+def test_scrub_reports_a_sidecar_of_another_size_than_its_row_records(backend, kafka_fixtures) -> None:
+    """The sidecar sizes a row records are checked like its `.log` size; a row of an older catalog
+    (sizes null) has none to disagree with."""
+    catalog = _imported(backend, kafka_fixtures, copy=True)
+    command, status = (catalog.live_segments(t, 0)[0] for t in ("_confluent-command", "docker-connect-status"))
+    size = object_info(command.timeindex_key, backend.options).size
+    assert command.timeindex_size_bytes == size
+    change = CatalogChange(add=(replace(command, segment_id="c0ffee0000000000", timeindex_size_bytes=size + 12),
+                                replace(status, segment_id="c0ffee0000000001", index_size_bytes=None,
+                                        timeindex_size_bytes=None)),
+                           remove=(command.ref, status.ref))
+    catalog.apply(change)
+    report = scrub(backend.uri("root"), catalog, grace_ms=10**9, dry_run=True, options=backend.options)
+    assert [(m.segment, m.key, m.catalog_size, m.object_size) for m in report.size_mismatches] == [
+        ("_confluent-command-0/c0ffee0000000000", command.timeindex_key, size + 12, size)]
+    assert report.missing == []

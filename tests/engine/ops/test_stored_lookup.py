@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -150,3 +150,32 @@ def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Ba
     first = scan_batches(read_bytes(rows[0].log_key, backend.options, 0, 4096), strict=False).headers
     segment = StoredSegment(rows[0], backend.options, read_window=int(first.size[0]) * 3)
     assert sum(len(headers) for _, headers in segment.chunks_from(0)) == rows[0].batch_count == len(stamps)
+
+
+def test_rows_carry_the_sidecar_sizes_so_a_cold_lookup_gets_the_searched_pages_directly(backend: Backend) -> None:
+    """With the sidecars' sizes in the row, a cold lookup on a segment whose sidecars span many pages
+    makes at most 3 GETs and no HEAD (its first read of each sidecar is the interpolated page); an older
+    catalog's row (sizes unknown) or a row whose sizes are wrong still answers as brute force."""
+    rows, stamps = _paged_partition(backend)
+    row = rows[0]
+    assert (row.index_size_bytes, row.timeindex_size_bytes) == (
+        object_info(row.index_key, backend.options).size, object_info(row.timeindex_key, backend.options).size)
+    rng = np.random.default_rng(3)
+    targets = [int(stamps.min()) - 1, int(stamps.max()), int(stamps.max()) + 1,
+               *rng.integers(int(stamps.min()), int(stamps.max()), 12 if backend.name == "local" else 4).tolist()]
+    variants = {"sizes": row, "older catalog": replace(row, index_size_bytes=None, timeindex_size_bytes=None),
+                "sizes too large": replace(row, index_size_bytes=row.index_size_bytes + 2400,
+                                           timeindex_size_bytes=row.timeindex_size_bytes + 2400),
+                "sizes too small": replace(row, index_size_bytes=row.index_size_bytes - 2400,
+                                           timeindex_size_bytes=row.timeindex_size_bytes - 2400),
+                "sizes zero": replace(row, index_size_bytes=0, timeindex_size_bytes=0)}
+    for name, variant in variants.items():
+        for target in [*targets, -3]:
+            hits = np.flatnonzero(stamps >= target) if target >= 0 else [int(np.argmax(stamps))]
+            expected = (int(hits[0]), int(stamps[hits[0]])) if len(hits) else (-1, -1)
+            with metered() as meter:
+                answer = list_offsets([stored_segment(variant, backend.options)], target)
+            assert (answer.offset, answer.timestamp) == expected, (name, target)
+            if name == "sizes":
+                assert meter.requests["GET"] <= 3 and sum(meter.requests.values()) == meter.requests["GET"], \
+                    (target, meter.requests)
