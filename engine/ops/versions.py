@@ -49,9 +49,9 @@ def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, lo
 
 def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,
                 state: SegmentState, job_id: str, created_at_ms: int | None = None, *,
-                index_size_bytes: int | None = None, timeindex_size_bytes: int | None = None) -> SegmentRow:
+                index_size_bytes: int | None, timeindex_size_bytes: int | None) -> SegmentRow:
     """The catalog row of a segment version described by `summary`, whose sidecar objects (`keys.index`,
-    `keys.timeindex`) hold the given numbers of bytes (None: unknown; every klake writer knows them);
+    `keys.timeindex`) hold the given numbers of bytes (None: unknown, read as a catalog written before these columns);
     `created_at_ms` is klake's object-storage "mtime" (retention's fallback for segments without
     timestamps), default now."""
     return SegmentRow(

@@ -53,7 +53,8 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
             write_segment(keys, seg.log, seg.index, seg.timeindex, options)
             state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
             rows.append(segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset),
-                                    state, "airflow-test-seed", created_at_ms=t0))
+                                    state, "airflow-test-seed", created_at_ms=t0,
+                                    index_size_bytes=len(seg.index), timeindex_size_bytes=len(seg.timeindex)))
     catalog.apply(CatalogChange(add=tuple(rows)), operation="seed")
     return {"segments": len(rows)}
 

@@ -38,7 +38,8 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
         write_segment(keys, seg.log, seg.index, seg.timeindex, backend.options)
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT,
-                                summarize_segment(seg.log, seg.base_offset), state, "build", created_at_ms=T0))
+                                summarize_segment(seg.log, seg.base_offset), state, "build", created_at_ms=T0,
+                                index_size_bytes=len(seg.index), timeindex_size_bytes=len(seg.timeindex)))
     add_segments(catalog, rows)
     return rows
 

@@ -54,7 +54,8 @@ def _build(backend: Backend, catalog: Catalog, n_segments: int = 6) -> list[Segm
         write_segment(keys, seg.log, seg.index, seg.timeindex, backend.options)
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset),
-                                state, "build", created_at_ms=T0))
+                                state, "build", created_at_ms=T0,
+                                index_size_bytes=len(seg.index), timeindex_size_bytes=len(seg.timeindex)))
     add_segments(catalog, rows)
     return rows
 
@@ -244,7 +245,8 @@ def test_a_kafka_layout_row_keeps_its_log_and_missing_objects_are_left_for_the_o
         keys = SegmentKeys(f"{stem}.log", f"{stem}.index", f"{stem}.timeindex")  # no .timeindex copied
         state = SegmentState.ACTIVE if i else SegmentState.ROLLED
         rows.append(segment_row(TP, f"imported{i}", keys, Layout.KAFKA, summarize_segment(seg.log, seg.base_offset),
-                                state, "import", created_at_ms=T0))
+                                state, "import", created_at_ms=T0,
+                                index_size_bytes=len(seg.index), timeindex_size_bytes=None))
     add_segments(catalog, rows)
     delete_object(rows[1].log_key, backend.options)
 
