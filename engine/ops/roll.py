@@ -11,8 +11,9 @@ segment's creation time when it has none), and a full index rolls too. An empty 
 rolls (Kafka's `size > 0`).
 
 The driver plans every partition at once over the catalog's columns (`RollPlanner`, `plan_roll`): a
-partition whose plan keeps its segment costs its task no object read, and a dry run reads none except
-the index of a segment with so many batches that its index may be full (only the index can tell).
+partition whose plan keeps its segment costs its task no object read, and a dry run reads none. A
+segment with so many batches that its index may be full is the one case the columns cannot settle:
+the run reads its index (`ActiveSegment.roll_reason`); a dry run reports it as undecided.
 
 Rolling writes the segment's final version with the time index's last entry (Kafka's
 `onBecomeInactiveSegment`: the max timestamp, skipping the full check) as ROLLED, and a new empty
@@ -28,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import COLUMNS, SegmentState, table_to_rows
-from engine.log.roll_plan import PartitionRoll, RollAction, RollPlan, RollWhy, plan_roll
+from engine.catalog.schema import SegmentState, table_to_rows
+from engine.log.roll_plan import ROLL_INPUT_COLUMNS, PartitionRoll, RollAction, RollPlan, RollWhy, plan_roll
 from engine.log.segment_writer import ActiveSegment, Append
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -56,11 +57,10 @@ class RollOutcome:
 
 @dataclass(frozen=True)
 class RollPlanner:
-    """The driver's roll plan of every partition at `now_ms` (a `Planner`: it reads no object). It reads
-    every catalog column: a dry run's task resumes a segment whose index may be full from its row."""
+    """The driver's roll plan of every partition at `now_ms` (a `Planner`: it reads no object)."""
 
     now_ms: int
-    columns: tuple[str, ...] = COLUMNS
+    columns: tuple[str, ...] = ROLL_INPUT_COLUMNS
 
     def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> RollPlan:
         return plan_roll(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
@@ -78,9 +78,9 @@ def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: Stora
     info = planned.info
     outcome = RollOutcome(tp.topic, tp.partition, planned.action == RollAction.ROLL, planned.rule, info["base_offset"],
                           info["next_offset"], info["size_bytes"], planned.describe())
-    if planned.action == RollAction.KEEP:
-        return PartitionStep(outcome)
-    if planned.action == RollAction.ROLL and dry_run:
+    if planned.action == RollAction.KEEP or dry_run:
+        if planned.action == RollAction.CHECK_INDEX:
+            outcome.decision += "; a dry run reads no index: the run decides"
         return PartitionStep(outcome)
     (active,) = table_to_rows(item.segments.slice(item.segments.num_rows - 1))
     state, log, summary = resume_state(active, config, tp, options)
@@ -90,7 +90,7 @@ def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: Stora
     assert planned.action == RollAction.CHECK_INDEX or reason == planned.rule, (
         f"{tp}: the roll plan says {planned.rule}, the segment says {reason}")
     outcome.rolled, outcome.reason = reason is not None, reason
-    if reason is None or dry_run:
+    if reason is None:
         return PartitionStep(outcome)
     closed = segment.close(reason)
     rolled = store_segment_version(root, tp, closed.base_offset, closed.log, closed.index, closed.timeindex,
