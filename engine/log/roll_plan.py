@@ -159,18 +159,18 @@ def plan_roll(segments: pa.Table, configs: Mapping[str, TopicConfig], now_ms: in
         cfgs = [configs[t] for t in groups.topics]
     except KeyError as exc:
         raise ValueError(f"no topic config for {exc.args[0]}") from None
-    last = groups.ends - 1
-    col = {name: int64(table[name])[last] for name in ("base_offset", "next_offset", "size_bytes", "batch_count",
-                                                      "first_batch_timestamp", "created_at_ms")}
-    active = np.asarray(pc.equal(table["state"], str(SegmentState.ACTIVE)).to_numpy(zero_copy_only=False))[last]
+    tail = table.take(pa.array(groups.ends - 1))  # a partition's active segment is its last
+    col = {name: int64(tail[name]) for name in ("base_offset", "next_offset", "size_bytes", "batch_count",
+                                                "first_batch_timestamp", "created_at_ms")}
+    active = np.asarray(pc.equal(tail["state"], str(SegmentState.ACTIVE)).to_numpy(zero_copy_only=False))
     policies = [c.roll_policy() for c in cfgs]
     per_topic = groups.topic_of
     segment_bytes = np.array([p.segment_bytes for p in policies], np.int64)[per_topic]
     segment_ms = np.array([p.segment_ms for p in policies], np.int64)[per_topic]
     index_bytes = np.array([p.segment_index_bytes for p in policies], np.int64)[per_topic]
     floor = np.array([min_timestamp(c) for c in cfgs], np.int64)[per_topic]
-    jitter = np.zeros(len(last), np.int64)
-    ids = table["segment_id"].take(pa.array(last))
+    jitter = np.zeros(tail.num_rows, np.int64)
+    ids = tail["segment_id"]
     for g in np.flatnonzero(np.array([p.segment_jitter_ms > 0 for p in policies], bool)[per_topic] & active):
         tp = TopicPartition(groups.topics[per_topic[g]], int(groups.partitions[g]))
         jitter[g] = policies[per_topic[g]].jitter_for(f"{tp}:{col['base_offset'][g]}")
