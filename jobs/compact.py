@@ -7,7 +7,7 @@ The driver decides for every partition at once over the catalog's rows as Arrow
 JSON report holds each partition's decision with its reasons; the plan goes to Parquet files next to it
 (`<report>.partitions.parquet`: each partition's range, ratio, verdict and reason;
 `<report>.segments.parquet`: each segment's zone in the round); stdout prints one line per compacted
-partition and counts by reason.
+partition and counts by reason, and with `--verbose` each partition's cleanable range.
 
     spark-submit jobs/compact.py --conf conf/s3.example.yaml --report out/compact.json
 """
@@ -18,6 +18,8 @@ import argparse
 import sys
 from functools import partial
 
+from engine.cleaner.selection import CleanableRange
+from engine.names import TopicPartition
 from engine.ops.compact import CompactionPlanner, CompactOutcome, prepare_compaction
 from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
@@ -59,6 +61,16 @@ def run(ctx: JobContext) -> None:
                                   f"records kept {kept} of {read} read")
     if run.plan is not None:
         ctx.report.add_plan(run.plan)
+        if ctx.args.verbose:
+            ctx.report.details += [_range(tp, run.plan.partition(tp).range) for tp in run.plan.topic_partitions()]
+
+
+def _range(tp: TopicPartition, rng: CleanableRange) -> str:
+    """A partition's cleanable range with its numbers (`--verbose`)."""
+    return (f"{tp}: checkpoint {rng.checkpoint}{' (reset)' if rng.checkpoint_reset else ''}, dirty "
+            f"[{rng.first_dirty_offset}, {rng.round_end}) up to the {rng.uncleanable_reason} at "
+            f"{rng.first_uncleanable_offset}; clean {rng.clean_bytes:,} B, cleanable {rng.cleanable_bytes:,} B, "
+            f"ratio {rng.dirty_ratio:.6g}, max.compaction.lag.ms delay {rng.max_compaction_delay_ms} ms")
 
 
 def _why(outcome: CompactOutcome) -> str:

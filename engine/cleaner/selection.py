@@ -376,6 +376,9 @@ class CompactionPlan:
         tps = zip(self.partitions["topic"].to_pylist(), self.partitions["partition"].to_pylist(), strict=True)
         return {TopicPartition(t, p): i for i, (t, p) in enumerate(tps)}
 
+    def topic_partitions(self) -> list[TopicPartition]:
+        return list(self._index)
+
     def partition(self, tp: TopicPartition) -> PartitionCompaction:
         """One partition's row (KeyError if it had no live segment)."""
         return PartitionCompaction(tp, self.configs[tp.topic],

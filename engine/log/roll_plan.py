@@ -41,6 +41,7 @@ from engine.log.plan_columns import dictionary, group_partitions, int64
 from engine.log.segment_writer import ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW, ROLL_SIZE, ROLL_TIME
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
+from engine.times import format_time
 
 
 class RollAction(StrEnum):
@@ -105,11 +106,11 @@ class PartitionRoll:
         if self.why in (RollWhy.NO_ACTIVE, RollWhy.EMPTY):
             return str(self.why)
         if self.why in (RollWhy.TIME, RollWhy.TIME_CREATED, RollWhy.NOT_DUE):
-            base = "created_at_ms" if i["from_created_at"] else "first batch timestamp"
-            op = ">" if self.action == RollAction.ROLL else "<="
-            return (f"{self.why}: now - {base} = {i['waited_ms']} ms {op} segment.ms {i['segment_ms']} - jitter "
-                    f"{i['jitter_ms']}" + ("" if self.action == RollAction.ROLL else
-                                           f"; due from {i['rolls_from_ms']}"))
+            base = ("created_at_ms (no timestamp, KAFKA-4099)" if i["from_created_at"] else "first batch timestamp")
+            rolls = self.action == RollAction.ROLL
+            return (f"{'time' if rolls else 'not due'}: now - {base} {format_time(i['rolling_base_timestamp'])} = "
+                    f"{i['waited_ms']} ms {'>' if rolls else '<='} segment.ms {i['segment_ms']} - jitter "
+                    f"{i['jitter_ms']}" + ("" if rolls else f"; due from {format_time(i['rolls_from_ms'])}"))
         if self.why == RollWhy.SIZE:
             return f"{self.why}: {i['size_bytes']} B"
         if self.why == RollWhy.INDEX:
