@@ -14,11 +14,16 @@ filter of `grabFilthiestCompactedLog`, for one partition described by its segmen
   (earliest first-batch timestamp > 0 among dirty non-active segments < now - lag) and cleanable
   bytes > 0; a log with no bytes is never cleaned.
 Without an active segment (klake may hold a closed log) the active base is the log end offset.
+
+Every rule is computed over columns for many partitions at once (`cleanable_ranges`, `clean_verdicts`,
+one numpy pass each); `cleanable_range` and `should_clean` are their one-partition case (the cleaner's
+round over segments it has read), and `plan_compaction` their whole-catalog case (the compact job's
+driver plan over the catalog's columns: a reason per partition, a zone per segment).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -97,14 +102,24 @@ class CleanDecision:
     range: CleanableRange
 
 
-def _validate(segments: Sequence[SegmentInfo]) -> None:
-    for prev, seg in zip(segments, segments[1:], strict=False):
-        if seg.base_offset <= prev.base_offset or seg.base_offset < prev.next_offset:
-            raise ValueError(f"segments must be in offset order without overlap: base {seg.base_offset} "
-                             f"follows [{prev.base_offset}, {prev.next_offset})")
-    for seg in segments[:-1]:
-        if seg.is_active:
-            raise ValueError(f"only the last segment can be active, not the one at {seg.base_offset}")
+def _validate(base: np.ndarray, nxt: np.ndarray, active: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+              where: Callable[[int], str]) -> None:
+    """Each partition's segments in offset order without overlap, only its last one active (`where(row)`
+    names a faulty row's partition in the message)."""
+    n = len(base)
+    first, last = np.zeros(n, bool), np.zeros(n, bool)
+    first[starts[ends > starts]] = True
+    last[ends[ends > starts] - 1] = True
+    prev_base, prev_next = np.r_[0, base[:-1]][:n], np.r_[0, nxt[:-1]][:n]
+    overlap = ~first & ((base <= prev_base) | (base < prev_next))
+    if overlap.any():
+        i = int(np.argmax(overlap))
+        raise ValueError(f"{where(i)}segments must be in offset order without overlap: base {base[i]} "
+                         f"follows [{prev_base[i]}, {prev_next[i]})")
+    stray = active & ~last
+    if stray.any():
+        i = int(np.argmax(stray))
+        raise ValueError(f"{where(i)}only the last segment can be active, not the one at {base[i]}")
 
 
 def overlapping(segments: Sequence[SegmentInfo], start: int, end: float) -> list[int]:
@@ -254,7 +269,6 @@ def cleanable_range(segments: Sequence[SegmentInfo], config: TopicConfig, now_ms
                     last_stable_offset: int | None = None, high_watermark: int | None = None) -> CleanableRange:
     """Kafka's dirty range and dirtiness for one partition (see the module docstring): `cleanable_ranges`
     of one partition."""
-    _validate(segments)
     log_start = log_start_offset if log_start_offset is not None else (
         segments[0].base_offset if segments else 0)
     checkpoint = log_start if first_dirty_offset is None else first_dirty_offset
@@ -262,6 +276,7 @@ def cleanable_range(segments: Sequence[SegmentInfo], config: TopicConfig, now_ms
     columns = np.array([(s.base_offset, s.next_offset, s.size_bytes, s.largest_timestamp_or_mtime,
                          s.first_batch_timestamp, s.is_active) for s in segments], np.int64).reshape(-1, 6)
     one = np.array([0]), np.array([len(segments)])
+    _validate(columns[:, 0], columns[:, 1], columns[:, 5].astype(bool), *one, lambda _: "")
     ranges = cleanable_ranges(*columns[:, :5].T, columns[:, 5].astype(bool), *one,
                               log_start=np.array([log_start]), checkpoint=np.array([checkpoint]),
                               stable_bound=np.array([bound]), min_lag=np.array([config.min_compaction_lag_ms]),
@@ -401,7 +416,8 @@ def plan_compaction(segments: pa.Table, configs: Mapping[str, TopicConfig], now_
     each partition's in offset order) at once: the cleaner checkpoint from the leading run of `cleaned`
     rows, the log start offset from the catalog (KIP-107), mtimes from `created_at_ms`, the high
     watermark at the log end offset (a single-writer batch engine). `due` is the verdict to clean (or
-    `force`) with cleanable bytes. Raises ValueError for rows out of offset order or a topic without config."""
+    `force`) with cleanable bytes. Raises ValueError for rows out of offset order, an ACTIVE row that is not
+    its partition's last, or a topic without config."""
     table = segments.select(list(COMPACTION_INPUT_COLUMNS))
     if not table.num_rows:
         return CompactionPlan(dict(configs), COMPACTION_PARTITION_SCHEMA.empty_table(),
@@ -414,14 +430,8 @@ def plan_compaction(segments: pa.Table, configs: Mapping[str, TopicConfig], now_
     base, nxt, size = int64(table["base_offset"]), int64(table["next_offset"]), int64(table["size_bytes"])
     active = np.asarray(pc.equal(table["state"], str(SegmentState.ACTIVE)).to_numpy(zero_copy_only=False))
     cleaned = np.asarray(table["cleaned"].to_numpy(zero_copy_only=False), bool)
-    first = np.zeros(len(base), bool)
-    first[g.starts] = True
-    bad = (~first & ((base <= np.r_[0, base[:-1]]) | (base < np.r_[0, nxt[:-1]]))) | (active & ~np.isin(
-        np.arange(len(base)), g.ends - 1))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{g.topics[g.topic_of[g.gid[i]]]}-{g.partitions[g.gid[i]]}: segment at base offset "
-                         f"{base[i]} is out of offset order or an active segment that is not the last")
+    _validate(base, nxt, active, g.starts, g.ends,
+              lambda i: f"{g.topics[g.topic_of[g.gid[i]]]}-{g.partitions[g.gid[i]]}: ")
     log_start = log_start_offsets(base, int64(table["log_start_offset"]), g.starts)
     checkpoint = first_dirty_offsets(base, nxt, cleaned, log_start, g.starts, g.ends)
     per_topic = g.topic_of

@@ -148,3 +148,7 @@ def test_verdicts_read_as_before_and_count_by_reason() -> None:
     assert plan.totals()["partitions"] == 2 and sum(plan.totals()["by_reason"].values()) == 2
     with pytest.raises(ValueError, match="no topic config for c"):
         plan_compaction(rows_to_table(dirty), {}, NOW)
+    with pytest.raises(ValueError, match="c-0: segments must be in offset order without overlap: base 5 follows"):
+        plan_compaction(rows_to_table([dirty[0], make_row("c", 0, 5, 20, segment_id="x")]), {"c": compact}, NOW)
+    with pytest.raises(ValueError, match="c-1: only the last segment can be active, not the one at 10"):
+        plan_compaction(rows_to_table([clean[1], make_row("c", 1, 20, 30)]), {"c": compact}, NOW)
