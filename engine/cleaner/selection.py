@@ -396,8 +396,12 @@ class CompactionPlan:
 
     def partition(self, tp: TopicPartition) -> PartitionCompaction:
         """One partition's row (KeyError if it had no live segment)."""
-        return PartitionCompaction(tp, self.configs[tp.topic],
-                                   self.partitions.slice(self._index[tp], 1).to_pylist()[0])
+        return PartitionCompaction(tp, self.configs[tp.topic], self._rows[self._index[tp]])
+
+    @cached_property
+    def _rows(self) -> list[dict[str, Any]]:
+        """Every partition's row, converted once (a job asks for each partition's)."""
+        return self.partitions.to_pylist()
 
     def side_files(self) -> dict[str, pa.Table]:
         return {"partitions": self.partitions, "segments": self.segments}

@@ -135,8 +135,12 @@ class RollPlan:
 
     def partition(self, tp: TopicPartition) -> PartitionRoll:
         """One partition's row (KeyError if it had no live segment)."""
-        row = self.partitions.slice(self._index[tp], 1).to_pylist()[0]
-        return PartitionRoll(tp, self.now_ms, row)
+        return PartitionRoll(tp, self.now_ms, self._rows[self._index[tp]])
+
+    @cached_property
+    def _rows(self) -> list[dict[str, Any]]:
+        """Every partition's row, converted once (a job asks for each partition's)."""
+        return self.partitions.to_pylist()
 
     def side_files(self) -> dict[str, pa.Table]:
         return {"partitions": self.partitions}
