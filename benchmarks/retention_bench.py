@@ -48,6 +48,25 @@ def verdict(value: float, target: float) -> str:
     return "ok" if value <= target else "MISSED"
 
 
+def run_job(args: list[str], workdir: Path) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Run `klake <args>` (the CLI's own entry) in a child process: its wall time in s, its peak RSS in MB
+    (the driver: a dry run starts no Spark task), and the finished process (SystemExit if it failed)."""
+    peak = workdir / "peak_rss_kib"
+    argv = ["klake", *args]
+    # the child writes its own peak RSS (VmHWM, of its own address space): its ru_maxrss would count this
+    # process's pages too, as Linux carries the high-water mark of the forked image across exec
+    child = (f"import re, runpy, sys; sys.argv = {argv!r}\n"
+             "try:\n    runpy.run_module('jobs.cli.main', run_name='__main__')\n"
+             f"finally:\n    open({str(peak)!r}, 'w').write("
+             "re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1))\n")
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=PROJECT, check=False)
+    wall_s = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:2])} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return wall_s, int(peak.read_text()) / 1024, done  # KiB on Linux
+
+
 def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) -> dict:
     catalog_uri, root = workdir / "catalog", workdir / "root"
     started = time.perf_counter()
@@ -73,21 +92,9 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) ->
         times.append(time.perf_counter() - started)
     plan_s = statistics.median(times)
 
-    report, peak = workdir / "retention.json", workdir / "peak_rss_kib"
-    argv = ["klake", "retention", "--dry-run", "--conf", str(conf), "--now", str(now), "--report", str(report),
-            "--no-progress"]
-    # the child writes its own peak RSS (VmHWM, of its own address space): its ru_maxrss would count this
-    # process's pages too, as Linux carries the high-water mark of the forked image across exec
-    child = (f"import re, runpy, sys; sys.argv = {argv!r}\n"
-             "try:\n    runpy.run_module('jobs.cli.main', run_name='__main__')\n"
-             f"finally:\n    open({str(peak)!r}, 'w').write("
-             "re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1))\n")
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=PROJECT, check=False)
-    wall_s = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"retention --dry-run failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    rss_mb = int(peak.read_text()) / 1024  # KiB on Linux
+    report = workdir / "retention.json"
+    wall_s, rss_mb, done = run_job(["retention", "--dry-run", "--conf", str(conf), "--now", str(now), "--report",
+                                    str(report), "--no-progress"], workdir)
 
     data = json.loads(report.read_text())
     side = Path(data["results"]["files"]["segments"]["path"])

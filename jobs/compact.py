@@ -2,6 +2,13 @@
 until their delete horizon, transactions, small segments merged), old and new segments swapped in one
 commit. Partitions run only when Kafka's trigger says so (dirty ratio, compaction lags) unless `--force`.
 
+The driver decides for every partition at once over the catalog's rows as Arrow
+(`engine.cleaner.selection.plan_compaction`); a dry run starts no Spark task and reads no segment. The
+JSON report holds each partition's decision with its reasons; the plan goes to Parquet files next to it
+(`<report>.partitions.parquet`: each partition's range, ratio, verdict and reason;
+`<report>.segments.parquet`: each segment's zone in the round); stdout prints one line per compacted
+partition and counts by reason, and with `--verbose` each partition's cleanable range.
+
     spark-submit jobs/compact.py --conf conf/s3.example.yaml --report out/compact.json
 """
 
@@ -11,7 +18,10 @@ import argparse
 import sys
 from functools import partial
 
-from engine.ops.compact import CompactOutcome, prepare_compaction
+from engine.cleaner.selection import CleanableRange
+from engine.names import TopicPartition
+from engine.ops.compact import CompactionPlanner, CompactOutcome, prepare_compaction
+from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 
@@ -23,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ctx: JobContext) -> None:
     tps = [tp for tp in ctx.selected_partitions() if ctx.topic_config(tp.topic).compacted]
     prepare = partial(prepare_compaction, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
-                      job_id=ctx.job_id, force=ctx.args.force, dry_run=ctx.dry_run)
-    run = ctx.run_partitions(tps, prepare)
+                      job_id=ctx.job_id, dry_run=ctx.dry_run)
+    execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run reads no segment
+    run = ctx.run_partitions_with(tps, execute, planner=CompactionPlanner(ctx.now_ms, ctx.args.force))
     cleaned = read = kept = 0
     for result in run.results:
         if result.step is None:
@@ -48,6 +59,18 @@ def run(ctx: JobContext) -> None:
     else:
         ctx.report.summary.append(f"compact: cleaned {cleaned} of {len(tps)} compacted partition(s); "
                                   f"records kept {kept} of {read} read")
+    if run.plan is not None:
+        ctx.report.add_plan(run.plan)
+        if ctx.args.verbose:
+            ctx.report.details += [_range(tp, run.plan.partition(tp).range) for tp in run.plan.topic_partitions()]
+
+
+def _range(tp: TopicPartition, rng: CleanableRange) -> str:
+    """A partition's cleanable range with its numbers (`--verbose`)."""
+    return (f"{tp}: checkpoint {rng.checkpoint}{' (reset)' if rng.checkpoint_reset else ''}, dirty "
+            f"[{rng.first_dirty_offset}, {rng.round_end}) up to the {rng.uncleanable_reason} at "
+            f"{rng.first_uncleanable_offset}; clean {rng.clean_bytes:,} B, cleanable {rng.cleanable_bytes:,} B, "
+            f"ratio {rng.dirty_ratio:.6g}, max.compaction.lag.ms delay {rng.max_compaction_delay_ms} ms")
 
 
 def _why(outcome: CompactOutcome) -> str:

@@ -42,13 +42,11 @@ def run(ctx: JobContext) -> None:
         if ctx.args.verbose:
             verbose += [f"{result.tp} {d.base_offset:>20} {d.action.value:<6} ({d.decided_by.value}) {d.reason}"
                         for d in plan.decisions]
-    if run.plan is not None:
-        ctx.report.side_files["segments"] = run.plan.segments
     verb = "would delete" if ctx.dry_run else "deleted"
     ctx.report.summary.append(f"retention: {verb} {deleted} segment(s), kept {kept}; {size:,} B, "
                               f"{plural(records, 'record')}")
     if run.plan is not None:
-        ctx.report.summary += [f"  {count:>12,}  {reason}" for reason, count in run.plan.totals()["by_reason"].items()]
+        ctx.report.add_plan(run.plan)
     ctx.report.details += verbose
     ctx.report.results["segments_deleted"] = 0 if ctx.dry_run else deleted
     ctx.report.results["segments_kept"] = kept

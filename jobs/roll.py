@@ -2,6 +2,12 @@
 (segment.ms with jitter from the first batch's timestamp, or a full index), so quiet partitions reach
 their final segment shape and can be compacted.
 
+The driver plans every partition at once over the catalog's rows as Arrow (`engine.log.roll_plan`); a
+dry run starts no Spark task. The JSON report holds each partition's decision; the plan (one row per
+partition: its active segment, the rule, the numbers) goes to a Parquet file next to it
+(`<report>.partitions.parquet`); stdout prints the partitions that roll and counts by reason, and with
+`--verbose` every partition's decision.
+
     spark-submit jobs/roll.py --conf conf/s3.example.yaml --report out/roll.json
 """
 
@@ -10,21 +16,28 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from engine.ops.roll import prepare_roll
+from engine.ops.roll import RollPlanner, prepare_roll
+from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def run(ctx: JobContext) -> None:
     prepare = partial(prepare_roll, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
                       job_id=ctx.job_id, dry_run=ctx.dry_run)
-    run = ctx.run_partitions(ctx.selected_partitions(), prepare)
+    execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
+    run = ctx.run_partitions_with(ctx.selected_partitions(), execute, planner=RollPlanner(ctx.now_ms))
     rolled = [r for r in run.results if r.step is not None and r.step.outcome.rolled]
     for result in rolled:
         outcome = result.step.outcome
         ctx.report.summary.append(f"{result.tp}: {'would roll' if ctx.dry_run else 'rolled'} segment "
                                   f"{outcome.base_offset} ({outcome.reason}); new active segment at {outcome.next_offset}")
+    if ctx.args.verbose:
+        ctx.report.details += [f"{r.tp}: {r.step.outcome.decision}" for r in run.results
+                               if r.step is not None and r.step.outcome.decision]
     ctx.report.results["segments_rolled"] = len(rolled)
     ctx.report.summary.append(f"roll: {len(rolled)} of {len(run.results)} partition(s) rolled")
+    if run.plan is not None:
+        ctx.report.add_plan(run.plan)
 
 
 SPEC = JobSpec("roll", "roll idle active segments whose segment.ms has passed", run, description=__doc__)

@@ -1,6 +1,10 @@
 """`scrub`: reconcile the object store with the catalog (the rules are `engine.ops.scrub`'s): report
 orphans, debris of killed jobs and broken rows; delete orphans and debris older than the grace period.
 
+The referenced set is computed over the catalog's key columns as Arrow (set lookups, no row objects).
+The JSON report lists every orphan, debris object and broken row; stdout prints counts and every broken
+row, and with `--verbose` every orphan and debris object too.
+
     spark-submit jobs/scrub.py --conf conf/s3.example.yaml --grace-ms 3600000 --report out/scrub.json
 """
 
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 
 from engine.ops.scrub import ScrubReport, scrub
 from engine.times import format_duration
@@ -33,18 +38,32 @@ def run(ctx: JobContext) -> None:
     for uri, reason in sorted(report.delete_failed.items()):
         ctx.report.fail(uri, f"orphan not deleted: {reason}")
     ctx.report.summary += scrub_summary(report)
+    if ctx.args.verbose:
+        ctx.report.details += scrub_details(report)
+
+
+def scrub_details(report: ScrubReport) -> list[str]:
+    """One line per orphan and debris object (`--verbose`; the JSON report lists them all)."""
+    verb = "would delete" if report.dry_run else "orphan"
+    lines = [f"  {verb} {orphan.uri} ({plural(orphan.size, 'byte')}, {format_duration(orphan.age_ms)} old)"
+             for orphan in report.orphans]
+    lines += [f"  {'would delete' if report.dry_run else 'debris'} {item.kind} {item.uri} ({plural(item.size, 'byte')})"
+              for item in report.debris]
+    return lines
 
 
 def scrub_summary(report: ScrubReport) -> list[str]:
     lines = []
     lines.append(f"scrub {report.root} against {report.catalog}: {plural(report.objects_listed, 'object')}, "
                  f"{plural(report.live_segments, 'live segment')}")
-    verb = "would delete" if report.dry_run else "orphan"
-    for orphan in report.orphans:
-        lines.append(f"  {verb} {orphan.uri} ({plural(orphan.size, 'byte')}, {format_duration(orphan.age_ms)} old)")
-    for item in report.debris:
-        lines.append(f"  {'would delete' if report.dry_run else 'debris'} {item.kind} {item.uri} "
-                     f"({plural(item.size, 'byte')})")
+    verb = "would delete" if report.dry_run else "found"
+    if report.orphans:
+        lines.append(f"  {verb} {plural(len(report.orphans), 'orphan')} older than "
+                     f"{format_duration(report.grace_ms, precise=True)}, "
+                     f"{plural(sum(o.size for o in report.orphans), 'byte')}")
+    for kind, count in sorted(Counter(item.kind for item in report.debris).items()):
+        lines.append(f"  {verb} {plural(count, 'debris object')} ({kind}), "
+                     f"{plural(sum(d.size for d in report.debris if d.kind == kind), 'byte')}")
     if report.orphans_within_grace:
         lines.append(f"  {plural(report.orphans_within_grace, 'unreferenced object')} younger than "
                      f"{format_duration(report.grace_ms, precise=True)}: kept")

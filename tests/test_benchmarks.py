@@ -79,3 +79,15 @@ def test_lookup_bench_runs_in_smoke_size() -> None:
     for shape in ("demo", "small-batches", "big-segment"):
         assert re.search(rf"^{shape} +\d+ +\d+ +[\d,]+ +[\d,]+ +[\d.]+x .* (ok|MISSED)$", out, re.M), out
     assert re.search(r"^answers: all \d+ equal brute force$", out, re.M), out
+
+
+def test_planning_bench_runs_in_smoke_size() -> None:
+    """The planning benchmark checks the roll and compact jobs' reports and side files against the synthetic
+    catalog's answer."""
+    out = _bench("planning_bench.py", "--rows", "2000", "--commits", "3")
+    assert re.search(r"^catalog: 2,000 live segments in 200 partitions", out, re.M), out
+    for job in ("roll", "compact"):
+        assert re.search(rf"^{job} dry run: wall [\d.]+ s \(target <= 10 s\) (ok|MISSED)$", out, re.M), out
+        assert re.search(rf"^{job} driver peak RSS [\d.]+ MB", out, re.M), out
+    assert "roll: 100 of 200 partition(s) rolled" in out and "compact: would clean 100 of 200" in out, out
+    assert "checks: all passed" in out, out

@@ -184,14 +184,24 @@ def partition_log_start_offset(rows: Iterable[SegmentRow]) -> int | None:
     return int(log_start_offsets(columns[:, 0], columns[:, 1], np.zeros(1, np.int64))[0])
 
 
+def first_dirty_offsets(base_offset: np.ndarray, next_offset: np.ndarray, cleaned: np.ndarray,
+                        log_start: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The cleaner checkpoint of every partition from the columns of its live rows, grouped by partition in
+    offset order (`starts`/`ends`, each partition non-empty; `log_start`: `log_start_offsets`): the next
+    offset of the last segment of its leading run of cleaned segments (its first base offset without
+    one), never below its log start offset."""
+    dirty_rows = np.r_[np.flatnonzero(~cleaned), len(cleaned)]
+    first_dirty_row = np.minimum(dirty_rows[np.searchsorted(dirty_rows, starts)], ends)
+    dirty = np.where(first_dirty_row > starts, next_offset[np.maximum(first_dirty_row - 1, 0)], base_offset[starts])
+    return np.maximum(dirty, log_start)
+
+
 def first_dirty_offset(rows: Iterable[SegmentRow]) -> int | None:
     """The cleaner checkpoint of a partition: the end of its leading run of cleaned segments."""
     rows = list(rows)
     if not rows:
         return None
-    dirty = rows[0].base_offset
-    for row in rows:
-        if not row.cleaned:
-            break
-        dirty = row.next_offset
-    return max(dirty, partition_log_start_offset(rows) or dirty)
+    columns = np.array([(r.base_offset, r.next_offset, r.log_start_offset, r.cleaned) for r in rows], np.int64)
+    starts, ends = np.zeros(1, np.int64), np.array([len(rows)], np.int64)
+    start = log_start_offsets(columns[:, 0], columns[:, 2], starts)
+    return int(first_dirty_offsets(columns[:, 0], columns[:, 1], columns[:, 3].astype(bool), start, starts, ends)[0])

@@ -14,15 +14,30 @@ filter of `grabFilthiestCompactedLog`, for one partition described by its segmen
   (earliest first-batch timestamp > 0 among dirty non-active segments < now - lag) and cleanable
   bytes > 0; a log with no bytes is never cleaned.
 Without an active segment (klake may hold a closed log) the active base is the log end offset.
+
+Every rule is computed over columns for many partitions at once (`cleanable_ranges`, `clean_verdicts`,
+one numpy pass each); `cleanable_range` and `should_clean` are their one-partition case (the cleaner's
+round over segments it has read), and `plan_compaction` their whole-catalog case (the compact job's
+driver plan over the catalog's columns: a reason per partition, a zone per segment).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.catalog.schema import SegmentState, first_dirty_offsets, log_start_offsets
 from engine.format.batch import NO_TIMESTAMP
+from engine.log.plan_columns import dictionary, group_partitions, int64
 from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
 from engine.times import format_duration
 
 UNCLEANABLE_LSO = "last stable offset"
@@ -45,9 +60,14 @@ class SegmentInfo:
     @property
     def largest_timestamp_or_mtime(self) -> int:
         """`LogSegment.largestTimestamp`: the max timestamp, else the file's mtime (spec 7.3)."""
-        if self.largest_timestamp > NO_TIMESTAMP or self.last_modified_ms is None:
+        if self.last_modified_ms is None:
             return self.largest_timestamp
-        return self.last_modified_ms
+        return int(largest_timestamp_or_mtime(np.array([self.largest_timestamp]), np.array([self.last_modified_ms]))[0])
+
+
+def largest_timestamp_or_mtime(largest: np.ndarray, mtime: np.ndarray) -> np.ndarray:
+    """`LogSegment.largestTimestamp` of many segments: the max timestamp, else the file's mtime (spec 7.3)."""
+    return np.where(largest > NO_TIMESTAMP, largest, mtime)
 
 
 @dataclass(frozen=True)
@@ -82,14 +102,24 @@ class CleanDecision:
     range: CleanableRange
 
 
-def _validate(segments: Sequence[SegmentInfo]) -> None:
-    for prev, seg in zip(segments, segments[1:], strict=False):
-        if seg.base_offset <= prev.base_offset or seg.base_offset < prev.next_offset:
-            raise ValueError(f"segments must be in offset order without overlap: base {seg.base_offset} "
-                             f"follows [{prev.base_offset}, {prev.next_offset})")
-    for seg in segments[:-1]:
-        if seg.is_active:
-            raise ValueError(f"only the last segment can be active, not the one at {seg.base_offset}")
+def _validate(base: np.ndarray, nxt: np.ndarray, active: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+              where: Callable[[int], str]) -> None:
+    """Each partition's segments in offset order without overlap, only its last one active (`where(row)`
+    names a faulty row's partition in the message)."""
+    n = len(base)
+    first, last = np.zeros(n, bool), np.zeros(n, bool)
+    first[starts[ends > starts]] = True
+    last[ends[ends > starts] - 1] = True
+    prev_base, prev_next = np.r_[0, base[:-1]][:n], np.r_[0, nxt[:-1]][:n]
+    overlap = ~first & ((base <= prev_base) | (base < prev_next))
+    if overlap.any():
+        i = int(np.argmax(overlap))
+        raise ValueError(f"{where(i)}segments must be in offset order without overlap: base {base[i]} "
+                         f"follows [{prev_base[i]}, {prev_next[i]})")
+    stray = active & ~last
+    if stray.any():
+        i = int(np.argmax(stray))
+        raise ValueError(f"{where(i)}only the last segment can be active, not the one at {base[i]}")
 
 
 def overlapping(segments: Sequence[SegmentInfo], start: int, end: float) -> list[int]:
@@ -105,91 +135,185 @@ def overlapping(segments: Sequence[SegmentInfo], start: int, end: float) -> list
     return rows
 
 
-def _active_base(segments: Sequence[SegmentInfo]) -> int | None:
-    return segments[-1].base_offset if segments and segments[-1].is_active else None
+_INF = np.iinfo(np.int64).max
+UNCLEANABLE_REASONS = (UNCLEANABLE_LSO, UNCLEANABLE_ACTIVE, UNCLEANABLE_MIN_LAG)
 
 
-def _non_active_from(segments: Sequence[SegmentInfo], start: int, active_base: int | None) -> list[int]:
-    """`nonActiveLogSegmentsFrom(start)`."""
-    if active_base is None:
-        return overlapping(segments, start, float("inf"))
-    if start > active_base:
-        return []
-    return overlapping(segments, start, active_base)
+class CleanWhy(StrEnum):
+    """`grabFilthiestCompactedLog`'s verdict on one log, in words (one dictionary entry each in a plan's
+    `reason` column); `decide` renders each with its numbers."""
+
+    NOT_COMPACTED = "cleanup.policy does not compact"
+    NO_BYTES = "the log holds no bytes"
+    DIRTY = "dirty ratio > min.cleanable.dirty.ratio"
+    LAGGED = "max.compaction.lag.ms exceeded"
+    DIRTY_AND_LAGGED = "dirty ratio > min.cleanable.dirty.ratio; max.compaction.lag.ms exceeded"
+    NOTHING_CLEANABLE = "dirty ratio <= min.cleanable.dirty.ratio; nothing cleanable"
+    NOT_LAGGED = "dirty ratio <= min.cleanable.dirty.ratio; max.compaction.lag.ms not exceeded"
 
 
-def _round_end(segments: Sequence[SegmentInfo], uncleanable: int, active_base: int | None,
-               log_end: int) -> int:
-    """Base of the segment holding the first uncleanable offset (`calculateCleanableBytes`); the log end
-    offset when every segment is closed and the offset is at or past the end."""
-    rows = _non_active_from(segments, uncleanable, active_base)
-    if rows and not (active_base is None and uncleanable >= log_end):
-        return segments[rows[0]].base_offset
-    return log_end if active_base is None else active_base
+CLEAN_WHYS = list(CleanWhy)
+_CLEANS = np.array([w in (CleanWhy.DIRTY, CleanWhy.LAGGED, CleanWhy.DIRTY_AND_LAGGED) for w in CLEAN_WHYS])
+
+
+def cleanable_ranges(base: np.ndarray, nxt: np.ndarray, size: np.ndarray, aged_by: np.ndarray,
+                     first_batch_ts: np.ndarray, active: np.ndarray, starts: np.ndarray, ends: np.ndarray, *,
+                     log_start: np.ndarray, checkpoint: np.ndarray, stable_bound: np.ndarray, min_lag: np.ndarray,
+                     max_lag: np.ndarray, now_ms: int) -> dict[str, np.ndarray]:
+    """Kafka's dirty range and dirtiness (module docstring) of many partitions at once, from the columns of
+    their segments (rows `[starts[g], ends[g])` of partition g, offset order, only a last one active; a
+    partition may have none). Per row: `aged_by` is the largest timestamp or the mtime
+    (`SegmentInfo.largest_timestamp_or_mtime`). Per partition: `log_start`, `checkpoint` (the cleaner's,
+    before its reset), `stable_bound` (min of the last stable offset and the high watermark; int64 max
+    for none), `min_lag`/`max_lag` (the topic's compaction lags). Each step is one pass over the columns;
+    `round_rows` (per row) marks the segments of each round (the cleanable bytes' rows)."""
+    n, groups = len(base), len(starts)
+    nonempty = ends > starts
+    gid = np.repeat(np.arange(groups), ends - starts)
+    last_row = np.maximum(ends - 1, 0)
+    is_last = np.zeros(n, bool)
+    is_last[ends[nonempty] - 1] = True
+    next_base = np.r_[base[1:], 0][:n]
+    log_end = np.where(nonempty, nxt[last_row] if n else 0, log_start)
+    has_active = nonempty & (active[last_row] if n else False)
+    active_base = np.where(has_active, base[last_row] if n else 0, 0)
+
+    def overlapping_rows(start: np.ndarray, end: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """`UnifiedLog.logSegments(start, end)` of every partition as a row mask (see `overlapping`)."""
+        s, e = start[gid], end[gid]
+        return valid[gid] & (s != e) & (base < e) & (is_last | (next_base > s))
+
+    def non_active_from(start: np.ndarray) -> np.ndarray:
+        """`nonActiveLogSegmentsFrom(start)`: up to the active segment, none from past it."""
+        return overlapping_rows(start, np.where(has_active, active_base, _INF), ~(has_active & (start > active_base)))
+
+    def group_min(values: np.ndarray) -> np.ndarray:
+        out = np.full(groups, _INF, np.int64)
+        if n:
+            out[nonempty] = np.minimum.reduceat(values, starts[nonempty])
+        return out
+
+    def group_sum(values: np.ndarray) -> np.ndarray:
+        sums = np.r_[0, np.cumsum(values)]
+        return sums[ends] - sums[starts]
+
+    rows = np.arange(n)
+    reset = (checkpoint < log_start) | (checkpoint > log_end)
+    first_dirty = np.where(reset, log_start, checkpoint)
+    stable = np.minimum(log_end, stable_bound)
+    limit, reason = stable, np.zeros(groups, np.int64)
+    active_limit = np.where(has_active, active_base, log_end)
+    reason = np.where(active_limit < limit, 1, reason)
+    limit = np.minimum(limit, active_limit)
+    dirty_non_active = non_active_from(first_dirty)
+    lag = np.maximum(min_lag, 0)
+    young = group_min(np.where(dirty_non_active & (lag[gid] > 0) & (aged_by > now_ms - lag[gid]), rows, _INF))
+    young_base = np.where(young < _INF, base[np.minimum(young, max(n - 1, 0))] if n else 0, _INF)
+    reason = np.where(young_base < limit, 2, reason)
+    limit = np.minimum(limit, young_base)
+    uncleanable = np.maximum(first_dirty, limit)
+    holding = group_min(np.where(non_active_from(uncleanable), rows, _INF))
+    round_end = np.where((holding < _INF) & ~(~has_active & (uncleanable >= log_end)),
+                         base[np.minimum(holding, max(n - 1, 0))] if n else 0, np.where(has_active, active_base, log_end))
+    everywhere = np.ones(groups, bool)
+    clean_bytes = group_sum(np.where(overlapping_rows(np.full(groups, -1), first_dirty, everywhere), size, 0))
+    round_rows = overlapping_rows(np.minimum(first_dirty, round_end), round_end, everywhere)
+    cleanable_bytes = group_sum(np.where(round_rows, size, 0))
+    total = clean_bytes + cleanable_bytes
+    earliest = group_min(np.where(dirty_non_active & (first_batch_ts > 0), first_batch_ts, _INF))
+    clean_until = now_ms - np.maximum(max_lag, 0)
+    delay = np.where((earliest < _INF) & (earliest < clean_until), clean_until - earliest, 0)
+    return {"log_start_offset": log_start, "log_end_offset": log_end, "checkpoint": checkpoint,
+            "checkpoint_reset": reset, "first_dirty_offset": first_dirty, "last_stable_offset": stable,
+            "first_uncleanable_offset": uncleanable, "uncleanable_reason": reason, "round_end": round_end,
+            "clean_bytes": clean_bytes, "cleanable_bytes": cleanable_bytes, "total_bytes": total,
+            "dirty_ratio": np.divide(cleanable_bytes, total, out=np.zeros(groups), where=total > 0),
+            "earliest_dirty_first_batch_timestamp": earliest, "max_compaction_delay_ms": delay,
+            "round_rows": round_rows}
+
+
+def clean_verdicts(ranges: Mapping[str, np.ndarray], compacted: np.ndarray, min_dirty_ratio: np.ndarray) -> np.ndarray:
+    """`grabFilthiestCompactedLog`'s filter for many logs: each one's `CleanWhy` index. A log is cleaned
+    when its dirty ratio is strictly above min.cleanable.dirty.ratio, or when max.compaction.lag.ms is
+    exceeded and it has cleanable bytes; never without compaction or without bytes."""
+    dirty = ranges["dirty_ratio"] > min_dirty_ratio
+    cleanable = ranges["cleanable_bytes"] > 0
+    lagged = (ranges["max_compaction_delay_ms"] > 0) & cleanable
+    code = np.select([~compacted, ranges["total_bytes"] == 0, dirty & lagged, dirty, lagged, ~cleanable],
+                     [CLEAN_WHYS.index(w) for w in (CleanWhy.NOT_COMPACTED, CleanWhy.NO_BYTES,
+                                                    CleanWhy.DIRTY_AND_LAGGED, CleanWhy.DIRTY, CleanWhy.LAGGED,
+                                                    CleanWhy.NOTHING_CLEANABLE)],
+                     CLEAN_WHYS.index(CleanWhy.NOT_LAGGED))
+    return code
+
+
+def verdict_cleans(code: np.ndarray) -> np.ndarray:
+    """Whether each `CleanWhy` index is a verdict to clean."""
+    return _CLEANS[code]
+
+
+def range_at(ranges: Mapping[str, np.ndarray], g: int) -> CleanableRange:
+    """Partition g of `cleanable_ranges` as one `CleanableRange`."""
+    earliest = int(ranges["earliest_dirty_first_batch_timestamp"][g])
+    values = {name: int(column[g]) for name, column in ranges.items()
+              if name not in ("checkpoint_reset", "uncleanable_reason", "dirty_ratio", "round_rows")}
+    return CleanableRange(**values | {
+        "checkpoint_reset": bool(ranges["checkpoint_reset"][g]),
+        "uncleanable_reason": UNCLEANABLE_REASONS[int(ranges["uncleanable_reason"][g])],
+        "dirty_ratio": float(ranges["dirty_ratio"][g]),
+        "earliest_dirty_first_batch_timestamp": None if earliest == _INF else earliest})
 
 
 def cleanable_range(segments: Sequence[SegmentInfo], config: TopicConfig, now_ms: int,
                     first_dirty_offset: int | None = None, *, log_start_offset: int | None = None,
                     last_stable_offset: int | None = None, high_watermark: int | None = None) -> CleanableRange:
-    """Kafka's dirty range and dirtiness for one partition (see the module docstring)."""
-    _validate(segments)
+    """Kafka's dirty range and dirtiness for one partition (see the module docstring): `cleanable_ranges`
+    of one partition."""
     log_start = log_start_offset if log_start_offset is not None else (
         segments[0].base_offset if segments else 0)
-    log_end = segments[-1].next_offset if segments else log_start
     checkpoint = log_start if first_dirty_offset is None else first_dirty_offset
-    reset = checkpoint < log_start or checkpoint > log_end
-    first_dirty = log_start if reset else checkpoint
-    stable = min(x for x in (log_end, last_stable_offset, high_watermark) if x is not None)
-    active_base = _active_base(segments)
-    limits = [(stable, UNCLEANABLE_LSO), (log_end if active_base is None else active_base, UNCLEANABLE_ACTIVE)]
-    dirty_non_active = _non_active_from(segments, first_dirty, active_base)
-    lag = max(config.min_compaction_lag_ms, 0)
-    if lag > 0:
-        for i in dirty_non_active:
-            if segments[i].largest_timestamp_or_mtime > now_ms - lag:
-                limits.append((segments[i].base_offset, UNCLEANABLE_MIN_LAG))
-                break
-    limit, reason = min(limits, key=lambda item: item[0])
-    uncleanable = max(first_dirty, limit)
-    round_end = _round_end(segments, uncleanable, active_base, log_end)
-    clean_bytes = sum(segments[i].size_bytes for i in overlapping(segments, -1, first_dirty))
-    cleanable_bytes = sum(segments[i].size_bytes
-                          for i in overlapping(segments, min(first_dirty, round_end), round_end))
-    total = clean_bytes + cleanable_bytes
-    firsts = [segments[i].first_batch_timestamp for i in dirty_non_active if segments[i].first_batch_timestamp > 0]
-    earliest = min(firsts) if firsts else None
-    clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
-    delay = clean_until - earliest if earliest is not None and earliest < clean_until else 0
-    return CleanableRange(
-        log_start_offset=log_start, log_end_offset=log_end, checkpoint=checkpoint, checkpoint_reset=reset,
-        first_dirty_offset=first_dirty, last_stable_offset=stable, first_uncleanable_offset=uncleanable,
-        uncleanable_reason=reason, round_end=round_end, clean_bytes=clean_bytes, cleanable_bytes=cleanable_bytes,
-        total_bytes=total, dirty_ratio=cleanable_bytes / total if total else 0.0,
-        earliest_dirty_first_batch_timestamp=earliest, max_compaction_delay_ms=delay)
+    bound = min((x for x in (last_stable_offset, high_watermark) if x is not None), default=_INF)
+    columns = np.array([(s.base_offset, s.next_offset, s.size_bytes, s.largest_timestamp_or_mtime,
+                         s.first_batch_timestamp, s.is_active) for s in segments], np.int64).reshape(-1, 6)
+    one = np.array([0]), np.array([len(segments)])
+    _validate(columns[:, 0], columns[:, 1], columns[:, 5].astype(bool), *one, lambda _: "")
+    ranges = cleanable_ranges(*columns[:, :5].T, columns[:, 5].astype(bool), *one,
+                              log_start=np.array([log_start]), checkpoint=np.array([checkpoint]),
+                              stable_bound=np.array([bound]), min_lag=np.array([config.min_compaction_lag_ms]),
+                              max_lag=np.array([config.max_compaction_lag_ms]), now_ms=now_ms)
+    return range_at(ranges, 0)
 
 
 def decide(rng: CleanableRange, config: TopicConfig) -> CleanDecision:
-    """`grabFilthiestCompactedLog`'s filter for one log, with the reasons spelled out."""
-    if not config.compacted:
-        return CleanDecision(False, (f"cleanup.policy={config.cleanup_policy} does not compact",), rng)
-    if rng.total_bytes == 0:
-        return CleanDecision(False, ("the log holds no bytes",), rng)
-    reasons = []
+    """`grabFilthiestCompactedLog`'s filter for one log (`clean_verdicts`), with the reasons spelled out."""
+    ranges = {"dirty_ratio": np.array([rng.dirty_ratio]), "cleanable_bytes": np.array([rng.cleanable_bytes]),
+              "max_compaction_delay_ms": np.array([rng.max_compaction_delay_ms]),
+              "total_bytes": np.array([rng.total_bytes])}
+    code = clean_verdicts(ranges, np.array([config.compacted]), np.array([config.min_cleanable_dirty_ratio]))[0]
+    return CleanDecision(bool(verdict_cleans(code)), explain(CLEAN_WHYS[code], rng, config), rng)
+
+
+def explain(why: CleanWhy, rng: CleanableRange, config: TopicConfig) -> tuple[str, ...]:
+    """A verdict's sentences with the numbers behind it."""
     ratio, threshold = rng.dirty_ratio, config.min_cleanable_dirty_ratio
-    if ratio > threshold:
-        reasons.append(f"dirty ratio {ratio:.6g} > min.cleanable.dirty.ratio {threshold:g}")
-    if rng.needs_compaction_now and rng.cleanable_bytes > 0:
-        reasons.append(f"max.compaction.lag.ms {format_duration(config.max_compaction_lag_ms, precise=True)} "
-                       f"exceeded by {format_duration(rng.max_compaction_delay_ms, precise=True)}")
-    if reasons:
-        return CleanDecision(True, tuple(reasons), rng)
-    why = [f"dirty ratio {ratio:.6g} <= min.cleanable.dirty.ratio {threshold:g}"]
-    if rng.cleanable_bytes == 0:
-        why.append(f"nothing cleanable: dirty range [{rng.first_dirty_offset}, {rng.round_end}) "
-                   f"is limited by the {rng.uncleanable_reason}")
-    elif not rng.needs_compaction_now:
-        why.append("max.compaction.lag.ms not exceeded")
-    return CleanDecision(False, tuple(why), rng)
+    if why == CleanWhy.NOT_COMPACTED:
+        return (f"cleanup.policy={config.cleanup_policy} does not compact",)
+    if why == CleanWhy.NO_BYTES:
+        return ("the log holds no bytes",)
+    dirty = f"dirty ratio {ratio:.6g} > min.cleanable.dirty.ratio {threshold:g}"
+    lagged = (f"max.compaction.lag.ms {format_duration(config.max_compaction_lag_ms, precise=True)} "
+              f"exceeded by {format_duration(rng.max_compaction_delay_ms, precise=True)}")
+    if why == CleanWhy.DIRTY:
+        return (dirty,)
+    if why == CleanWhy.LAGGED:
+        return (lagged,)
+    if why == CleanWhy.DIRTY_AND_LAGGED:
+        return dirty, lagged
+    not_dirty = f"dirty ratio {ratio:.6g} <= min.cleanable.dirty.ratio {threshold:g}"
+    if why == CleanWhy.NOTHING_CLEANABLE:
+        return not_dirty, (f"nothing cleanable: dirty range [{rng.first_dirty_offset}, {rng.round_end}) "
+                           f"is limited by the {rng.uncleanable_reason}")
+    return not_dirty, "max.compaction.lag.ms not exceeded"
 
 
 def should_clean(segments: Sequence[SegmentInfo], config: TopicConfig, now_ms: int,
@@ -199,3 +323,152 @@ def should_clean(segments: Sequence[SegmentInfo], config: TopicConfig, now_ms: i
     rng = cleanable_range(segments, config, now_ms, first_dirty_offset, log_start_offset=log_start_offset,
                           last_stable_offset=last_stable_offset, high_watermark=high_watermark)
     return decide(rng, config)
+
+
+class SegmentZone(StrEnum):
+    """Where a segment lies in its partition's cleaning round (a plan's per-segment `zone` column)."""
+
+    CLEAN = "clean: below the cleaner checkpoint"
+    CLEANABLE = "cleanable: in this round's dirty range"
+    UNCLEANABLE = "uncleanable: at or past the first uncleanable offset's segment"
+
+
+_ZONES = list(SegmentZone)
+COMPACTION_INPUT_COLUMNS = ("topic", "partition", "segment_id", "base_offset", "next_offset", "size_bytes", "state",
+                            "largest_timestamp", "first_batch_timestamp", "created_at_ms", "log_start_offset",
+                            "cleaned")
+_WORDS = pa.dictionary(pa.int32(), pa.string())
+COMPACTION_SEGMENT_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("segment_id", pa.string()), ("base_offset", pa.int64()),
+    ("next_offset", pa.int64()), ("size_bytes", pa.int64()), ("state", pa.string()), ("zone", _WORDS),
+])
+COMPACTION_PARTITION_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("first_row", pa.int64()), ("segments", pa.int64()),
+    ("log_start_offset", pa.int64()), ("log_end_offset", pa.int64()), ("checkpoint", pa.int64()),
+    ("checkpoint_reset", pa.bool_()), ("first_dirty_offset", pa.int64()), ("last_stable_offset", pa.int64()),
+    ("first_uncleanable_offset", pa.int64()), ("uncleanable_reason", _WORDS), ("round_end", pa.int64()),
+    ("clean_bytes", pa.int64()), ("cleanable_bytes", pa.int64()), ("total_bytes", pa.int64()),
+    ("dirty_ratio", pa.float64()), ("min_cleanable_dirty_ratio", pa.float64()),
+    ("earliest_dirty_first_batch_timestamp", pa.int64()), ("max_compaction_delay_ms", pa.int64()),
+    ("clean", pa.bool_()), ("due", pa.bool_()), ("reason", _WORDS),
+])
+
+
+@dataclass(frozen=True)
+class PartitionCompaction:
+    """One partition's row of the compaction plan (`info`), with the range and decision it stands for."""
+
+    tp: TopicPartition
+    config: TopicConfig
+    info: Mapping[str, Any]
+
+    @property
+    def due(self) -> bool:
+        """Kafka's trigger (or `force`) picks the log and it has cleanable bytes: a round runs."""
+        return bool(self.info["due"])
+
+    @property
+    def range(self) -> CleanableRange:
+        return CleanableRange(**{f: self.info[f] for f in CleanableRange.__dataclass_fields__})
+
+    @property
+    def decision(self) -> CleanDecision:
+        return CleanDecision(bool(self.info["clean"]), explain(CleanWhy(self.info["reason"]), self.range, self.config),
+                             self.range)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """`plan_compaction`'s outcome: `partitions` (one row per partition: its range, verdict and reason)
+    and `segments` (one row per segment: its zone in the round), partitions in the same order."""
+
+    configs: Mapping[str, TopicConfig]
+    partitions: pa.Table
+    segments: pa.Table
+
+    @cached_property
+    def _index(self) -> dict[TopicPartition, int]:
+        tps = zip(self.partitions["topic"].to_pylist(), self.partitions["partition"].to_pylist(), strict=True)
+        return {TopicPartition(t, p): i for i, (t, p) in enumerate(tps)}
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        return list(self._index)
+
+    def partition(self, tp: TopicPartition) -> PartitionCompaction:
+        """One partition's row (KeyError if it had no live segment)."""
+        return PartitionCompaction(tp, self.configs[tp.topic], self._rows[self._index[tp]])
+
+    @cached_property
+    def _rows(self) -> list[dict[str, Any]]:
+        """Every partition's row, converted once (a job asks for each partition's)."""
+        return self.partitions.to_pylist()
+
+    def side_files(self) -> dict[str, pa.Table]:
+        return {"partitions": self.partitions, "segments": self.segments}
+
+    def totals(self) -> dict[str, Any]:
+        p = self.partitions
+        reasons = p["reason"].value_counts().to_pylist() if p.num_rows else []
+        return {"partitions": p.num_rows, "due": int(pc.sum(p["due"]).as_py() or 0),
+                "cleanable_bytes": int(pc.sum(pc.if_else(p["due"], p["cleanable_bytes"], 0)).as_py() or 0),
+                "by_reason": {r["values"]: r["counts"] for r in sorted(reasons, key=lambda r: -r["counts"])}}
+
+
+def plan_compaction(segments: pa.Table, configs: Mapping[str, TopicConfig], now_ms: int,
+                    force: bool = False) -> CompactionPlan:
+    """Kafka's cleaner selection (module docstring) for every partition in `segments` (live catalog rows,
+    each partition's in offset order) at once: the cleaner checkpoint from the leading run of `cleaned`
+    rows, the log start offset from the catalog (KIP-107), mtimes from `created_at_ms`, the high
+    watermark at the log end offset (a single-writer batch engine). `due` is the verdict to clean (or
+    `force`) with cleanable bytes. Raises ValueError for rows out of offset order, an ACTIVE row that is not
+    its partition's last, or a topic without config."""
+    table = segments.select(list(COMPACTION_INPUT_COLUMNS))
+    if not table.num_rows:
+        return CompactionPlan(dict(configs), COMPACTION_PARTITION_SCHEMA.empty_table(),
+                              COMPACTION_SEGMENT_SCHEMA.empty_table())
+    table, g = group_partitions(table)
+    try:
+        cfgs = [configs[t] for t in g.topics]
+    except KeyError as exc:
+        raise ValueError(f"no topic config for {exc.args[0]}") from None
+    base, nxt, size = int64(table["base_offset"]), int64(table["next_offset"]), int64(table["size_bytes"])
+    active = np.asarray(pc.equal(table["state"], str(SegmentState.ACTIVE)).to_numpy(zero_copy_only=False))
+    cleaned = np.asarray(table["cleaned"].to_numpy(zero_copy_only=False), bool)
+    _validate(base, nxt, active, g.starts, g.ends,
+              lambda i: f"{g.topics[g.topic_of[g.gid[i]]]}-{g.partitions[g.gid[i]]}: ")
+    log_start = log_start_offsets(base, int64(table["log_start_offset"]), g.starts)
+    checkpoint = first_dirty_offsets(base, nxt, cleaned, log_start, g.starts, g.ends)
+    per_topic = g.topic_of
+    ranges = cleanable_ranges(
+        base, nxt, size, largest_timestamp_or_mtime(int64(table["largest_timestamp"]), int64(table["created_at_ms"])),
+        int64(table["first_batch_timestamp"]), active, g.starts, g.ends, log_start=log_start, checkpoint=checkpoint,
+        stable_bound=np.full(len(g.starts), _INF), now_ms=now_ms,
+        min_lag=np.array([c.min_compaction_lag_ms for c in cfgs], np.int64)[per_topic],
+        max_lag=np.array([c.max_compaction_lag_ms for c in cfgs], np.int64)[per_topic])
+    threshold = np.array([c.min_cleanable_dirty_ratio for c in cfgs], np.float64)[per_topic]
+    verdict = clean_verdicts(ranges, np.array([c.compacted for c in cfgs], bool)[per_topic], threshold)
+    clean = verdict_cleans(verdict)
+    earliest = ranges["earliest_dirty_first_batch_timestamp"]
+    partitions = pa.Table.from_pydict({
+        "topic": pa.array([g.topics[t] for t in per_topic.tolist()], pa.string()),
+        "partition": pa.array(g.partitions, pa.int32()), "first_row": pa.array(g.starts, pa.int64()),
+        "segments": pa.array(g.ends - g.starts, pa.int64()),
+        **{name: pa.array(ranges[name]) for name in (
+            "log_start_offset", "log_end_offset", "checkpoint", "checkpoint_reset", "first_dirty_offset",
+            "last_stable_offset", "first_uncleanable_offset")},
+        "uncleanable_reason": dictionary(ranges["uncleanable_reason"], list(UNCLEANABLE_REASONS)),
+        **{name: pa.array(ranges[name]) for name in ("round_end", "clean_bytes", "cleanable_bytes", "total_bytes",
+                                                     "dirty_ratio")},
+        "min_cleanable_dirty_ratio": pa.array(threshold),
+        "earliest_dirty_first_batch_timestamp": pa.array(earliest, pa.int64(), mask=earliest == _INF),
+        "max_compaction_delay_ms": pa.array(ranges["max_compaction_delay_ms"]),
+        "clean": pa.array(clean), "due": pa.array((clean | force) & (ranges["cleanable_bytes"] > 0)),
+        "reason": dictionary(verdict, [str(w) for w in CLEAN_WHYS]),
+    }, schema=COMPACTION_PARTITION_SCHEMA)
+    zone = np.where(ranges["round_rows"], 1, np.where(base < ranges["first_dirty_offset"][g.gid], 0, 2))
+    segments_out = pa.Table.from_pydict({
+        **{name: table[name] for name in ("topic", "partition", "segment_id", "base_offset", "next_offset",
+                                          "size_bytes", "state")},
+        "zone": dictionary(zone, [str(z) for z in _ZONES]),
+    }, schema=COMPACTION_SEGMENT_SCHEMA)
+    return CompactionPlan(dict(configs), partitions, segments_out)

@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import LIVE_STATES, SegmentState, log_start_offsets, owned
+from engine.log.plan_columns import dictionary, group_partitions, int64
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.times import format_duration, format_time
@@ -221,6 +222,10 @@ class RetentionPlan:
                                                                   self.partitions.columns, strict=True)}
         rows = self.segments.slice(info["first_row"], info["segments"])
         return PartitionRetention(tp, self.now_ms, self.configs[tp.topic], info, rows, self.holds.get(tp))
+
+    def side_files(self) -> dict[str, pa.Table]:
+        """The run report's Parquet side files: every segment's decision."""
+        return {"segments": self.segments}
 
     @property
     def segments_to_delete(self) -> int:
@@ -487,25 +492,18 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     for rows that are not live logs in order, a HW outside [log start, LEO], or a topic without config.
     """
     table = segments.select(list(RETENTION_INPUT_COLUMNS))
-    topic_codes = pc.dictionary_encode(table["topic"]).combine_chunks()
-    key = (np.asarray(topic_codes.indices, dtype=np.int64) << 32) | _np(table["partition"])
-    if np.any(key[1:] < key[:-1]):
-        table = table.take(np.argsort(key, kind="stable"))
-        key = np.sort(key, kind="stable")
     n = table.num_rows
     if not n:
         return RetentionPlan(now_ms, dict(configs), SEGMENT_PLAN_SCHEMA.empty_table(), PARTITION_PLAN_SCHEMA.empty_table())
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    ends = np.r_[starts[1:], n].astype(np.int64)
-    gid = np.repeat(np.arange(len(starts)), ends - starts)
+    table, groups = group_partitions(table)
+    starts, ends, gid = groups.starts, groups.ends, groups.gid
     idx = np.arange(n)
-    base, nxt, size = _np(table["base_offset"]), _np(table["next_offset"]), _np(table["size_bytes"])
+    base, nxt, size = int64(table["base_offset"]), int64(table["next_offset"]), int64(table["size_bytes"])
     last = np.zeros(n, bool)
     last[ends - 1] = True
     _validate(table, base, nxt, size, last, starts)
 
-    topics = topic_codes.dictionary.to_pylist()
-    group_topic, group_part = key[starts] >> 32, key[starts] & 0xFFFFFFFF
+    topics, group_topic, group_part = groups.topics, groups.topic_of, groups.partitions
     try:
         cfgs = [configs[t] for t in topics]
     except KeyError as exc:
@@ -516,7 +514,7 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     floor = np.array([min_timestamp(c) for c in cfgs], np.int64)[group_topic]
 
     leo = nxt[ends - 1]
-    start = log_start_offsets(base, _np(table["log_start_offset"]), starts)
+    start = log_start_offsets(base, int64(table["log_start_offset"]), starts)
     hw = leo.copy()
     for tp, value in (high_watermarks or {}).items():
         hits = np.flatnonzero((np.array(topics, object)[group_topic] == tp.topic) & (group_part == tp.partition))
@@ -549,7 +547,7 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     ran2 = size_status == _RAN
     stop2 = np.where(ran2, first_stop(~size_ok, stop1), stop1)
     # pass 3: retention.ms, aging by the largest timestamp or the mtime fallback
-    largest, created = _np(table["largest_timestamp"]), _np(table["created_at_ms"])
+    largest, created = int64(table["largest_timestamp"]), int64(table["created_at_ms"])
     from_mtime = largest < floor[gid]
     aged_by = np.where(from_mtime, created, largest)
     age = now_ms - aged_by
@@ -602,15 +600,15 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
                                         int(aged_by[i] + retention_ms[g] + 1), int(ends[g] - i - 1),
                                         int(past0[ends[g]] - past0[i + 1]))
 
-    counts0 = np.r_[0, np.cumsum(_np(table["record_count"]))]
+    counts0 = np.r_[0, np.cumsum(int64(table["record_count"]))]
     first_kept_base = base[np.minimum(stop3, n - 1)]
     segments_out = pa.Table.from_pydict({
         "topic": table["topic"], "partition": table["partition"], "segment_id": table["segment_id"],
         "base_offset": table["base_offset"], "next_offset": table["next_offset"],
         "size_bytes": table["size_bytes"], "record_count": table["record_count"], "state": table["state"],
-        "action": _dictionary(np.where(deleted, 1, 0), [str(RetentionAction.KEEP), str(RetentionAction.DELETE)]),
-        "decided_by": _dictionary(decided, [str(p) for p in (*_PASSES, RetentionPass.NONE)]),
-        "reason": _dictionary(reason, labels),
+        "action": dictionary(np.where(deleted, 1, 0), [str(RetentionAction.KEEP), str(RetentionAction.DELETE)]),
+        "decided_by": dictionary(decided, [str(p) for p in (*_PASSES, RetentionPass.NONE)]),
+        "reason": dictionary(reason, labels),
         "largest_timestamp": table["largest_timestamp"],
         "retention_timestamp": pa.array(aged_by, pa.int64()), "from_mtime": pa.array(from_mtime),
         "log_over_bytes": pa.array(over, pa.int64(), mask=~(ran2[gid] & (idx >= stop1[gid]) & (idx <= stop2[gid]))),
@@ -632,8 +630,8 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
         "new_log_start_offset": pa.array(np.maximum(start, np.where(rolled, leo, first_kept_base)), pa.int64()),
         "roll_new_active_at": pa.array(leo, pa.int64(), mask=~rolled),
         "log_size": pa.array(log_size, pa.int64()),
-        "size_pass": _dictionary(size_status, [str(s) for s in _STATUSES]),
-        "time_pass": _dictionary(time_status, [str(s) for s in _STATUSES]),
+        "size_pass": dictionary(size_status, [str(s) for s in _STATUSES]),
+        "time_pass": dictionary(time_status, [str(s) for s in _STATUSES]),
         "log_start_stop": relative(stop1, np.ones(len(starts), bool)), "log_start_why": why_column(notes[0]),
         "size_stop": relative(stop2, ran2 & (stop1 < ends)), "size_why": why_column(notes[1]),
         "time_stop": relative(stop3, ran3 & (stop2 < ends)), "time_why": why_column(notes[2]),
@@ -644,17 +642,8 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     return RetentionPlan(now_ms, dict(configs), segments_out, partitions, holds)
 
 
-def _np(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def _code(why: Why) -> int:
     return _WHYS.index(why)
-
-
-def _dictionary(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
 
 
 def _validate(table: pa.Table, base: np.ndarray, nxt: np.ndarray, size: np.ndarray, last: np.ndarray,

@@ -1,8 +1,9 @@
 """Compact one catalogued partition: Kafka's cleaner over the catalog, old and new segments swapped
 in ONE commit.
 
-The decision (dirty ratio, min/max compaction lag; spec 8.1) is made from the catalog rows alone, so
-a partition that needs nothing costs no object read. A round reads the partition's segments, runs
+The decision (dirty ratio, min/max compaction lag; spec 8.1) is made on the driver from the catalog's
+columns alone, for every partition at once (`CompactionPlanner`, `plan_compaction`), so a partition that
+needs nothing costs no object read and a dry run reads none. A round reads the partition's segments, runs
 `engine.cleaner.cleaning.clean_log`, writes every changed group as a new segment version (`cleaned = true`,
 its "mtime" that of the last source segment, as Kafka's cleaner sets it) and commits in one swap
 (`prepare_compaction` writes, `engine.ops.run` commits for every partition of a job at once):
@@ -14,19 +15,23 @@ the replaced objects are deleted and their rows removed (two-phase delete).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
+
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import (
-    SegmentRow,
-    SegmentState,
-    first_dirty_offset,
-    partition_log_start_offset,
-)
+from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
 from engine.cleaner.cleaning import SourceSegment, clean_log
-from engine.cleaner.selection import SegmentInfo, should_clean
+from engine.cleaner.selection import (
+    COMPACTION_INPUT_COLUMNS,
+    CompactionPlan,
+    PartitionCompaction,
+    plan_compaction,
+    should_clean,
+)
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
@@ -58,23 +63,34 @@ class CompactOutcome:
         return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
 
 
-def _info(row: SegmentRow) -> SegmentInfo:
-    return SegmentInfo(row.base_offset, row.next_offset, row.size_bytes, row.largest_timestamp,
-                       row.first_batch_timestamp, row.state == SegmentState.ACTIVE, row.created_at_ms)
+@dataclass(frozen=True)
+class CompactionPlanner:
+    """The driver's cleaner selection of every partition at `now_ms` (a `Planner`: it reads no object);
+    `force` makes every partition with cleanable bytes due."""
+
+    now_ms: int
+    force: bool = False
+    columns: tuple[str, ...] = COMPACTION_INPUT_COLUMNS
+
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> CompactionPlan:
+        return plan_compaction(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms, self.force)
 
 
 def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
-                       job_id: str, force: bool = False, dry_run: bool = False) -> PartitionStep[CompactOutcome]:
-    """One cleaning round on a partition if Kafka's trigger says so (or `force`): write the cleaned
+                       job_id: str, dry_run: bool = False) -> PartitionStep[CompactOutcome]:
+    """One cleaning round on a partition if its slice of the plan says it is due: write the cleaned
     segments and return the swap (new rows in, replaced rows DELETE_STARTED)."""
-    tp, rows, config = item.tp, list(item.rows), item.config
-    start, dirty = partition_log_start_offset(rows), first_dirty_offset(rows)
-    decision = should_clean([_info(r) for r in rows], config, now_ms, dirty, log_start_offset=start)
-    due = (decision.clean or force) and decision.range.cleanable_bytes > 0
-    outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio, due=due,
-                             segments_before=len(rows), segments_after=len(rows))
+    tp, config = item.tp, item.config
+    assert item.segments is not None, f"{tp}: compaction plans on the driver and ships the rows as Arrow"
+    plan: PartitionCompaction | None = item.plan
+    decision = should_clean([], config, now_ms) if plan is None else plan.decision  # no live segment
+    count = item.segments.num_rows
+    outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio,
+                             due=plan is not None and plan.due, segments_before=count, segments_after=count)
     if not outcome.due or dry_run:
         return PartitionStep(outcome)
+    rows = table_to_rows(item.segments)
+    start, dirty = decision.range.log_start_offset, decision.range.checkpoint
     sources = [SourceSegment(r.base_offset, read_bytes(r.log_key, options), r.state == SegmentState.ACTIVE,
                              r.created_at_ms, r.log_key) for r in rows]
     result = clean_log(sources, config, now_ms, dirty, log_start_offset=start)
@@ -107,10 +123,9 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     """Run one cleaning round on `tp` if Kafka's trigger says so (or `force`), committed in one swap."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, force=force,
-                      dry_run=dry_run)
+    prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, root, tp, config, prepare, operation="compact", job_id=job_id,
-                               options=options, mutate=not dry_run)
+                               options=options, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
     outcome: CompactOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

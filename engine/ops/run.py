@@ -10,9 +10,9 @@ this process for the engine's single-partition functions, one Spark task per par
 3. skip the partitions the job ledger says this job id already finished (an earlier attempt committed
    them): a job id names a unit of work per partition, as a producer id and sequence do in Kafka's
    idempotent producer, so a re-run finishes exactly the partitions that are missing;
-4. a job that plans on the driver (`planner`: retention) plans every partition at once over the live
-   rows as one Arrow table, and each task gets its partition's slice of the plan and of the rows, as
-   Arrow (no row objects are built or pickled);
+4. a job that plans on the driver (`planner`: retention, roll, compaction selection) plans every
+   partition at once over the live rows as one Arrow table, and each task gets its partition's slice
+   of the plan and of the rows, as Arrow (no row objects are built or pickled);
 5. `execute` runs the operation's `prepare` on each partition's live rows: it may write new objects,
    always under fresh segment ids, so work that never commits leaves only unreferenced objects (the
    scrub job removes them) and a re-run starts again from the catalog;
@@ -88,7 +88,8 @@ class PartitionInput:
 
 
 class DriverPlan(Protocol):
-    """A plan of many partitions made on the driver in one vectorised pass (`RetentionPlan`)."""
+    """A plan of many partitions made on the driver in one vectorised pass (`RetentionPlan`, `RollPlan`,
+    `CompactionPlan`)."""
 
     def partition(self, tp: TopicPartition) -> Any: ...
 

@@ -23,7 +23,11 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from engine.catalog.schema import SegmentRow, table_to_rows
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.catalog.schema import LIVE_STATES
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
 from layouts.object_layout import REJECTS_DIR, parse_object_segment_name
@@ -123,31 +127,51 @@ def _debris(root: str, old: list[ObjectInfo], catalog: Catalog, now: int) -> lis
     return found
 
 
-def _referenced(rows: list[SegmentRow]) -> set[str]:
-    return {key for row in rows for key in (row.log_key, row.index_key, row.timeindex_key)}
+_KINDS = (("log", "log_key", "size_bytes"), ("index", "index_key", "index_size_bytes"),
+          ("timeindex", "timeindex_key", "timeindex_size_bytes"))
+_KEY_COLUMNS = ("topic", "partition", "segment_id", *(c for kind in _KINDS for c in kind[1:]))
 
 
-def _live_rows(catalog: Catalog) -> list[SegmentRow]:
-    return table_to_rows(catalog.segments())
+def _live_keys(catalog: Catalog) -> pa.Table:
+    """The live rows' object keys and recorded sizes, as Arrow (only the columns scrub reads)."""
+    tps = [(tp.topic, tp.partition) for tp in catalog.partitions()]
+    return catalog.rows_table(tps, LIVE_STATES, _KEY_COLUMNS)
 
 
-def _outside_listing(rows: list[SegmentRow], root: str, options: StorageOptions | None) -> dict[str, ObjectInfo]:
+def _referenced(live: pa.Table) -> pa.Array:
+    """Every object key a live row references, as one string column (three per row)."""
+    return pa.concat_arrays([live[column].combine_chunks() for _, column, _ in _KINDS])
+
+
+def _outside_listing(referenced: pa.Array, root: str, options: StorageOptions | None) -> list[ObjectInfo]:
     """Objects referenced from outside `root` (e.g. Kafka-layout imports), listed once per directory."""
-    dirs = {key.rsplit("/", 1)[0] for key in _referenced(rows) if not key.startswith(root + "/")}
-    return {info.uri: info for d in sorted(dirs) for info in list_objects(d, options)}
+    outside = referenced.filter(pc.invert(pc.starts_with(referenced, root + "/")))
+    dirs = pc.unique(pc.replace_substring_regex(outside, r"/[^/]*$", "")).to_pylist()
+    return [info for d in sorted(dirs) for info in list_objects(d, options)]
 
 
-def _check_rows(rows: list[SegmentRow], objects: dict[str, ObjectInfo], report: ScrubReport) -> None:
-    for row in rows:
-        name = f"{row.topic}-{row.partition}/{row.segment_id}"
-        for kind, key, size in (("log", row.log_key, row.size_bytes), ("index", row.index_key, row.index_size_bytes),
-                                ("timeindex", row.timeindex_key, row.timeindex_size_bytes)):
-            info = objects.get(key)
-            if info is None:
+def _check_rows(live: pa.Table, uris: pa.Array, sizes: pa.Array, report: ScrubReport) -> None:
+    """Live rows whose objects are missing, or whose size is not the row's (a row of an older catalog records
+    no sidecar size: null, not compared): a set lookup per key column over the listing (Arrow); objects are
+    built only for the rows at fault, in row order."""
+    found = {column: pc.index_in(live[column], value_set=uris) for _, column, _ in _KINDS}
+    bad = None
+    for _, column, size in _KINDS:
+        missing = pc.is_null(found[column])
+        differs = pc.fill_null(pc.not_equal(pc.take(sizes, found[column]), live[size]), False)
+        bad = pc.or_(missing, differs) if bad is None else pc.or_(bad, pc.or_(missing, differs))
+    faulty = np.flatnonzero(np.asarray(bad.to_numpy(zero_copy_only=False)))
+    rows = live.take(faulty).to_pylist()
+    at = {column: found[column].take(faulty).to_pylist() for _, column, _ in _KINDS}
+    for i, row in enumerate(rows):
+        name = f"{row['topic']}-{row['partition']}/{row['segment_id']}"
+        for kind, column, size in _KINDS:
+            key, where, expected = row[column], at[column][i], row[size]
+            if where is None:
                 report.missing.append(MissingObject(segment=name, kind=kind, key=key))
-            elif size is not None and info.size != size:  # an older catalog's row records no sidecar size
-                report.size_mismatches.append(SizeMismatch(segment=name, key=key, catalog_size=size,
-                                                           object_size=info.size))
+            elif expected is not None and sizes[where].as_py() != expected:
+                report.size_mismatches.append(SizeMismatch(segment=name, key=key, catalog_size=expected,
+                                                           object_size=sizes[where].as_py()))
 
 
 def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
@@ -160,15 +184,17 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
     listed = list_objects(root, options)
     now = time.time_ns() // 1_000_000 if now is None else now
     report.objects_listed = len(listed)
-    rows = _live_rows(catalog)
-    report.live_segments = len(rows)
-    objects = {info.uri: info for info in listed} | _outside_listing(rows, root, options)
-    _check_rows(rows, objects, report)
-    referenced = _referenced(rows)
+    live = _live_keys(catalog)
+    report.live_segments = live.num_rows
+    referenced = _referenced(live)
+    objects = listed + _outside_listing(referenced, root, options)
+    uris = pa.array([info.uri for info in objects], pa.string())
+    _check_rows(live, uris, pa.array([info.size for info in objects], pa.int64()), report)
+    unreferenced = np.flatnonzero(~np.asarray(pc.is_in(uris.slice(0, len(listed)), value_set=referenced)
+                                              .to_numpy(zero_copy_only=False)))
     old_others = []
-    for info in listed:
-        if info.uri in referenced:
-            continue
+    for i in unreferenced.tolist():
+        info = listed[i]
         age = now - info.mtime_ms
         if not is_klake_object(root, info):
             if age >= grace_ms:
@@ -181,8 +207,9 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
     report.debris = _debris(root, old_others, catalog, now)
     if dry_run or not (report.orphans or report.debris):
         return report
-    referenced_now = _referenced(_live_rows(catalog))
-    report.orphans = [o for o in report.orphans if o.uri not in referenced_now]
+    referenced_now = _referenced(_live_keys(catalog))
+    still = pc.is_in(pa.array([o.uri for o in report.orphans], pa.string()), value_set=referenced_now).to_pylist()
+    report.orphans = [o for o, taken in zip(report.orphans, still, strict=True) if not taken]
     result = delete_objects([o.uri for o in report.orphans] + [d.uri for d in report.debris], options)
     report.deleted, report.delete_failed, report.delete_requests = result.deleted, result.failed, result.requests
     return report

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +28,14 @@ from engine.ops.run import JobRun
 from layouts.store import StorageOptions, write_bytes
 
 SUCCEEDED, FAILED = "succeeded", "failed"
+
+
+class ReportedPlan(Protocol):
+    """A driver plan as the report shows it (`RetentionPlan`, `RollPlan`, `CompactionPlan`)."""
+
+    def side_files(self) -> dict[str, pa.Table]: ...
+
+    def totals(self) -> dict[str, Any]: ...
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -66,6 +74,12 @@ class RunReport:
         for entry in self.partitions:
             if entry["partition"] == where and entry["status"] == SUCCEEDED:
                 entry["status"], entry["error"] = FAILED, error
+
+    def add_plan(self, plan: ReportedPlan) -> None:
+        """A driver plan's detail to its Parquet side files (one row per segment or partition, written next
+        to the report) and its counts by reason to the summary, most frequent first."""
+        self.side_files.update(plan.side_files())
+        self.summary += [f"  {count:>12,}  {reason}" for reason, count in plan.totals()["by_reason"].items()]
 
     def add_run(self, run: JobRun) -> None:
         """Fold an engine `JobRun` in: per-partition outcomes (with each task's traffic), failures, the commit.

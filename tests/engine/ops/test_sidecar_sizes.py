@@ -18,7 +18,7 @@ from engine.ops.importer import import_log_dir
 from engine.ops.mirror import mirror_partitions
 from engine.ops.recover import prepare_recovery
 from engine.ops.retention import apply_retention
-from engine.ops.roll import prepare_roll
+from engine.ops.roll import RollPlanner, prepare_roll
 from engine.ops.run import run_single_partition
 from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import object_info
@@ -56,7 +56,7 @@ def test_every_writer_records_the_sizes_of_the_sidecars_its_rows_name(backend: B
     before = catalog.version()
     run_single_partition(catalog, root, TP, CONFIG, partial(prepare_roll, root=root, now_ms=NOW - DAY,
                                                             options=backend.options, job_id="roll"),
-                         operation="roll", job_id="roll", options=backend.options)
+                         operation="roll", job_id="roll", options=backend.options, planner=RollPlanner(NOW - DAY))
     assert catalog.version() == before + 1 and catalog.live_segments(TP.topic, TP.partition)[-1].size_bytes == 0
     _assert_sizes(catalog, backend)
     append_to_partition(catalog, root, TP, _updates(200, NOW - DAY), CONFIG, NOW - DAY, backend.options)
