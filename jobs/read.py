@@ -9,10 +9,12 @@ What the job's tasks do with the records depends on what it is asked for; every 
 and range-filters every batch the same way (`engine.ops.read.read_item`):
 - no `--output`: the answer is counts, so the tasks count and return their counts; no row is shipped
   to Spark's JVM (as Spark itself prunes every column for a `count()` over Parquet);
-- `--output` in Parquet (the default): each task writes its records' Parquet file itself with pyarrow,
-  and the driver commits the files once every task succeeded (`engine.ops.read_output`: staging per task
-  attempt, moved into place, `_SUCCESS` last; a re-run replaces the output);
-- `--output-format json`: rows go through Spark's JSON writer.
+- `--output` in Parquet (the default) on a local path or `s3://`: each task writes its records' Parquet
+  file itself with pyarrow through klake's store, and the driver commits the files once every task
+  succeeded (`engine.ops.read_output`: staging per task attempt, moved into place, `_SUCCESS` last; a
+  re-run replaces the output);
+- `--output-format json`, or another filesystem (`hdfs://`, ...): rows go through Spark's own writer,
+  which needs the cluster's filesystem for that scheme.
 A task that meets a corrupt batch fails its topic-partition with the error naming segment and offset;
 nothing is committed then.
 
@@ -61,7 +63,7 @@ from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
 from layouts.metering import Meter, add_counted, metered
-from layouts.store import StorageOptions, normalize_uri
+from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -209,8 +211,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="end timestamp, exclusive: epoch ms or ISO-8601 (UTC unless it names a zone)")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
-    parser.add_argument("--output", metavar="PATH", help="write the records here, local or s3:// (replacing "
-                        "what is there, once every task succeeded); without it the records are only counted")
+    parser.add_argument("--output", metavar="PATH", help="write the records here (a local path, s3:// or a filesystem "
+                        "of Spark's), replacing what is there; without it the records are only counted")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
     parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
                         help="cut segments larger than this into byte ranges read by separate tasks")
@@ -231,7 +233,7 @@ def run(ctx: JobContext) -> None:
     plans = [plan_read(ctx.catalog, topic, topic_range, ctx.options, lambda p, t=topic: (t, p) in chosen,
                        args.split_bytes, interval) for topic, topic_range in ranges.items()]
     items = [item for plan in plans for item in plan.items]
-    if args.output and args.output_format == "json":
+    if args.output and (args.output_format != "parquet" or not (is_local(args.output) or is_s3(args.output))):
         counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
         frame = records_frame(ctx.spark, items, ctx.options, interval, counters, args.pack_bytes)
         tasks = frame.rdd.getNumPartitions() if items else 0
