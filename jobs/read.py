@@ -261,6 +261,8 @@ def run(ctx: JobContext) -> None:
     _report(ctx, rng, plans, len(items), len(results), tally)
     for result in failed:
         ctx.report.fail(result.where or "*", result.error or "")
+    if failed and output is not None:
+        ctx.report.summary.append(f"read: nothing written to {args.output}: a task failed (the output is as it was)")
 
 
 def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: int, task_count: int,
