@@ -2,8 +2,21 @@
 
 Rows have the columns of Spark's Kafka source (`KAFKA_SCHEMA`: key, value, topic, partition, offset,
 timestamp, timestampType, headers), so code written against a live Kafka source runs unchanged on the
-archive. They go to `--output` (Spark's Parquet or JSON writer) or, from Python, come back as a
-DataFrame: `read_records(spark, config, topic, from_ms=..., to_ms=..., from_offset=..., to_offset=...)`.
+archive. They go to `--output` or, from Python, come back as a DataFrame:
+`read_records(spark, config, topic, from_ms=..., to_ms=..., from_offset=..., to_offset=...)`.
+
+What the job's tasks do with the records depends on what it is asked for; every task reads, CRC-checks
+and range-filters every batch the same way (`engine.ops.read.read_item`):
+- no `--output`: the answer is counts, so the tasks count and return their counts; no row is shipped
+  to Spark's JVM (as Spark itself prunes every column for a `count()` over Parquet);
+- `--output` in Parquet (the default) on a local path or `s3://`: each task writes its records' Parquet
+  file itself with pyarrow through klake's store, and the driver commits the files once every task
+  succeeded (`engine.ops.read_output`: staging per task attempt, moved into place, `_SUCCESS` last; a
+  re-run replaces the output);
+- `--output-format json`, or another filesystem (`hdfs://`, ...): rows go through Spark's own writer,
+  which needs the cluster's filesystem for that scheme.
+A task that meets a corrupt batch fails its topic-partition with the error naming segment and offset;
+nothing is committed then.
 
 Range (all bounds optional, combined with AND): `--from`/`--to` (epoch ms or ISO-8601, before 1970
 on KIP-228 topics): `from <= timestamp < to`, each record by its own timestamp (Spark's Kafka source
@@ -23,7 +36,7 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,19 +48,23 @@ from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.read import (
     DEFAULT_PACK_BYTES,
     DEFAULT_SPLIT_BYTES,
+    KAFKA_ARROW_SCHEMA,
+    KAFKA_DICTIONARY_COLUMNS,
     ReadPlan,
     ReadRange,
     WorkItem,
+    count_item,
     pack_items,
     plan_read,
     read_item,
 )
+from engine.ops.read_output import StagedOutput, write_parquet
 from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
-from layouts.metering import add_counted, metered
-from layouts.store import StorageOptions
+from layouts.metering import Meter, add_counted, metered
+from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,21 +100,90 @@ def records_frame(spark: SparkSession, items: list[WorkItem], options: StorageOp
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 for item in shared.value[index]:
-                    yield from _read_counted(item, options, index_interval_bytes, counters)
+                    tally: Counter[str] = Counter()
+                    yield from _read_tallied(item, options, index_interval_bytes, tally)
+                    if counters is not None:
+                        counters.add(tally)
 
     return spark.range(0, len(packs), 1, len(packs)).mapInArrow(read_batches, KAFKA_SCHEMA)
 
 
-def _read_counted(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int, counters: Any
-                  ) -> Iterator[pa.RecordBatch]:
+def _read_tallied(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int,
+                  tally: Counter[str]) -> Iterator[pa.RecordBatch]:
+    """`read_item`, adding its GETs, bytes read and records (by topic-partition) to `tally`."""
     records = 0
     with metered() as meter:
         for batch in read_item(item, options, index_interval_bytes):
             records += batch.num_rows
             yield batch
-    if counters is not None:
-        counters.add(Counter({"GET": meter.requests["GET"], "bytes_read": meter.bytes["read"],
-                              f"records:{item.row.topic}-{item.row.partition}": records}))
+    _add_item(tally, item, meter, records)
+
+
+def _add_item(tally: Counter[str], item: WorkItem, meter: Meter, records: int) -> None:
+    tally.update({"GET": meter.requests["GET"], "bytes_read": meter.bytes["read"],
+                  f"records:{item.row.topic}-{item.row.partition}": records})
+
+
+@dataclass
+class PackResult:
+    """What one task of the count or Parquet scan returns: its tally, the file it staged, or the error
+    that failed it (a typed klake error or a storage error) and the topic-partition it was reading."""
+
+    pack: int
+    tally: Counter[str]
+    staged: str | None = None
+    error: str | None = None
+    where: str | None = None
+
+
+def _scan_pack(pack: int, items: list[WorkItem], options: StorageOptions | None, index_interval_bytes: int,
+               output: StagedOutput | None, attempt: int) -> PackResult:
+    """One task: read every item of the pack and count its records or, with `output`, write them to this
+    attempt's staged Parquet file."""
+    result = PackResult(pack, Counter())
+    current: list[WorkItem] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for item in items:
+            current[:] = [item]
+            yield from _read_tallied(item, options, index_interval_bytes, result.tally)
+
+    try:
+        if output is None:
+            for item in items:
+                current[:] = [item]
+                with metered() as meter:
+                    records = count_item(item, options, index_interval_bytes)
+                _add_item(result.tally, item, meter, records)
+        else:
+            uri = output.attempt_uri(pack, attempt)
+            with metered() as meter:
+                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, options, KAFKA_DICTIONARY_COLUMNS):
+                    result.staged = uri
+            result.tally.update({"PUT": meter.requests["PUT"], "bytes_written": meter.bytes["written"]})
+    except (KlakeError, OSError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.where = f"{current[0].row.topic}-{current[0].row.partition}" if current else "*"
+    return result
+
+
+def scan_packs(spark: SparkSession, items: list[WorkItem], options: StorageOptions | None,
+               index_interval_bytes: int, pack_bytes: int, output: StagedOutput | None,
+               progress: Any = None) -> list[PackResult]:
+    """Count (or, with `output`, stage as Parquet) the records of every work item, one Spark task per pack
+    (`pack_items`, at least one per core); only small results travel back, no row goes through the JVM."""
+    packs = pack_items(items, pack_bytes, spark.sparkContext.defaultParallelism)
+    if not packs:
+        return []
+
+    def task(numbered: tuple[int, list[WorkItem]]) -> PackResult:
+        from pyspark import TaskContext
+
+        attempt = TaskContext.get().taskAttemptId()  # type: ignore[union-attr]  # always set in a task
+        return _scan_pack(numbered[0], numbered[1], options, index_interval_bytes, output, attempt)
+
+    rdd = spark.sparkContext.parallelize(list(enumerate(packs)), len(packs)).map(task)
+    return run_with_progress(spark, rdd.collect, len(packs), progress)
 
 
 def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: int | None = None,
@@ -126,8 +212,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="end timestamp, exclusive: epoch ms or ISO-8601 (UTC unless it names a zone)")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
-    parser.add_argument("--output", metavar="PATH", help="write the records here with Spark's writer "
-                        "(replacing what is there); without it the records are only counted")
+    parser.add_argument("--output", metavar="PATH", help="write the records here (a local path, s3:// or a filesystem "
+                        "of Spark's), replacing what is there; without it the records are only counted")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
     parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
                         help="cut segments larger than this into byte ranges read by separate tasks")
@@ -148,16 +234,35 @@ def run(ctx: JobContext) -> None:
     plans = [plan_read(ctx.catalog, topic, topic_range, ctx.options, lambda p, t=topic: (t, p) in chosen,
                        args.split_bytes, interval) for topic, topic_range in ranges.items()]
     items = [item for plan in plans for item in plan.items]
-    counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
-    frame = records_frame(ctx.spark, items, ctx.options, interval, counters, args.pack_bytes)
-    tasks = frame.rdd.getNumPartitions() if items else 0
-    if args.output:
+    if args.output and (args.output_format != "parquet" or not (is_local(args.output) or is_s3(args.output))):
+        counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
+        frame = records_frame(ctx.spark, items, ctx.options, interval, counters, args.pack_bytes)
+        tasks = frame.rdd.getNumPartitions() if items else 0
         writer = frame.write.mode("overwrite").format(args.output_format)
         run_with_progress(ctx.spark, lambda: writer.save(args.output), tasks, ctx.progress())
-    else:  # the tasks count the records; Spark's no-op sink reads them without a count() aggregation
-        run_with_progress(ctx.spark, lambda: frame.write.format("noop").mode("overwrite").save(), tasks,
-                          ctx.progress())
-    _report(ctx, rng, plans, len(items), tasks, counters.value)
+        _report(ctx, rng, plans, len(items), tasks, counters.value)
+        return
+    output = StagedOutput(normalize_uri(args.output), ctx.job_id) if args.output else None
+    try:
+        results = scan_packs(ctx.spark, items, ctx.options, interval, args.pack_bytes, output, ctx.progress())
+    except BaseException:
+        if output is not None:
+            output.abort(ctx.options)
+        raise
+    tally: Counter[str] = Counter()
+    for result in results:
+        tally.update(result.tally)
+    failed = [result for result in results if result.error]
+    if output is not None:
+        if failed:
+            output.abort(ctx.options)
+        else:
+            output.commit({r.pack: r.staged for r in results if r.staged}, KAFKA_ARROW_SCHEMA, ctx.options)
+    _report(ctx, rng, plans, len(items), len(results), tally)
+    for result in failed:
+        ctx.report.fail(result.where or "*", result.error or "")
+    if failed and output is not None:
+        ctx.report.summary.append(f"read: nothing written to {args.output}: a task failed (the output is as it was)")
 
 
 def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: int, task_count: int,
@@ -167,7 +272,8 @@ def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: 
     for name, count in by_partition.items():
         ctx.report.partitions.append({"partition": name, "status": "succeeded", "error": None,
                                       "outcome": {"records": count}})
-    add_counted({"GET": tasks["GET"]}, {"read": tasks["bytes_read"]})  # the tasks' GETs, into the job's totals
+    add_counted({"GET": tasks["GET"], "PUT": tasks["PUT"]},  # the tasks' traffic, into the job's totals
+                {"read": tasks["bytes_read"], "written": tasks["bytes_written"]})
     get_requests = sum(plan.requests["GET"] for plan in plans) + tasks["GET"]
     bytes_read = sum(plan.bytes["read"] for plan in plans) + tasks["bytes_read"]
     segments = {"live": sum(p.live_segments for p in plans), "pruned": sum(p.pruned_segments for p in plans),

@@ -23,9 +23,10 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import uuid
-from collections.abc import Callable, Iterable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -231,6 +232,21 @@ class FileIO:
         record("PUT", written=len(data))
         self.fs.pipe_file(self.path(uri), data)
 
+    @contextmanager
+    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+        with self.fs.open(self.path(uri), "wb") as out:
+            yield out
+            written = out.tell()
+        record("PUT", written=written)
+
+    def move(self, source: str, target: str) -> None:
+        record("CopyObject")
+        self.fs.copy(self.path(source), self.path(target))
+        self.delete(source)
+
+    def delete_tree(self, uri: str) -> None:
+        self.delete_many([info.uri for info in self.list_objects(uri)])
+
     def delete(self, uri: str) -> bool:
         record("DELETE")
         try:
@@ -285,6 +301,27 @@ class LocalFileIO(FileIO):
         exported log dir) never sees a partial file, and a killed writer leaves the old one."""
         record("PUT", written=len(data))
         publish_local(self.path(uri), lambda out: out.write(data), replace=True)
+
+    @contextmanager
+    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+        path = self.path(uri)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            yield out
+            written = out.tell()
+        record("PUT", written=written)
+
+    def move(self, source: str, target: str) -> None:
+        """A rename (atomic), parent directories created."""
+        record("CopyObject")
+        record("DELETE")
+        path = self.path(target)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.replace(self.path(source), path)
+
+    def delete_tree(self, uri: str) -> None:
+        super().delete_tree(uri)
+        shutil.rmtree(self.path(uri), ignore_errors=True)  # the directories left empty
 
     def delete_many(self, uris: list[str]) -> DeleteResult:
         result = DeleteResult()
@@ -468,6 +505,26 @@ def write_bytes(uri: str, data: bytes, options: StorageOptions | None = None) ->
     log dirs (one PUT on S3; a temporary file renamed over the name locally, parent directories
     created). Never used for catalogued segments, which are immutable (`put_if_absent`)."""
     file_io(uri, options).write(uri, data)
+
+
+@contextmanager
+def open_write(uri: str, options: StorageOptions | None = None) -> Iterator[BinaryIO]:
+    """A stream writing (or replacing) the object `uri` in parts, for a job's output file too large to hold
+    in memory (a multipart upload on S3); counted as one PUT of its bytes. An error inside the block may
+    leave the object cut short: write under a temporary name and `move_object` it into place when done."""
+    with file_io(uri, options).open_write(uri) as out:
+        yield out
+
+
+def move_object(source: str, target: str, options: StorageOptions | None = None) -> None:
+    """Move one object to another name in the same store: a rename locally (atomic), a server-side
+    copy and a delete on S3 (no bytes through this process)."""
+    file_io(source, options).move(source, target)
+
+
+def delete_tree(uri: str, options: StorageOptions | None = None) -> None:
+    """Delete every object under the prefix `uri` (and, locally, its directories); nothing there is fine."""
+    file_io(uri, options).delete_tree(uri)
 
 
 def delete_object(uri: str, options: StorageOptions | None = None) -> bool:

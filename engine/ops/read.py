@@ -34,7 +34,7 @@ import pyarrow as pa
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
-from engine.format.records import HEADERS_TYPE, decode_records
+from engine.format.records import HEADERS_TYPE, RecordTable, decode_records
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
@@ -47,6 +47,9 @@ KAFKA_ARROW_SCHEMA = pa.schema([
     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
     ("headers", HEADERS_TYPE)])
 """Spark's Kafka source columns as Arrow (timestamps in microseconds, as Spark's)."""
+KAFKA_DICTIONARY_COLUMNS = ("key", "value", "topic", "partition", "timestampType", "headers")
+"""The columns worth a Parquet dictionary: offsets are unique and timestamps nearly so (a dictionary there
+costs ~15% of a file's encoding time and makes it larger)."""
 DEFAULT_SPLIT_BYTES = 64 * 1024**2
 DEFAULT_PACK_BYTES = 128 * 1024**2
 READ_WINDOW = 4 * 1024**2
@@ -261,6 +264,25 @@ def split_points(positions: np.ndarray, start: int, end: int, split_bytes: int) 
 def read_item(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
               ) -> Iterator[pa.RecordBatch]:
     """The records of one work item in range, as Arrow batches with `KAFKA_ARROW_SCHEMA`."""
+    for records, batches, keep in _decoded_chunks(item, options, index_interval_bytes):
+        table = records.to_arrow(batches)
+        selected = kafka_rows(table if keep.all() else table.filter(pa.array(keep)), item.row.topic,
+                              item.row.partition)
+        if selected.num_rows:
+            yield from selected.to_batches()
+
+
+def count_item(item: WorkItem, options: StorageOptions | None,
+               index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> int:
+    """How many records `read_item` returns, by the same reads, CRC checks, decoding and range test (a
+    corrupt batch fails it alike), without building the rows: for a consumer that needs no column."""
+    return sum(int(np.count_nonzero(keep)) for _, _, keep in _decoded_chunks(item, options, index_interval_bytes))
+
+
+def _decoded_chunks(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int
+                    ) -> Iterator[tuple[RecordTable, BatchHeaders, np.ndarray]]:
+    """Each chunk's candidate batches (`_candidate_batches`) decoded, their headers, and which records are in
+    range (`ReadRange.mask`)."""
     segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW, item.bounds.floor)
     start, end = (item.start, item.end) if item.start is not None else _task_range(segment, item.bounds)
     # chunks_from reads up to row.size_bytes: a row ending at the range's end reads exactly the range
@@ -268,9 +290,9 @@ def read_item(item: WorkItem, options: StorageOptions | None, index_interval_byt
                            item.bounds.floor)
     to_offset = item.bounds.to_offset
     for data, headers in ranged.chunks_from(start):
-        selected = _records_in_range(data, headers, item)
-        if selected.num_rows:
-            yield from selected.to_batches()
+        taken = headers.take(_candidate_batches(headers, item.bounds))
+        records = decode_records(data, taken, item.row.log_key)
+        yield records, taken, item.bounds.mask(records.offset, records.timestamp)
         if to_offset is not None and int(headers.last_offset[-1]) >= to_offset - 1:
             return
 
@@ -295,13 +317,6 @@ def _candidate_batches(headers: BatchHeaders, bounds: ReadRange) -> np.ndarray:
     if bounds.lowest_timestamp is not None:
         keep &= (headers.magic != 2) | (headers.max_timestamp >= bounds.lowest_timestamp)
     return np.flatnonzero(keep)
-
-
-def _records_in_range(data: bytes, headers: BatchHeaders, item: WorkItem) -> pa.Table:
-    taken = headers.take(_candidate_batches(headers, item.bounds))
-    table = decode_records(data, taken, item.row.log_key).to_arrow(taken)
-    keep = item.bounds.mask(table["offset"].to_numpy(), table["timestamp"].to_numpy())
-    return kafka_rows(table if keep.all() else table.filter(pa.array(keep)), item.row.topic, item.row.partition)
 
 
 def kafka_rows(records: pa.Table, topic: str, partition: int) -> pa.Table:
