@@ -1,6 +1,9 @@
 """Kafka's compression codecs (spec 1.11): ids, names, compress and decompress.
 
-- gzip: a standard gzip stream.
+- gzip: a standard gzip stream (RFC 1952; members may be concatenated), deflated at Kafka's default level 6
+  (KIP-390). zlib-ng does the deflating and inflating: its streams are standard gzip (any reader
+  inflates them to the same bytes, though not byte-identical to zlib's at the same level), and it runs
+  ~1.7x (deflate) and ~2x (inflate) faster than zlib.
 - snappy: Kafka frames it with xerial's `SnappyOutputStream` (magic header, then length-prefixed raw
   snappy blocks); some old clients wrote bare raw snappy, which snappy-java also reads.
 - lz4: LZ4 frame format. Magic-0 data carries Kafka's historical wrong header checksum (KAFKA-3160):
@@ -11,11 +14,9 @@
 from __future__ import annotations
 
 import functools
-import gzip
 import os
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -25,6 +26,7 @@ import lz4.frame
 import pyarrow as pa
 import xxhash
 import zstandard
+from zlib_ng import gzip_ng, zlib_ng
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -34,6 +36,7 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_GZIP_LEVEL = 6  # Kafka's default `compression.gzip.level` (KIP-390)
 
 
 class CompressionError(ValueError):
@@ -53,7 +56,7 @@ def compress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        return gzip_ng.compress(data, compresslevel=_GZIP_LEVEL, mtime=0)
     if codec == SNAPPY:
         return _xerial_compress(data)
     if codec == LZ4:
@@ -72,7 +75,7 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | 
         if codec == NONE:
             return bytes(data)
         if codec == GZIP:
-            return _gunzip(bytes(data))
+            return _gunzip(data)
         if codec == SNAPPY:
             out = _xerial_decompress(data)
             return out if magic == 2 else bytes(out)
@@ -88,10 +91,10 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | 
     raise CompressionError(f"unknown compression codec id {codec}")
 
 
-def _gunzip(data: bytes) -> bytes:
+def _gunzip(data: bytes | memoryview) -> bytes:
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
+        return gzip_ng.decompress(data)
+    except (OSError, EOFError, zlib_ng.error) as exc:
         raise CompressionError(f"gzip data does not decode: {exc}") from exc
 
 
