@@ -58,7 +58,7 @@ def compress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
     if codec == GZIP:
         return gzip_ng.compress(data, compresslevel=_GZIP_LEVEL, mtime=0)
     if codec == SNAPPY:
-        return _xerial_compress(data)
+        return _xerial_compress(data, 0)
     if codec == LZ4:
         # Independent blocks, as KafkaLZ4BlockOutputStream writes; 256 KiB blocks (Kafka reads any
         # standard size) because python-lz4 is several times slower with independent 64 KiB blocks.
@@ -67,6 +67,18 @@ def compress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
     if codec == ZSTD:
         return _zstd().compressor.compress(data)
     raise ValueError(f"unknown compression codec id {codec}")
+
+
+def compress_behind(codec: int, data: bytes | memoryview, room: int) -> memoryview:
+    """`compress(codec, data)` in a writable buffer behind `room` free bytes, for the caller to write a
+    batch header in place (no copy of the compressed records to join them). xerial snappy is compressed
+    straight into it; the other codecs' libraries return their own buffer, copied in once."""
+    if codec == SNAPPY:
+        return _xerial_compress(data, room)
+    packed = memoryview(compress(codec, data)).cast("B")
+    out = _writable(room + len(packed))
+    out[room:] = packed
+    return out
 
 
 def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | memoryview:
@@ -98,14 +110,14 @@ def _gunzip(data: bytes | memoryview) -> bytes:
         raise CompressionError(f"gzip data does not decode: {exc}") from exc
 
 
-def _xerial_compress(data: bytes | memoryview) -> memoryview:
+def _xerial_compress(data: bytes | memoryview, room: int) -> memoryview:
     """xerial framing around raw snappy blocks, each compressed straight into its place in one output
-    buffer (no per-block copies and no join)."""
+    buffer (no per-block copies and no join), behind `room` bytes left free for the caller."""
     view = memoryview(data).cast("B")
     blocks = [view[start:start + _XERIAL_BLOCK] for start in range(0, len(view), _XERIAL_BLOCK)]
-    out = _writable(len(_XERIAL_HEADER) + sum(4 + cramjam.snappy.compress_raw_max_len(b) for b in blocks))
-    out[:len(_XERIAL_HEADER)] = _XERIAL_HEADER
-    at = len(_XERIAL_HEADER)
+    out = _writable(room + len(_XERIAL_HEADER) + sum(4 + cramjam.snappy.compress_raw_max_len(b) for b in blocks))
+    out[room:room + len(_XERIAL_HEADER)] = _XERIAL_HEADER
+    at = room + len(_XERIAL_HEADER)
     for block in blocks:
         size = cramjam.snappy.compress_raw_into(block, out[at + 4:])
         struct.pack_into(">i", out, at, size)
