@@ -21,6 +21,7 @@ cdef enum:
     VARINT_MAX = 5
     VARLONG_MAX = 10
     MIN_RECORD_BODY = 6  # attributes + 5 one-byte varints
+    SHORT_COPY = 128  # keys and values up to this size are copied by constant-size copies (`copy_bytes`)
 
 cdef int64_t INT32_MAX = 2147483647
 
@@ -115,12 +116,24 @@ cdef inline int varint_failure(Failure* f, int64_t batch, int64_t record, int64_
                        0, max_bytes)
 
 
-cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, uint8_t* out, int64_t* at,
+cdef inline void copy_bytes(uint8_t* out, const uint8_t* src, int64_t n, int64_t readable) noexcept nogil:
+    """`n` bytes from `src` to `out`. Up to SHORT_COPY bytes, when `src` has SHORT_COPY readable bytes
+    (`readable`), are copied as SHORT_COPY (constant-size copies the compiler inlines, instead of a call
+    per key and value); `out` has SHORT_COPY bytes of slack after the column's data for it."""
+    if n <= SHORT_COPY and readable >= SHORT_COPY:
+        memcpy(out, src, SHORT_COPY // 2)
+        if n > SHORT_COPY // 2:
+            memcpy(out + SHORT_COPY // 2, src + SHORT_COPY // 2, SHORT_COPY // 2)
+    else:
+        memcpy(out, src, n)
+
+
+cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, int64_t end, uint8_t* out, int64_t* at,
                                int32_t* length, int64_t* nulls, Failure* f, int64_t b, int64_t i, int64_t start,
                                int length_field, int negative, int data_field, int past_end) noexcept nogil:
     """A record's key or value: varint length (-1 = null), then that many bytes inside the record,
-    copied to `out + at[0]` at once (the record was just read: it is in cache). 1 (with `f` filled) if
-    the field is bad."""
+    copied to `out + at[0]` at once (the record was just read: it is in cache); `end` is the end of the
+    batch's records, up to which `buf` may be read. 1 (with `f` filled) if the field is bad."""
     cdef int64_t n
     cdef int status = read_varint(buf, p, e, VARINT_MAX, &n)
     if status:
@@ -131,7 +144,7 @@ cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, uint8_
     if n > 0:
         if n > e - p[0]:
             return fail_record(f, b, i, start, data_field, past_end, n, 0)
-        memcpy(out + at[0], buf + p[0], n)
+        copy_bytes(out + at[0], buf + p[0], n, end - p[0])
         p[0] += n
         at[0] += n
     elif n < 0:
@@ -182,11 +195,11 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
             status = read_varint(buf, &p, e, VARINT_MAX, &od)
             if status:
                 return varint_failure(f, b, i, start, F_OFFSET_DELTA, status, VARINT_MAX)
-            if nullable_bytes(buf, &p, e, key_data, &t.key_bytes, &key_len[n], &t.key_nulls, f, b, i, start,
+            if nullable_bytes(buf, &p, e, end, key_data, &t.key_bytes, &key_len[n], &t.key_nulls, f, b, i, start,
                               F_KEY_LENGTH, M_NEGATIVE_KEY, F_KEY, M_KEY_PAST_END):
                 return 1
             key_offsets[n + 1] = <int32_t>t.key_bytes  # wraps past 2 GiB: the caller raises then
-            if nullable_bytes(buf, &p, e, value_data, &t.value_bytes, &value_len[n], &t.value_nulls, f, b, i,
+            if nullable_bytes(buf, &p, e, end, value_data, &t.value_bytes, &value_len[n], &t.value_nulls, f, b, i,
                               start, F_VALUE_LENGTH, M_NEGATIVE_VALUE, F_VALUE, M_VALUE_PAST_END):
                 return 1
             value_offsets[n + 1] = <int32_t>t.value_bytes
@@ -370,10 +383,10 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
     header_count = _empty(capacity, np.int32)
     key_offsets = _empty(capacity + 1, np.int32)
     value_offsets = _empty(capacity + 1, np.int32)
-    # the keys (values) of a batch lie inside its region, so all of them fit in `region` bytes; the
-    # unused end is given back (in place, or by a copy of the used part when it is most of the buffer)
-    key_buffer = pa.allocate_buffer(region, resizable=True)
-    value_buffer = pa.allocate_buffer(region, resizable=True)
+    # the keys (values) of a batch lie inside its region, so all of them fit in `region` bytes (plus the
+    # slack of `copy_bytes`); the unused end is given back (in place, or by a copy of the used part when it is most of the buffer)
+    key_buffer = pa.allocate_buffer(region + SHORT_COPY, resizable=True)
+    value_buffer = pa.allocate_buffer(region + SHORT_COPY, resizable=True)
     cdef int32_t[::1] rb = rec_batch, kl = key_len, vl = value_len, hc = header_count
     cdef int32_t[::1] ko = key_offsets, vo = value_offsets
     cdef int64_t[::1] td = timestamp, od = offset, hp = header_pos
