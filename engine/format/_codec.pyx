@@ -21,6 +21,7 @@ cdef enum:
     VARINT_MAX = 5
     VARLONG_MAX = 10
     MIN_RECORD_BODY = 6  # attributes + 5 one-byte varints
+    SHORT_COPY = 128  # keys and values up to this size are copied by constant-size copies (`copy_bytes`)
 
 cdef int64_t INT32_MAX = 2147483647
 
@@ -115,24 +116,37 @@ cdef inline int varint_failure(Failure* f, int64_t batch, int64_t record, int64_
                        0, max_bytes)
 
 
-cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, int64_t* pos, int32_t* length,
-                               int64_t* total, int64_t* nulls, Failure* f, int64_t b, int64_t i, int64_t start,
+cdef inline void copy_bytes(uint8_t* out, const uint8_t* src, int64_t n, int64_t readable) noexcept nogil:
+    """`n` bytes from `src` to `out`. Up to SHORT_COPY bytes, when `src` has SHORT_COPY readable bytes
+    (`readable`), are copied as SHORT_COPY (constant-size copies the compiler inlines, instead of a call
+    per key and value); `out` has SHORT_COPY bytes of slack after the column's data for it."""
+    if n <= SHORT_COPY and readable >= SHORT_COPY:
+        memcpy(out, src, SHORT_COPY // 2)
+        if n > SHORT_COPY // 2:
+            memcpy(out + SHORT_COPY // 2, src + SHORT_COPY // 2, SHORT_COPY // 2)
+    else:
+        memcpy(out, src, n)
+
+
+cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, int64_t end, uint8_t* out, int64_t* at,
+                               int32_t* length, int64_t* nulls, Failure* f, int64_t b, int64_t i, int64_t start,
                                int length_field, int negative, int data_field, int past_end) noexcept nogil:
-    """A record's key or value: varint length (-1 = null), then that many bytes inside the record;
-    notes where they are. 1 (with `f` filled) if the field is bad."""
+    """A record's key or value: varint length (-1 = null), then that many bytes inside the record,
+    copied to `out + at[0]` at once (the record was just read: it is in cache); `end` is the end of the
+    batch's records, up to which `buf` may be read. 1 (with `f` filled) if the field is bad."""
     cdef int64_t n
     cdef int status = read_varint(buf, p, e, VARINT_MAX, &n)
     if status:
         return varint_failure(f, b, i, start, length_field, status, VARINT_MAX)
     if n < -1:
         return fail_record(f, b, i, start, length_field, negative, n, 0)
-    pos[0] = p[0]
     length[0] = <int32_t>n
     if n > 0:
         if n > e - p[0]:
             return fail_record(f, b, i, start, data_field, past_end, n, 0)
+        copy_bytes(out + at[0], buf + p[0], n, end - p[0])
         p[0] += n
-        total[0] += n
+        at[0] += n
     elif n < 0:
         nulls[0] += 1
     return 0
@@ -141,12 +155,16 @@ cdef inline int nullable_bytes(const uint8_t* buf, int64_t* p, int64_t e, int64_
 cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends, const int64_t* counts,
               const int64_t* base_offset, const int64_t* base_timestamp,
               const int64_t* max_timestamp, const uint8_t* log_append_time,
-              Py_ssize_t batches, int32_t* rec_batch, int64_t* timestamp, int64_t* offset, int64_t* key_pos,
-              int32_t* key_len, int64_t* value_pos, int32_t* value_len, int64_t* header_pos,
-              int32_t* header_count, Totals* t, Failure* f) noexcept nogil:
-    """Pass 1: frame every record, check every field, and note where keys, values and headers are.
-    Offsets are the batch's base offset plus the delta; timestamps the base timestamp plus the delta, or
-    the batch's max timestamp for LogAppendTime batches (spec 1.4). Sums wrap as Java's longs do."""
+              Py_ssize_t batches, int32_t* rec_batch, int64_t* timestamp, int64_t* offset,
+              int32_t* key_len, int32_t* key_offsets, uint8_t* key_data, int32_t* value_len,
+              int32_t* value_offsets, uint8_t* value_data, int64_t* header_pos, int32_t* header_count,
+              Totals* t, Failure* f) noexcept nogil:
+    """One pass over the records: frame every record, check every field, copy its key and value into
+    the columns' data buffers while the record is in cache (they hold as many bytes as the regions:
+    a key or value lies inside its batch's region) and note where the headers are (a second pass copies
+    them, when there are any). Offsets are the batch's base offset plus the delta; timestamps the base
+    timestamp plus the delta, or the batch's max timestamp for LogAppendTime batches (spec 1.4). Sums
+    wrap as Java's longs do."""
     cdef Py_ssize_t b
     cdef int64_t i, p, e, end, count, length, ts, od, hc, h, hkl, hvl, start, n = 0
     cdef int status
@@ -177,12 +195,14 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
             status = read_varint(buf, &p, e, VARINT_MAX, &od)
             if status:
                 return varint_failure(f, b, i, start, F_OFFSET_DELTA, status, VARINT_MAX)
-            if nullable_bytes(buf, &p, e, &key_pos[n], &key_len[n], &t.key_bytes, &t.key_nulls, f, b, i, start,
+            if nullable_bytes(buf, &p, e, end, key_data, &t.key_bytes, &key_len[n], &t.key_nulls, f, b, i, start,
                               F_KEY_LENGTH, M_NEGATIVE_KEY, F_KEY, M_KEY_PAST_END):
                 return 1
-            if nullable_bytes(buf, &p, e, &value_pos[n], &value_len[n], &t.value_bytes, &t.value_nulls, f, b, i,
+            key_offsets[n + 1] = <int32_t>t.key_bytes  # wraps past 2 GiB: the caller raises then
+            if nullable_bytes(buf, &p, e, end, value_data, &t.value_bytes, &value_len[n], &t.value_nulls, f, b, i,
                               start, F_VALUE_LENGTH, M_NEGATIVE_VALUE, F_VALUE, M_VALUE_PAST_END):
                 return 1
+            value_offsets[n + 1] = <int32_t>t.value_bytes
             status = read_varint(buf, &p, e, VARINT_MAX, &hc)
             if status:
                 return varint_failure(f, b, i, start, F_HEADER_COUNT, status, VARINT_MAX)
@@ -229,32 +249,12 @@ cdef inline void set_valid(uint8_t* bitmap, int64_t i) noexcept nogil:
     bitmap[i >> 3] |= <uint8_t>(1 << (i & 7))
 
 
-cdef void fill(const uint8_t** chunks, const int32_t* rec_batch, int64_t n, const int64_t* key_pos,
-               const int32_t* key_len, const int64_t* value_pos, const int32_t* value_len, int32_t* key_offsets,
-               uint8_t* key_data, uint8_t* key_valid, int32_t* value_offsets, uint8_t* value_data,
-               uint8_t* value_valid) noexcept nogil:
-    """Pass 2 (keys and values): copy the bytes into contiguous Arrow data buffers, with offsets and
-    validity bitmaps (a bitmap pointer is NULL when its column has no null)."""
-    cdef int64_t i, kat = 0, vat = 0
-    cdef int32_t kl, vl
-    key_offsets[0] = 0
-    value_offsets[0] = 0
-    for i in range(n):  # keys, then values: fewer memory streams at once keep the prefetchers on track
-        kl = key_len[i]
-        if kl > 0:
-            memcpy(key_data + kat, chunks[rec_batch[i]] + key_pos[i], kl)
-            kat += kl
-        if kl >= 0 and key_valid != NULL:
-            set_valid(key_valid, i)
-        key_offsets[i + 1] = <int32_t>kat
+cdef void valid_bits(const int32_t* length, int64_t n, uint8_t* bitmap) noexcept nogil:
+    """Arrow validity bitmap (zeroed by the caller): bit i set unless element i is null (length -1)."""
+    cdef int64_t i
     for i in range(n):
-        vl = value_len[i]
-        if vl > 0:
-            memcpy(value_data + vat, chunks[rec_batch[i]] + value_pos[i], vl)
-            vat += vl
-        if vl >= 0 and value_valid != NULL:
-            set_valid(value_valid, i)
-        value_offsets[i + 1] = <int32_t>vat
+        if length[i] >= 0:
+            set_valid(bitmap, i)
 
 
 cdef void fill_headers(const uint8_t** chunks, const int32_t* rec_batch, int64_t n, const int64_t* header_pos,
@@ -353,7 +353,7 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
     data) for `key`, `value`, and the headers (`header_list` offsets, `header_key`, `header_value`).
     """
     cdef Py_ssize_t batches = counts.shape[0], b
-    cdef int64_t capacity = 0, c, room
+    cdef int64_t capacity = 0, region = 0, c, room
     cdef Totals t
     cdef Failure f
     cdef int status
@@ -373,25 +373,35 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
         c = counts[b]
         room = (ends[b] - starts[b]) // (MIN_RECORD_BODY + 1) + 1  # every record takes >= 7 bytes
         capacity += c if 0 <= c <= room else room
+        region += ends[b] - starts[b]
     rec_batch = _empty(capacity, np.int32)
     timestamp = _empty(capacity, np.int64)
     offset = _empty(capacity, np.int64)
-    key_pos = _empty(capacity, np.int64)
     key_len = _empty(capacity, np.int32)
-    value_pos = _empty(capacity, np.int64)
     value_len = _empty(capacity, np.int32)
     header_pos = _empty(capacity, np.int64)
     header_count = _empty(capacity, np.int32)
+    key_offsets = _empty(capacity + 1, np.int32)
+    value_offsets = _empty(capacity + 1, np.int32)
+    # the keys (values) of a batch lie inside its region, so all of them fit in `region` bytes (plus the
+    # slack of `copy_bytes`); the unused end is given back (in place, or by a copy of the used part when it is most of the buffer)
+    key_buffer = pa.allocate_buffer(region + SHORT_COPY, resizable=True)
+    value_buffer = pa.allocate_buffer(region + SHORT_COPY, resizable=True)
     cdef int32_t[::1] rb = rec_batch, kl = key_len, vl = value_len, hc = header_count
-    cdef int64_t[::1] td = timestamp, od = offset, kp = key_pos, vp = value_pos, hp = header_pos
+    cdef int32_t[::1] ko = key_offsets, vo = value_offsets
+    cdef int64_t[::1] td = timestamp, od = offset, hp = header_pos
+    cdef uint8_t* kd = <uint8_t*><uintptr_t>key_buffer.address
+    cdef uint8_t* vd = <uint8_t*><uintptr_t>value_buffer.address
     cdef const uint8_t** base = <const uint8_t**>&pointers[0] if batches else NULL
     t = Totals(0, 0, 0, 0, 0, 0, 0, 0, 0)
     f = Failure(0, 0, 0, 0, 0, 0, 0, 0)
+    ko[0] = 0
+    vo[0] = 0
     if capacity:
         with nogil:
             status = scan(base, &starts[0], &ends[0], &counts[0], &base_offset[0], &base_timestamp[0],
-                          &max_timestamp[0], &log_append_time[0], batches, &rb[0], &td[0], &od[0], &kp[0],
-                          &kl[0], &vp[0], &vl[0], &hp[0], &hc[0], &t, &f)
+                          &max_timestamp[0], &log_append_time[0], batches, &rb[0], &td[0], &od[0], &kl[0], &ko[0],
+                          kd, &vl[0], &vo[0], vd, &hp[0], &hc[0], &t, &f)
     else:
         status = 0
         for b in range(batches):
@@ -408,10 +418,8 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
                        ("header values", t.header_value_bytes), ("headers", t.headers)):
         if size > INT32_MAX:
             raise OverflowError(f"{size} bytes of {name} in one decode: more than an Arrow binary column holds")
-    key_offsets = _empty(n + 1, np.int32)
-    value_offsets = _empty(n + 1, np.int32)
-    key_data = _empty(t.key_bytes, np.uint8)
-    value_data = _empty(t.value_bytes, np.uint8)
+    key_buffer.resize(t.key_bytes, shrink_to_fit=True)
+    value_buffer.resize(t.value_bytes, shrink_to_fit=True)
     key_valid = _bitmap(n, t.key_nulls)
     value_valid = _bitmap(n, t.value_nulls)
     list_offsets = _empty(n + 1, np.int32)
@@ -420,23 +428,22 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
     hk_data = _empty(t.header_key_bytes, np.uint8)
     hv_data = _empty(t.header_value_bytes, np.uint8)
     hv_valid = _bitmap(t.headers, t.header_value_nulls)
-    cdef int32_t[::1] ko = key_offsets, vo = value_offsets, lo = list_offsets, hko = hk_offsets, hvo = hv_offsets
-    cdef uint8_t* kd = _address(key_data)
-    cdef uint8_t* vd = _address(value_data)
+    cdef int32_t[::1] lo = list_offsets, hko = hk_offsets, hvo = hv_offsets
     cdef uint8_t* kv = _address(key_valid)
     cdef uint8_t* vv = _address(value_valid)
     cdef uint8_t* hkd = _address(hk_data)
     cdef uint8_t* hvd = _address(hv_data)
     cdef uint8_t* hvv = _address(hv_valid)
     cdef int32_t* rbp = &rb[0] if capacity else NULL
-    cdef int64_t* kpp = &kp[0] if capacity else NULL
     cdef int32_t* klp = &kl[0] if capacity else NULL
-    cdef int64_t* vpp = &vp[0] if capacity else NULL
     cdef int32_t* vlp = &vl[0] if capacity else NULL
     cdef int64_t* hpp = &hp[0] if capacity else NULL
     cdef int32_t* hcp = &hc[0] if capacity else NULL
     with nogil:
-        fill(base, rbp, n, kpp, klp, vpp, vlp, &ko[0], kd, kv, &vo[0], vd, vv)
+        if kv != NULL:
+            valid_bits(klp, n, kv)
+        if vv != NULL:
+            valid_bits(vlp, n, vv)
         if t.headers:
             fill_headers(base, rbp, n, hpp, hcp, &lo[0], &hko[0], hkd, &hvo[0], hvd, hvv)
         else:
@@ -448,8 +455,8 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
             rbp[c] = rows[rbp[c]]
     return None, {
         "batch": rec_batch[:n], "offset": offset[:n], "timestamp": timestamp[:n],
-        "key": (key_valid, t.key_nulls, key_offsets, key_data),
-        "value": (value_valid, t.value_nulls, value_offsets, value_data),
+        "key": (key_valid, t.key_nulls, key_offsets[:n + 1], np.frombuffer(key_buffer, np.uint8)),
+        "value": (value_valid, t.value_nulls, value_offsets[:n + 1], np.frombuffer(value_buffer, np.uint8)),
         "header_list": list_offsets,
         "header_key": (None, 0, hk_offsets, hk_data),
         "header_value": (hv_valid, t.header_value_nulls, hv_offsets, hv_data),

@@ -117,7 +117,7 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     """Consecutive batches from one column set: batch j holds the next `batch_lengths[j]` records and
     offsets run on from `base_offset`. All records are encoded in one compiled pass; an uncompressed
     batch is then a view of the shared buffer with its header written in place (no copy of its records),
-    a compressed one its own bytes.
+    a compressed one a view of its own buffer, the header written in place in front of the compressed records.
     """
     keys, values, ts, headers = _columns(keys, values, timestamps, headers)
     lengths = np.asarray(batch_lengths, dtype=np.int64)
@@ -145,10 +145,9 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
         return [_finish_in_place(view, int(offsets[start]) - gap, int(ends[j]), *fields(j, start, count))
                 for j, start, count in jobs]
 
-    def batch(j: int, start: int, count: int) -> bytes:
-        base, epoch, attrs, last_delta, first_ts, last_ts, pid, pepoch, seq, n = fields(j, start, count)
-        return assemble_batch(view[offsets[start]:ends[j]], codec, base, epoch, attrs, last_delta, first_ts, last_ts,
-                              pid, pepoch, seq, n)
+    def batch(j: int, start: int, count: int) -> memoryview:
+        packed = compression.compress_behind(codec, view[offsets[start]:ends[j]], V2_HEADER_SIZE)
+        return _finish_in_place(packed, 0, len(packed), *fields(j, start, count))
 
     return compression.map_batches(lambda job: batch(*job), jobs, int(ends[-1] - offsets[0]))
 
@@ -156,7 +155,7 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
 def _finish_in_place(view: memoryview, start: int, end: int, base_offset: int, partition_leader_epoch: int,
                      attributes: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int,
                      producer_id: int, producer_epoch: int, base_sequence: int, count: int) -> memoryview:
-    """An uncompressed batch whose records are already in `view[start + 61:end]`: the header is written
+    """A batch whose (compressed) records are already in `view[start + 61:end]`: the header is written
     in front of them and the CRC-32C computed over [attributes, end) (spec 1.3), without copying them."""
     _HEADER.pack_into(view, start, base_offset, end - start - 12, partition_leader_epoch, 2, 0, attributes,
                       last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,

@@ -1,6 +1,9 @@
 """klake's one-buffer decompression of LZ4 and zstd frames (cramjam, sized by the frame's block headers)
 against the libraries' own readers, which stay the reference: python-lz4's `lz4.frame.decompress` and
-zstandard's streaming `decompressobj` (first frame only, trailing bytes ignored, truncation an error).
+zstandard's streaming `decompressobj` (first frame only, trailing bytes ignored, truncation an error);
+and its gzip (zlib-ng) against the standard library's `gzip.decompress` (every member, trailing zeros
+ignored, anything else an error), on streams written by klake, by zlib at other levels and with an
+optional header field, and by the standard library's own writer.
 
 Frames of every shape a producer may write, then cut, extended, concatenated and mutated: klake returns
 exactly the reference's bytes, or raises `CompressionError` where the reference raises.
@@ -8,6 +11,8 @@ exactly the reference's bytes, or raises `CompressionError` where the reference 
 
 from __future__ import annotations
 
+import gzip
+import io
 import random
 
 import lz4.frame
@@ -27,6 +32,14 @@ def _zstd_reference(data: bytes) -> bytes:
     if not reader.eof:
         raise ValueError("incomplete frame")
     return out
+
+
+def _gzip_streams(payload: bytes) -> list[bytes]:
+    named = io.BytesIO()
+    with gzip.GzipFile(filename="records.bin", mode="wb", fileobj=named, mtime=1) as f:
+        f.write(payload)
+    return [bytes(compression.compress(compression.GZIP, payload)), gzip.compress(payload, 1, mtime=0),
+            gzip.compress(payload, 9), named.getvalue()]
 
 
 def _payloads(rng: random.Random) -> list[bytes]:
@@ -61,7 +74,8 @@ def _variants(frame: bytes, rng: random.Random) -> list[bytes]:
 @pytest.mark.parametrize(("codec", "frames", "reference"), [
     (compression.LZ4, _lz4_frames, _lz4_reference),
     (compression.ZSTD, _zstd_frames, _zstd_reference),
-], ids=["lz4", "zstd"])
+    (compression.GZIP, _gzip_streams, gzip.decompress),
+], ids=["lz4", "zstd", "gzip"])
 def test_frames_decode_as_the_reference_reads_them(codec, frames, reference) -> None:
     rng = random.Random(13)
     checked = 0
