@@ -33,8 +33,9 @@ EPOCH_MS = 1_700_000_000_000
 
 
 def synthetic_slice(start_seq: int, count: int, partitions: list[tuple[str, int]],
-                    rng: np.random.Generator) -> pa.Table:
-    """`count` consecutive segments (by sequence number) of every partition, as catalog rows."""
+                    rng: np.random.Generator, root: str = "s3://bucket/root") -> pa.Table:
+    """`count` consecutive segments (by sequence number) of every partition, as catalog rows whose keys
+    are under `root`."""
     n = count * len(partitions)
     seq = np.repeat(np.arange(start_seq, start_seq + count), len(partitions))
     which = np.tile(np.arange(len(partitions)), count)
@@ -45,7 +46,7 @@ def synthetic_slice(start_seq: int, count: int, partitions: list[tuple[str, int]
     largest_ts = EPOCH_MS + (seq + 1) * SEGMENT_MS - 1
     ids = np.char.add(np.char.zfill(seq.astype(str), 12), np.char.zfill(which.astype(str), 4))
     keys = np.char.add(np.char.add(np.char.add(topics, "-"), parts.astype(str)), "/")
-    stem = np.char.add(np.char.add("s3://bucket/root/", keys), ids)
+    stem = np.char.add(np.char.add(root + "/", keys), ids)
     columns = {
         "topic": topics, "partition": parts, "segment_id": ids,
         "log_key": np.char.add(stem, ".log"), "index_key": np.char.add(stem, ".index"),
@@ -62,8 +63,9 @@ def synthetic_slice(start_seq: int, count: int, partitions: list[tuple[str, int]
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in CATALOG_SCHEMA}, schema=CATALOG_SCHEMA)
 
 
-def build(uri: str, rows: int, topics: int, partitions: int, commits: int) -> int:
-    """Create the catalog and load `rows` rows in `commits` commits without automatic checkpoints."""
+def build(uri: str, rows: int, topics: int, partitions: int, commits: int, root: str = "s3://bucket/root") -> int:
+    """Create the catalog and load `rows` rows (keys under `root`) in `commits` commits without automatic
+    checkpoints."""
     Catalog.create(uri)
     tps = [(f"topic-{t:03d}", p) for t in range(topics) for p in range(partitions)]
     per_partition = rows // len(tps)
@@ -71,7 +73,7 @@ def build(uri: str, rows: int, topics: int, partitions: int, commits: int) -> in
     rng = np.random.default_rng(42)
     no_checkpoint = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     for start in range(0, per_partition, per_commit):
-        chunk = synthetic_slice(start, min(per_commit, per_partition - start), tps, rng)
+        chunk = synthetic_slice(start, min(per_commit, per_partition - start), tps, rng, root)
         write_deltalake(uri, chunk, mode="append", post_commithook_properties=no_checkpoint)
     return per_partition
 

@@ -13,7 +13,12 @@ multiple of it.
 Checks: the report's totals and the side file's decisions equal the synthetic catalog's brute-force
 answer (segments with sequence number < per-partition/2 go, by the time pass).
 
-Run: .venv/bin/python benchmarks/retention_bench.py [--rows 1000000] [--commits 50]
+`--real` runs the job for real instead (local Spark, `--master local[2]`): every row's three objects
+exist as tiny files on local disk, the job deletes the old half through the catalog's two-phase delete,
+and the checks add that exactly the old half's objects are gone, the rest are there, and the catalog's
+live rows are the kept half. Issue 14 sets no target for a real run: its figures are printed as they are.
+
+Run: .venv/bin/python benchmarks/retention_bench.py [--rows 1000000] [--commits 50] [--real]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -67,10 +73,23 @@ def run_job(args: list[str], workdir: Path) -> tuple[float, float, subprocess.Co
     return wall_s, int(peak.read_text()) / 1024, done  # KiB on Linux
 
 
-def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) -> dict:
+def write_objects(live: pa.Table) -> float:
+    """Every live row's `.log`, `.index` and `.timeindex` as a one-byte file (retention reads none of
+    them; it deletes them); the seconds it took."""
+    started = time.perf_counter()
+    for column in ("log_key", "index_key", "timeindex_key"):
+        for key in live[column].to_pylist():
+            path = Path(key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x")
+    return time.perf_counter() - started
+
+
+def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path, real: bool = False) -> dict:
     catalog_uri, root = workdir / "catalog", workdir / "root"
     started = time.perf_counter()
-    per_partition = build(str(catalog_uri), rows, topics, partitions, commits)
+    per_partition = build(str(catalog_uri), rows, topics, partitions, commits,
+                          **({"root": str(root)} if real else {}))
     catalog = Catalog.open(str(catalog_uri))
     built_s = time.perf_counter() - started
     retention_ms = per_partition // 2 * SEGMENT_MS
@@ -92,8 +111,10 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) ->
         times.append(time.perf_counter() - started)
     plan_s = statistics.median(times)
 
+    objects_s = write_objects(live) if real else 0.0
     report = workdir / "retention.json"
-    wall_s, rss_mb, done = run_job(["retention", "--dry-run", "--conf", str(conf), "--now", str(now), "--report",
+    mode = ["--master", "local[2]"] if real else ["--dry-run"]
+    wall_s, rss_mb, done = run_job(["retention", *mode, "--conf", str(conf), "--now", str(now), "--report",
                                     str(report), "--no-progress"], workdir)
 
     data = json.loads(report.read_text())
@@ -111,11 +132,24 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) ->
         "by the time pass": set(decisions.filter(pc.equal(decisions["action"], "delete"))["decided_by"].to_pylist())
         == {"time"},
     }
+    if real:
+        doomed = set(doomed_ids.to_pylist())
+        kept = live.filter(pc.invert(pc.is_in(live["segment_id"], value_set=doomed_ids)))
+        present = {str(p) for p in root.glob("topic-*/*") if p.is_file()}  # segment objects, not leases
+        after = Catalog.open(str(catalog_uri)).segments()
+        checks |= {
+            "report: deleted half": data["results"]["segments_deleted"] == total // 2,
+            "objects of the old half gone, the rest there": present == {
+                key for column in ("log_key", "index_key", "timeindex_key") for key in kept[column].to_pylist()},
+            "catalog's live rows are the kept half": sorted(after["segment_id"].to_pylist())
+            == sorted(i for i in live["segment_id"].to_pylist() if i not in doomed),
+        }
     return {"rows": total, "partitions": topics * partitions, "built_s": round(built_s, 1),
             "catalog_read_s": round(read_s, 3), "plan_s": round(plan_s, 3), "wall_s": round(wall_s, 2),
             "driver_rss_mb": round(rss_mb, 1), "report_mb": round(report.stat().st_size / 2**20, 3),
             "side_file_mb": round(side.stat().st_size / 2**20, 2), "stdout_kb": round(len(done.stdout) / 1024, 1),
-            "ratio_wall_over_catalog_read": round(wall_s / read_s, 1), "checks": checks, "stdout": done.stdout}
+            "ratio_wall_over_catalog_read": round(wall_s / read_s, 1), "checks": checks, "stdout": done.stdout,
+            "objects_s": round(objects_s, 1)}
 
 
 def main() -> int:
@@ -125,23 +159,31 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--commits", type=int, default=50)
     parser.add_argument("--dir", type=Path, help="where to build the catalog (default: a temporary directory, removed)")
+    parser.add_argument("--real", action="store_true",
+                        help="delete for real (local Spark) over tiny segment objects on local disk, not a dry run")
     args = parser.parse_args()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="klake-retention-bench-"))
     shutil.rmtree(workdir / "catalog", ignore_errors=True)
     try:
-        r = run(args.rows, args.commits, args.topics, args.partitions, workdir)
+        r = run(args.rows, args.commits, args.topics, args.partitions, workdir, args.real)
     finally:
         if args.dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"catalog: {r['rows']:,} live segments in {r['partitions']} partitions (built in {r['built_s']} s); "
           f"half of each partition past retention.ms")
     print("job stdout:\n  " + "\n  ".join(r["stdout"].rstrip().splitlines()))
-    print(f"retention dry run: wall {r['wall_s']} s (target <= {TARGETS['wall_s']:g} s) "
-          f"{verdict(r['wall_s'], TARGETS['wall_s'])}")
-    print(f"driver peak RSS {r['driver_rss_mb']} MB (target <= {TARGETS['driver_rss_mb']:g} MB) "
-          f"{verdict(r['driver_rss_mb'], TARGETS['driver_rss_mb'])}")
-    print(f"report {r['report_mb']} MB (target <= {TARGETS['report_mb']:g} MB) {verdict(r['report_mb'], TARGETS['report_mb'])}"
-          f"; side file {r['side_file_mb']} MB Parquet; stdout {r['stdout_kb']} KB")
+    if args.real:
+        print(f"retention run (real deletes, local[2], {3 * r['rows']:,} objects written in {r['objects_s']} s): "
+              f"wall {r['wall_s']} s, driver peak RSS {r['driver_rss_mb']} MB, report {r['report_mb']} MB, "
+              f"side file {r['side_file_mb']} MB; no target for a real run (issue 14's are for the dry run)")
+    else:
+        print(f"retention dry run: wall {r['wall_s']} s (target <= {TARGETS['wall_s']:g} s) "
+              f"{verdict(r['wall_s'], TARGETS['wall_s'])}")
+        print(f"driver peak RSS {r['driver_rss_mb']} MB (target <= {TARGETS['driver_rss_mb']:g} MB) "
+              f"{verdict(r['driver_rss_mb'], TARGETS['driver_rss_mb'])}")
+        print(f"report {r['report_mb']} MB (target <= {TARGETS['report_mb']:g} MB) "
+              f"{verdict(r['report_mb'], TARGETS['report_mb'])}; side file {r['side_file_mb']} MB Parquet; "
+              f"stdout {r['stdout_kb']} KB")
     print(f"planning alone {r['plan_s']} s (goal < {TARGETS['plan_s']:g} s) {verdict(r['plan_s'], TARGETS['plan_s'])}; "
           f"reference: reading the live rows {r['catalog_read_s']} s; the job takes "
           f"{r['ratio_wall_over_catalog_read']}x that")

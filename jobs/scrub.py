@@ -2,8 +2,10 @@
 orphans, debris of killed jobs and broken rows; delete orphans and debris older than the grace period.
 
 The referenced set is computed over the catalog's key columns as Arrow (set lookups, no row objects).
-The JSON report lists every orphan, debris object and broken row; stdout prints counts and every broken
-row, and with `--verbose` every orphan and debris object too.
+The JSON report holds counts and bytes by finding (orphans, debris by kind, missing objects and size
+mismatches by object kind, deletes); every finding goes to a Parquet file next to it
+(`<report>.findings.parquet`: finding, kind, segment, uri, sizes, age, deleted, delete error); stdout
+prints counts and every broken row, and with `--verbose` every orphan and debris object too.
 
     spark-submit jobs/scrub.py --conf conf/s3.example.yaml --grace-ms 3600000 --report out/scrub.json
 """
@@ -30,7 +32,8 @@ def run(ctx: JobContext) -> None:
     grace = ctx.args.grace_ms if ctx.args.grace_ms is not None else int(ctx.config.jobs["scrub_grace_ms"])
     report = scrub(ctx.config.root, ctx.catalog, grace_ms=grace, dry_run=ctx.dry_run, options=ctx.options,
                    now=ctx.now_ms)
-    ctx.report.results["scrub"] = report.to_dict()
+    ctx.report.results["scrub"] = report.totals()
+    ctx.report.side_files.update(report.side_files())
     for missing in report.missing:
         ctx.report.fail(missing.segment, f"{missing.kind} object missing: {missing.key}")
     for bad in report.size_mismatches:
@@ -43,7 +46,7 @@ def run(ctx: JobContext) -> None:
 
 
 def scrub_details(report: ScrubReport) -> list[str]:
-    """One line per orphan and debris object (`--verbose`; the JSON report lists them all)."""
+    """One line per orphan and debris object (`--verbose`; the report's side file lists them all)."""
     verb = "would delete" if report.dry_run else "orphan"
     lines = [f"  {verb} {orphan.uri} ({plural(orphan.size, 'byte')}, {format_duration(orphan.age_ms)} old)"
              for orphan in report.orphans]

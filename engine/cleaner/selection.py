@@ -16,7 +16,7 @@ filter of `grabFilthiestCompactedLog`, for one partition described by its segmen
 Without an active segment (klake may hold a closed log) the active base is the log end offset.
 
 Every rule is computed over columns for many partitions at once (`cleanable_ranges`, `clean_verdicts`,
-one numpy pass each); `cleanable_range` and `should_clean` are their one-partition case (the cleaner's
+one numpy pass each; `log_segments` is Kafka's segment range they and the cleaner's round share); `cleanable_range` and `should_clean` are their one-partition case (the cleaner's
 round over segments it has read), and `plan_compaction` their whole-catalog case (the compact job's
 driver plan over the catalog's columns: a reason per partition, a zone per segment).
 """
@@ -122,20 +122,31 @@ def _validate(base: np.ndarray, nxt: np.ndarray, active: np.ndarray, starts: np.
         raise ValueError(f"{where(i)}only the last segment can be active, not the one at {base[i]}")
 
 
-def overlapping(segments: Sequence[SegmentInfo], start: int, end: float) -> list[int]:
-    """Indexes of `UnifiedLog.logSegments(start, end)`: segments from the one holding `start` (the floor
-    by base offset) with base < end; empty when start == end."""
-    if start == end:
-        return []
-    rows = []
-    for i, seg in enumerate(segments):
-        following = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        if seg.base_offset < end and (following is None or following > start):
-            rows.append(i)
-    return rows
-
-
 _INF = np.iinfo(np.int64).max
+
+
+def log_segments(base: np.ndarray, following: np.ndarray, start: np.ndarray | int, end: np.ndarray | int) -> np.ndarray:
+    """Kafka's `LogSegments.values(from, to)` (what `UnifiedLog.logSegments(from, to)` returns) as a row
+    mask over segments in offset order: empty when from == to ("non-segment-aligned empty sets"), else
+    the segments from the floor of `from` by base offset (from the first one when none is at or below it)
+    with base < `to`; Kafka refuses to < from (IllegalArgumentException), and so does this. `following`
+    is the base of the next segment of the same partition (int64 max after a partition's last), so a row
+    is at or after the floor exactly when its follower's base is above `from`. `start`/`end` are per row
+    (each partition's bounds repeated over its rows) or one pair for all rows."""
+    start, end = np.broadcast_to(start, base.shape), np.broadcast_to(end, base.shape)
+    backwards = end < start
+    if backwards.any():
+        i = int(np.argmax(backwards))
+        raise ValueError(f"invalid log segment range: from offset {start[i]} is above limit offset {end[i]}")
+    return (start != end) & (base < end) & (following > start)
+
+
+def overlapping(segments: Sequence[SegmentInfo], start: int, end: int) -> list[int]:
+    """Indexes of `UnifiedLog.logSegments(start, end)` among one partition's segments (`log_segments`)."""
+    base = np.array([s.base_offset for s in segments], np.int64)
+    return np.flatnonzero(log_segments(base, np.r_[base[1:], _INF], start, end)).tolist()
+
+
 UNCLEANABLE_REASONS = (UNCLEANABLE_LSO, UNCLEANABLE_ACTIVE, UNCLEANABLE_MIN_LAG)
 
 
@@ -171,21 +182,21 @@ def cleanable_ranges(base: np.ndarray, nxt: np.ndarray, size: np.ndarray, aged_b
     nonempty = ends > starts
     gid = np.repeat(np.arange(groups), ends - starts)
     last_row = np.maximum(ends - 1, 0)
-    is_last = np.zeros(n, bool)
-    is_last[ends[nonempty] - 1] = True
-    next_base = np.r_[base[1:], 0][:n]
+    following = np.r_[base[1:], 0][:n]
+    following[ends[nonempty] - 1] = _INF
     log_end = np.where(nonempty, nxt[last_row] if n else 0, log_start)
     has_active = nonempty & (active[last_row] if n else False)
     active_base = np.where(has_active, base[last_row] if n else 0, 0)
 
-    def overlapping_rows(start: np.ndarray, end: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """`UnifiedLog.logSegments(start, end)` of every partition as a row mask (see `overlapping`)."""
-        s, e = start[gid], end[gid]
-        return valid[gid] & (s != e) & (base < e) & (is_last | (next_base > s))
+    def overlapping_rows(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """`UnifiedLog.logSegments(start, end)` of every partition as a row mask."""
+        return log_segments(base, following, start[gid], end[gid])
 
     def non_active_from(start: np.ndarray) -> np.ndarray:
-        """`nonActiveLogSegmentsFrom(start)`: up to the active segment, none from past it."""
-        return overlapping_rows(start, np.where(has_active, active_base, _INF), ~(has_active & (start > active_base)))
+        """`nonActiveLogSegmentsFrom(start)`: `logSegments(start, active base)`, empty from past it (an
+        empty range: from = to)."""
+        limit = np.where(has_active, active_base, _INF)
+        return overlapping_rows(np.minimum(start, limit), limit)
 
     def group_min(values: np.ndarray) -> np.ndarray:
         out = np.full(groups, _INF, np.int64)
@@ -215,9 +226,8 @@ def cleanable_ranges(base: np.ndarray, nxt: np.ndarray, size: np.ndarray, aged_b
     holding = group_min(np.where(non_active_from(uncleanable), rows, _INF))
     round_end = np.where((holding < _INF) & ~(~has_active & (uncleanable >= log_end)),
                          base[np.minimum(holding, max(n - 1, 0))] if n else 0, np.where(has_active, active_base, log_end))
-    everywhere = np.ones(groups, bool)
-    clean_bytes = group_sum(np.where(overlapping_rows(np.full(groups, -1), first_dirty, everywhere), size, 0))
-    round_rows = overlapping_rows(np.minimum(first_dirty, round_end), round_end, everywhere)
+    clean_bytes = group_sum(np.where(overlapping_rows(np.full(groups, -1), first_dirty), size, 0))
+    round_rows = overlapping_rows(np.minimum(first_dirty, round_end), round_end)
     cleanable_bytes = group_sum(np.where(round_rows, size, 0))
     total = clean_bytes + cleanable_bytes
     earliest = group_min(np.where(dirty_non_active & (first_batch_ts > 0), first_batch_ts, _INF))

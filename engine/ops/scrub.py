@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +36,9 @@ from layouts.object_layout import REJECTS_DIR, parse_object_segment_name
 from layouts.store import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
 
 DEFAULT_GRACE_MS = 3_600_000
+_FINDINGS = {"finding": pa.dictionary(pa.int8(), pa.string()), "kind": pa.string(), "segment": pa.string(),
+             "uri": pa.string(), "object_size": pa.int64(), "catalog_size": pa.int64(), "age_ms": pa.int64(),
+             "deleted": pa.bool_(), "delete_error": pa.string()}
 _TEMPORARY_RE = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{32}")
 _LEASE_DEBRIS_RE = re.compile(r"\.[^/]+\.lease\.tmp-[0-9a-f]{32}|[^/]+\.lease\.takeover-[0-9a-f]{32}")
 _REJECTS_RE = re.compile(r"(?P<job>[^/]+)/(?P<partition>[^/]+)\.parquet")
@@ -67,11 +72,12 @@ class SizeMismatch:
     key: str
     catalog_size: int
     object_size: int
+    kind: str  # log | index | timeindex
 
 
 @dataclass
 class ScrubReport:
-    """Everything one scrub found and did; `to_dict` is the JSON report."""
+    """Everything one scrub found and did: `totals` for the JSON report, `side_files` for every finding."""
 
     root: str
     catalog: str
@@ -92,8 +98,36 @@ class ScrubReport:
     def clean(self) -> bool:
         return not (self.orphans or self.debris or self.missing or self.size_mismatches or self.delete_failed)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def totals(self) -> dict[str, Any]:
+        """The JSON report's part: what was checked, and counts and bytes by finding (the side file,
+        `side_files`, lists every one)."""
+        def count(items: list[Debris] | list[MissingObject] | list[SizeMismatch]) -> dict[str, Any]:
+            return {"count": len(items), "by_kind": dict(sorted(Counter(item.kind for item in items).items()))}
+
+        return {"root": self.root, "catalog": self.catalog, "dry_run": self.dry_run, "grace_ms": self.grace_ms,
+                "objects_listed": self.objects_listed, "live_segments": self.live_segments,
+                "orphans": {"count": len(self.orphans), "bytes": sum(o.size for o in self.orphans)},
+                "orphans_within_grace": self.orphans_within_grace,
+                "debris": count(self.debris) | {"bytes": sum(d.size for d in self.debris)},
+                "missing": count(self.missing), "size_mismatches": count(self.size_mismatches),
+                "deleted": len(self.deleted), "delete_failed": len(self.delete_failed),
+                "delete_requests": self.delete_requests}
+
+    def side_files(self) -> dict[str, pa.Table]:
+        """The run report's Parquet side file: one row per finding (orphan, debris, missing,
+        size-mismatch) with its object, segment, sizes, age and, for what scrub deletes, the outcome."""
+        deleted, failed = set(self.deleted), self.delete_failed
+        rows = ([("orphan", None, None, o.uri, o.size, None, o.age_ms, o.uri in deleted, failed.get(o.uri))
+                 for o in self.orphans]
+                + [("debris", d.kind, None, d.uri, d.size, None, d.age_ms, d.uri in deleted, failed.get(d.uri))
+                   for d in self.debris]
+                + [("missing", m.kind, m.segment, m.key, None, None, None, False, None) for m in self.missing]
+                + [("size-mismatch", b.kind, b.segment, b.key, b.object_size, b.catalog_size, None, False, None)
+                   for b in self.size_mismatches])
+        columns = list(zip(*rows, strict=True)) or [()] * len(_FINDINGS)
+        return {"findings": pa.table([pa.array(values, type) for values, type in zip(columns, _FINDINGS.values(),
+                                                                                      strict=True)],
+                                     names=list(_FINDINGS))}
 
 
 def is_klake_object(root: str, info: ObjectInfo) -> bool:
@@ -171,7 +205,7 @@ def _check_rows(live: pa.Table, uris: pa.Array, sizes: pa.Array, report: ScrubRe
                 report.missing.append(MissingObject(segment=name, kind=kind, key=key))
             elif expected is not None and sizes[where].as_py() != expected:
                 report.size_mismatches.append(SizeMismatch(segment=name, key=key, catalog_size=expected,
-                                                           object_size=sizes[where].as_py()))
+                                                           object_size=sizes[where].as_py(), kind=kind))
 
 
 def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,

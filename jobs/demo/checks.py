@@ -117,7 +117,7 @@ def check_read(model: Model, final: list[SegmentRow], plan: DemoPlan, output: Pa
 
 def check_scrub(pipeline: Pipeline) -> Check:
     found = pipeline.results("scrub").get("scrub", {})
-    clean = bool(found) and not (found.get("missing") or found.get("size_mismatches") or found.get("orphans"))
+    clean = bool(found) and not any(found[name]["count"] for name in ("missing", "size_mismatches", "orphans"))
     return Check("scrub", clean, "no orphans, missing objects or size mismatches")
 
 

@@ -31,6 +31,11 @@ def _segments(rows: Sequence[SegmentRow]) -> str:
             f"{sum(r.record_count for r in data):,} records")
 
 
+def _found(scrubbed: dict, name: str) -> int:
+    """How many of one finding scrub's report counts (none when scrub did not report)."""
+    return scrubbed.get(name, {}).get("count", 0)
+
+
 def append_lines(plan: DemoPlan, batches: Sequence[BatchFile], pipeline: Pipeline) -> list[str]:
     reports = [pipeline.step(f"append-{b.index:02d}").report for b in batches]
     committed = [r for r in reports if not r.get("results", {}).get("already_committed")]
@@ -88,8 +93,8 @@ def result_lines(plan: DemoPlan, pipeline: Pipeline, snaps: Snapshots, checks: S
         f"lookups    offsets-for-times: {by_name['lookups'].detail}",
         f"read       {topic} [{format_time(start)}, {format_time(end)}): {read_results.get('segments', {}).get('read', 0)} of "
         f"{read_results.get('segments', {}).get('live', 0)} segments read, {by_name['read'].detail}",
-        f"scrub      {scrubbed.get('objects_listed', 0)} objects: {len(scrubbed.get('orphans', []))} orphans, "
-        f"{len(scrubbed.get('missing', []))} missing, {len(scrubbed.get('size_mismatches', []))} size mismatches",
+        f"scrub      {scrubbed.get('objects_listed', 0)} objects: {_found(scrubbed, 'orphans')} orphans, "
+        f"{_found(scrubbed, 'missing')} missing, {_found(scrubbed, 'size_mismatches')} size mismatches",
         "checks     " + ("every figure equals a recomputation from the generated input" if not failed
                          else "FAILED: " + "; ".join(f"{c.name}: {c.detail}" for c in failed)),
     ]

@@ -34,6 +34,7 @@ from jobs.cli.main import main as klake_in_process
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
+from tests.scrub_findings import scrub_findings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -245,8 +246,8 @@ def assert_no_debris(store: Store) -> None:
     report = store.tmp / "scrub-check.json"
     assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--dry-run",
                              "--report", str(report), "--no-progress"]) == 0
-    found = json.loads(report.read_text())["results"]["scrub"]
-    assert (found["orphans"], found["debris"], found["missing"]) == ([], [], []), found
+    found = scrub_findings(json.loads(report.read_text()))
+    assert (found["orphan"], found["debris"], found["missing"]) == ([], [], []), found
 
 
 # --- the sweep ------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from jobs.runtime.job_runner import JobSpec, main
 from layouts.store import list_objects, read_bytes
 from tests.conftest import KAFKA_FIXTURES, Backend
 from tests.jobs.test_jobs import HOUR, NOW, Jobs, compact_input, input_table, local_backend, write_parquet
+from tests.scrub_findings import scrub_findings
 
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 
@@ -53,7 +54,7 @@ def test_import_and_scrub_report_the_requests_and_bytes_of_the_driver(backend: B
     for uri in orphans:
         backend.put(uri, b"x" * 10)
     report = run(scrub.SPEC, tmp_path, "--root", root, "--now", str(NOW * 2))  # long past the grace period
-    assert set(report["results"]["scrub"]["deleted"]) == set(orphans)
+    assert set(scrub_findings(report)["deleted"]) == set(orphans)
     assert report["requests"]["LIST"] >= 1 and report["requests"]["DELETE"] >= 1
     assert report["requests"]["DELETE"] == report["results"]["scrub"]["delete_requests"]
     assert "requests: none" not in report["summary"]

@@ -51,6 +51,7 @@ from layouts.store import StorageOptions, list_objects, object_info, read_bytes
 from tests.catalog_rows import kafka_time_retention, offset_bounds
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
+from tests.scrub_findings import scrub_findings
 
 pytestmark = pytest.mark.spark
 
@@ -673,12 +674,12 @@ def test_recover_rebuild_index_and_scrub(spark, tmp_path: Path) -> None:
     assert bad_log.log_key in orphans and bad_index.index_key in orphans
     wall = int(Path(bad_log.log_key).stat().st_mtime * 1000)
     code, report = jobs.run(scrub.SPEC, now=wall)  # within the grace period: nothing deleted
-    assert code == 0 and report["results"]["scrub"]["deleted"] == []
+    assert code == 0 and scrub_findings(report)["deleted"] == []
     code, report = jobs.run(scrub.SPEC, "--dry-run", now=wall + 2 * HOUR)
-    assert code == 0 and {o["uri"] for o in report["results"]["scrub"]["orphans"]} == orphans
+    assert code == 0 and {o["uri"] for o in scrub_findings(report)["orphan"]} == orphans
     assert jobs.objects() >= orphans
     code, report = jobs.run(scrub.SPEC, now=wall + 2 * HOUR)
-    assert code == 0 and set(report["results"]["scrub"]["deleted"]) == orphans
+    assert code == 0 and set(scrub_findings(report)["deleted"]) == orphans
     assert not jobs.objects() & orphans and live <= jobs.objects()
     assert any("/_quarantine/" in o for o in jobs.objects())  # never a scrub candidate
     assert {p: jobs.records("t", p) for p in range(2)} == {0: before[0], 1: after}

@@ -5,15 +5,17 @@ many partitions planned at once."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table
-from engine.cleaner.selection import SegmentZone, plan_compaction
+from engine.cleaner.selection import SegmentInfo, SegmentZone, log_segments, overlapping, plan_compaction
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from tests.catalog_rows import make_row
@@ -152,3 +154,28 @@ def test_verdicts_read_as_before_and_count_by_reason() -> None:
         plan_compaction(rows_to_table([dirty[0], make_row("c", 0, 5, 20, segment_id="x")]), {"c": compact}, NOW)
     with pytest.raises(ValueError, match="c-1: only the last segment can be active, not the one at 10"):
         plan_compaction(rows_to_table([clean[1], make_row("c", 1, 20, 30)]), {"c": compact}, NOW)
+
+
+def tree_map_values(bases: list[int], start: int, end: int) -> list[int]:
+    """`LogSegments.values(from, to)` as Kafka writes it over its `ConcurrentSkipListMap`: empty when
+    from == to, else `subMap(floorKey(from), to)` or `headMap(to)` when there is no floor."""
+    if start == end:
+        return []
+    floor = bisect.bisect_right(bases, start) - 1
+    return [i for i in range(max(floor, 0), len(bases)) if bases[i] < end]
+
+
+@given(st.lists(st.integers(0, 60), min_size=0, max_size=8, unique=True), st.integers(-1, 70), st.integers(0, 12))
+def test_log_segments_is_kafkas_sub_map_from_the_floor(bases: list[int], start: int, width: int) -> None:
+    bases = sorted(bases)
+    infos = [SegmentInfo(base_offset=b, next_offset=b + 1, size_bytes=1) for b in bases]
+    assert overlapping(infos, start, start + width) == tree_map_values(bases, start, start + width)
+    base = np.array(bases, np.int64)
+    mask = log_segments(base, np.r_[base[1:], np.iinfo(np.int64).max], np.full(len(bases), start),
+                        np.full(len(bases), start + width))
+    assert np.flatnonzero(mask).tolist() == tree_map_values(bases, start, start + width)
+
+
+def test_log_segments_refuses_a_backwards_range() -> None:
+    with pytest.raises(ValueError, match="from offset 5 is above limit offset 4"):
+        overlapping([SegmentInfo(base_offset=0, next_offset=10, size_bytes=1)], 5, 4)

@@ -16,6 +16,7 @@ from jobs.cli.main import main as klake
 from layouts.object_layout import object_segment_keys, write_segment
 from layouts.store import delete_object, filesystem, list_objects, object_info
 from tests.catalog_rows import add_segments, make_row, transition
+from tests.scrub_findings import scrub_findings
 
 SMALL_PARTITIONS = ("_confluent-command-0", "docker-connect-status-0")
 
@@ -75,22 +76,28 @@ def test_scrub_reports_everything_and_deletes_only_orphans(backend, kafka_fixtur
     argv = ["scrub", "--root", backend.uri("root"), "--catalog", backend.uri("catalog"), "--grace-ms", "0",
             "--report", str(report)]
 
-    def scrubbed() -> dict:
-        return json.loads(report.read_text())["results"]["scrub"]
+    def scrubbed() -> tuple[dict, dict]:
+        """The JSON report's counts, and every finding from its side file."""
+        written = json.loads(report.read_text())
+        return written["results"]["scrub"], scrub_findings(written)
 
     capsys.readouterr()
     assert klake([*argv, "--dry-run"]) == 1
-    dry = scrubbed()
-    assert {o["uri"] for o in dry["orphans"]} == planted["orphans"]
-    assert {(m["kind"], m["key"]) for m in dry["missing"]} == {("timeindex", k) for k in planted["missing"]}
-    assert [(s["key"], s["object_size"]) for s in dry["size_mismatches"]] == [(k, 1000) for k in planted["truncated"]]
-    assert dry["size_mismatches"][0]["catalog_size"] == (kafka_fixtures / "broker" / "docker-connect-status-0" /
-                                                         "00000000000000000000.log").stat().st_size
+    counts, dry = scrubbed()
+    assert {o["uri"] for o in dry["orphan"]} == planted["orphans"]
+    assert {(m["kind"], m["uri"]) for m in dry["missing"]} == {("timeindex", k) for k in planted["missing"]}
+    assert [(s["uri"], s["object_size"]) for s in dry["size-mismatch"]] == [(k, 1000) for k in planted["truncated"]]
+    assert dry["size-mismatch"][0]["catalog_size"] == (kafka_fixtures / "broker" / "docker-connect-status-0" /
+                                                       "00000000000000000000.log").stat().st_size
     assert dry["deleted"] == [] and _listing(backend) == before
+    assert counts["orphans"]["count"] == len(planted["orphans"]) and counts["deleted"] == 0
+    assert counts["missing"] == {"count": 1, "by_kind": {"timeindex": 1}}
+    assert counts["size_mismatches"] == {"count": 1, "by_kind": {"log": 1}}
 
     assert klake(argv) == 1
-    done = scrubbed()
+    counts, done = scrubbed()
     assert set(done["deleted"]) == planted["orphans"] and done["delete_failed"] == {}
+    assert counts["deleted"] == len(planted["orphans"]) and counts["delete_failed"] == 0
     after = _listing(backend)
     assert after == {uri: size for uri, size in before.items() if uri not in planted["orphans"]}
     assert planted["keep_out"] <= set(after) and planted["truncated"] <= set(after)
