@@ -356,11 +356,13 @@ def with_file_rank(batch: pa.RecordBatch, order: pa.Array) -> pa.RecordBatch:
     """`batch` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
     shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back
     into the path only for a rejected record."""
-    files = pc.replace_substring_regex(batch.column("_file"), _EMPTY_AUTHORITY, r"\1:/")
-    rank = pc.index_in(files, value_set=order)
-    if rank.null_count:
-        raise KlakeError(f"input file {files.filter(rank.is_null())[0]} is not among the input's files")
-    return batch.set_column(batch.schema.get_field_index("_file"), "_rank", rank.cast(pa.int32()))
+    files = pc.dictionary_encode(batch.column("_file"))  # a batch holds a few files: rank each once
+    names = pc.replace_substring_regex(files.dictionary, _EMPTY_AUTHORITY, r"\1:/")
+    ranks = pc.index_in(names, value_set=order)
+    if ranks.null_count:
+        raise KlakeError(f"input file {names.filter(ranks.is_null())[0]} is not among the input's files")
+    rank = ranks.cast(pa.int32()).take(files.indices)
+    return batch.set_column(batch.schema.get_field_index("_file"), "_rank", rank)
 
 
 def task_keys(spark, tasks: int) -> list[int]:  # noqa: ANN001 - a SparkSession
