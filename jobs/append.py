@@ -365,46 +365,6 @@ def with_file_rank(batch: pa.RecordBatch, order: pa.Array) -> pa.RecordBatch:
     return batch.set_column(batch.schema.get_field_index("_file"), "_rank", rank)
 
 
-def task_keys(spark, tasks: int) -> list[int]:  # noqa: ANN001 - a SparkSession
-    """For each task i of `tasks`, an int that `repartition(tasks, column)` sends to task i: Spark hashes
-    a row to `pmod(hash(column), tasks)` (HashPartitioning), so these are found by asking Spark."""
-    from pyspark.sql import functions as F
-
-    found: dict[int, int] = {}
-    size = 64 * tasks
-    while len(found) < tasks:
-        rows = (spark.range(size).select(F.col("id").cast("int").alias("key"))
-                .select("key", F.expr(f"pmod(hash(key), {tasks})").alias("task"))
-                .groupBy("task").agg(F.min("key").alias("key")).collect())
-        found = {row["task"]: row["key"] for row in rows}
-        size *= 4
-    return [found[task] for task in range(tasks)]
-
-
-def task_column(spark, tps: Sequence[TopicPartition], counts: dict[str, int]):  # noqa: ANN001, ANN201
-    """A column by which `repartition(len(tps), ...)` gives each of `tps` a task of its own (hashing
-    (topic, partition) itself lets two partitions share a task while another task gets none, issue 14);
-    rows of any other partition (rejected as unplaced) go to one of those tasks, sorted apart."""
-    from pyspark.sql import functions as F
-
-    base, first = {}, 0
-    for topic in counts:
-        base[topic], first = first, first + counts[topic]
-    keys: list[int | None] = [None] * first
-    for tp, key in zip(tps, task_keys(spark, max(len(tps), 1)), strict=False):
-        keys[base[tp.topic] + tp.partition] = key
-    if not tps:
-        return F.lit(None).cast("int")
-    topic, partition = F.col("topic"), F.col("partition")
-    start = count = F.lit(None)
-    for name in counts:
-        start = F.when(topic == name, F.lit(base[name])).otherwise(start)
-        count = F.when(topic == name, F.lit(counts[name])).otherwise(count)
-    index = (start + partition + 1).cast("int")
-    table = F.array(*[F.lit(key).cast("int") for key in keys])
-    return F.when((partition >= 0) & (partition < count), F.try_element_at(table, index))
-
-
 class _Runs:
     """A task's rows, sorted by (topic, partition, input order), as one run per topic-partition: its key
     and its rows in chunks of about `chunk_bytes` (the engine appends a chunk at a time, so a task
@@ -626,7 +586,7 @@ def run(ctx: JobContext) -> None:
         by_tp = {item.tp: item for item in items}
         # one task per partition (an explicit count: adaptive execution does not coalesce it), rows in
         # input order; each task streams its partitions' rows through the engine chunk by chunk
-        ordered = assigned.repartition(max(len(tps), 1), task_column(ctx.spark, tps, counts)) \
+        ordered = assigned.repartition(max(len(tps), 1), "topic", "partition") \
             .sortWithinPartitions("topic", "partition", *ORDER_COLUMNS).drop("_block")  # not read by the task
         grouped = ordered.mapInArrow(
             lambda batches: _append_stream(batches, by_tp, set(tps), counts, where, order, prepare_kwargs),
