@@ -42,6 +42,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -71,8 +72,8 @@ from layouts.store import (
     write_bytes,
 )
 
-ORDER_COLUMNS = ("_file", "_block", "_seq")
-PROVENANCE = ("topic", "partition", "_file", "_seq")  # what a rejects file says of each record's source
+ORDER_COLUMNS = ("_rank", "_block", "_seq")  # input order: the file's place in path order, split, row
+PROVENANCE = ("topic", "partition", "_rank", "_seq")  # what a rejects file says of each record's source
 APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
@@ -180,9 +181,10 @@ def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]
     return topics
 
 
-def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
+def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
     """The input (this starts Spark) with its schema checked, Spark's Kafka sink columns normalised
-    and an order key per row; its `topic` column only if the input has one."""
+    and where each row comes from (`_file`, `_block`, `_seq`); its `topic` column only if the input has
+    one. Also the values `_file` takes: the input's files as Spark names them."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -191,8 +193,9 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
     if args.table:
         df = ctx.spark.table(args.table)
         df = df.withColumn("_file", F.lit("")).withColumn("_block", F.lit(0).cast("long"))
+        files = [""]
     elif is_s3(args.input):
-        df = _input_over_fsspec(ctx)
+        df, files = _input_over_fsspec(ctx)
     else:
         reader = ctx.spark.read.format(args.format)
         for item in args.input_options:
@@ -201,6 +204,7 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
         df = reader.load(args.input)
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
+        files = df.inputFiles()
     if not _checks_parquet(ctx):
         sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
         try:
@@ -218,7 +222,7 @@ def _read_input(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
     keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
-    return df.select(*keep, *ORDER_COLUMNS)
+    return df.select(*keep, "_file", "_block", "_seq"), files
 
 
 ARROW_FORMATS = ("parquet", "json", "csv")
@@ -245,7 +249,7 @@ def read_arrow_file(uri: str, fmt: str, options: StorageOptions | None) -> pa.Ta
     return {"parquet": pq.read_table, "json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
 
 
-def _input_over_fsspec(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
+def _input_over_fsspec(ctx: JobContext) -> tuple[Any, list[str]]:
     """s3:// input without hadoop-aws in Spark: the driver lists the files, one task reads each with
     pyarrow through fsspec (the same storage access as the segments), in path order."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -269,7 +273,7 @@ def _input_over_fsspec(ctx: JobContext):  # noqa: ANN202 - a pyspark DataFrame
                 table = table.append_column("_file", pa.array([files[index]] * table.num_rows, pa.string()))
                 yield from table.append_column("_block", pa.array(np.zeros(table.num_rows, np.int64))).to_batches()
 
-    return ctx.spark.range(len(files), numPartitions=len(files)).mapInArrow(read, from_arrow_schema(full))
+    return ctx.spark.range(len(files), numPartitions=len(files)).mapInArrow(read, from_arrow_schema(full)), files
 
 
 def default_job_id(ctx: JobContext) -> str:
@@ -338,6 +342,29 @@ class PartitionAssigner:
         return by_key
 
 
+# Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
+_EMPTY_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):///"
+
+
+def file_order(files: Sequence[str]) -> list[str]:
+    """The input's files (as `_file` spells them) in path order: `_rank` indexes this list."""
+    return sorted(set(pc.replace_substring_regex(pa.array(list(files), pa.string()), _EMPTY_AUTHORITY,
+                                                 r"\1:/").to_pylist()))
+
+
+def with_file_rank(batch: pa.RecordBatch, order: pa.Array) -> pa.RecordBatch:
+    """`batch` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
+    shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back
+    into the path only for a rejected record."""
+    files = pc.dictionary_encode(batch.column("_file"))  # a batch holds a few files: rank each once
+    names = pc.replace_substring_regex(files.dictionary, _EMPTY_AUTHORITY, r"\1:/")
+    ranks = pc.index_in(names, value_set=order)
+    if ranks.null_count:
+        raise KlakeError(f"input file {names.filter(ranks.is_null())[0]} is not among the input's files")
+    rank = ranks.cast(pa.int32()).take(files.indices)
+    return batch.set_column(batch.schema.get_field_index("_file"), "_rank", rank)
+
+
 class _Runs:
     """A task's rows, sorted by (topic, partition, input order), as one run per topic-partition: its key
     and its rows in chunks of about `chunk_bytes` (the engine appends a chunk at a time, so a task
@@ -388,16 +415,16 @@ class _Runs:
 
 
 def _append_stream(batches: Iterator[pa.RecordBatch], items: dict[TopicPartition, PartitionInput],
-                   selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str,
+                   selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str, files: Sequence[str],
                    prepare_kwargs: dict) -> Iterator[pa.RecordBatch]:
     """One task: append each topic-partition run of its sorted rows, a result row per run."""
     for (topic, partition), chunks in _Runs(batches, APPEND_CHUNK_BYTES):
-        yield from _append_run(topic, partition, chunks, items, selected, counts, rejects_dir,
+        yield from _append_run(topic, partition, chunks, items, selected, counts, rejects_dir, files,
                                prepare_kwargs).to_batches()
 
 
 def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput],
-                selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str,
+                selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str, files: Sequence[str],
                 prepare_kwargs: dict) -> pa.Table:
     """One partition's records, in input order and in chunks: appended as a stream, result pickled.
 
@@ -415,7 +442,7 @@ def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: d
     else:
         reason = None
     if reason is not None:
-        rejects = _rejected(pa.concat_tables(list(chunks)), reason, message)
+        rejects = _provenance(_rejected(pa.concat_tables(list(chunks)), reason, message), files)
         uri = _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
         return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
     item = items.get(tp)
@@ -434,7 +461,7 @@ def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: d
         seen += rest.num_rows
     if result.step is not None:
         outcome = result.step.outcome
-        rejects = _provenance(outcome.rejects)
+        rejects = _provenance(outcome.rejects, files)
         if rejects is not None and rejects.num_rows:
             _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
         else:  # an earlier attempt's rejects of this partition (another --now) are not true for this one
@@ -443,13 +470,16 @@ def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: d
     return _result_row(topic, partition, RESULT, (result, seen))
 
 
-def _provenance(rejects: pa.Table | None) -> pa.Table | None:
+def _provenance(rejects: pa.Table | None, files: Sequence[str]) -> pa.Table | None:
     """Rejects as the rejects file holds them: where each came from (topic, partition, input file and
     position) instead of its row number in the stream."""
     if rejects is None or rejects.num_rows == 0:
         return rejects
-    return rejects.drop_columns(["row"]).rename_columns(
-        [name.lstrip("_") if name in PROVENANCE else name for name in rejects.column_names if name != "row"])
+    rejects = rejects.drop_columns(["row"])
+    at = rejects.schema.get_field_index("_rank")
+    rejects = rejects.set_column(at, "_file", pa.array(files, pa.string()).take(rejects.column(at)))
+    return rejects.rename_columns([name.lstrip("_") if name in (*PROVENANCE, "_file") else name
+                                   for name in rejects.column_names])
 
 
 def partition_rejects_uri(rejects_dir: str, tp: TopicPartition) -> str:
@@ -470,24 +500,15 @@ def _result_row(topic: str, partition: int, kind: str, payload: object) -> pa.Ta
 
 
 def _rejected(table: pa.Table, reason: str, message: str) -> pa.Table:
-    """Every record of `table` as a reject with `reason`, in the rejects file's columns."""
+    """Every record of `table` as a reject with `reason`, in the columns `append_records` gives its
+    rejects (with the `PROVENANCE` columns carried)."""
     n = table.num_rows
     rejects = pa.table({"row": pa.array(np.arange(n), pa.int64()), "reason": pa.array([reason] * n, pa.string()),
                         "message": pa.array([message] * n, pa.string())})
-    for name in ("key", "value", "timestamp", "headers"):
+    for name in ("key", "value", "timestamp", "headers", *PROVENANCE):
         if name in table.column_names:
             rejects = rejects.append_column(name, table.column(name))
-    return _with_source(rejects, table)
-
-
-def _with_source(rejects: pa.Table | None, table: pa.Table) -> pa.Table | None:
-    """Rejected rows with where they came from: topic, partition, input file and position."""
-    if rejects is None or rejects.num_rows == 0:
-        return rejects
-    rows = rejects.column("row")
-    for name in ("topic", "partition", "_file", "_seq"):
-        rejects = rejects.append_column(name.lstrip("_"), table.column(name).take(rows))
-    return rejects.drop_columns(["row"])
+    return rejects
 
 
 def partition_counts(ctx: JobContext, topics: Sequence[str]) -> dict[str, int]:
@@ -523,6 +544,7 @@ def rejects_dir(ctx: JobContext) -> str:
 
 def run(ctx: JobContext) -> None:
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
 
     if ctx.args.input:
         _is_dir(ctx.args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
@@ -532,7 +554,7 @@ def run(ctx: JobContext) -> None:
     if _checks_parquet(ctx):  # bad input fails here, before Spark starts and before anything is written
         topics = _selected_topics(ctx, _check_parquet(ctx))
         counts = partition_counts(ctx, topics)
-    df = _read_input(ctx)
+    df, files = _read_input(ctx)
     if topics is None:
         found = ({r["topic"]: ctx.args.input or f"table {ctx.args.table}"
                   for r in df.select("topic").distinct().collect() if r["topic"] is not None}
@@ -544,7 +566,15 @@ def run(ctx: JobContext) -> None:
     elif ctx.args.topics:
         df = df.where(F.col("topic").isin(ctx.args.topics))
     sticky = int(ctx.config.jobs["sticky_batch_bytes"])
-    assigned = df.mapInArrow(lambda batches: PartitionAssigner(counts, sticky).assign(batches), df.schema)
+    order = file_order(files)
+    files_order = pa.array(order, pa.string())
+
+    def assign_and_rank(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in PartitionAssigner(counts, sticky).assign(batches):
+            yield with_file_rank(batch, files_order)
+
+    ranked = StructType([StructField("_rank", IntegerType()) if f.name == "_file" else f for f in df.schema.fields])
+    assigned = df.mapInArrow(assign_and_rank, ranked)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
@@ -557,9 +587,10 @@ def run(ctx: JobContext) -> None:
         # one task per partition (an explicit count: adaptive execution does not coalesce it), rows in
         # input order; each task streams its partitions' rows through the engine chunk by chunk
         ordered = assigned.repartition(max(len(tps), 1), "topic", "partition") \
-            .sortWithinPartitions("topic", "partition", *ORDER_COLUMNS)
+            .sortWithinPartitions("topic", "partition", *ORDER_COLUMNS).drop("_block")  # not read by the task
         grouped = ordered.mapInArrow(
-            lambda batches: _append_stream(batches, by_tp, set(tps), counts, where, prepare_kwargs), RESULT_SCHEMA)
+            lambda batches: _append_stream(batches, by_tp, set(tps), counts, where, order, prepare_kwargs),
+            RESULT_SCHEMA)
         rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
         # a partition without input records has no result: it has nothing to append and nothing to finish
         return counted_on_the_driver([pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT])

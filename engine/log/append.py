@@ -148,7 +148,9 @@ class _Rejects:
         messages = [x for m in self.messages for x in m]
         order = np.argsort(rows, kind="stable")
         extra = [c for c in ("key", "value", "timestamp", "headers", *carry) if c in source.column_names]
-        taken = source.select(extra).take(pa.array(rows[order]))
+        # no rejects (the common case): no take, which would first join a chunked column's chunks (and no
+        # slice, which would keep the chunk's buffers alive as long as the rejects)
+        taken = source.select(extra).take(pa.array(rows[order])) if rows.size else source.select(extra).schema.empty_table()
         base = pa.table([pa.array(rows[order], pa.int64()), pa.array(reasons, pa.string()).take(pa.array(order)),
                          pa.array(messages, pa.string()).take(pa.array(order))], schema=pa.schema(REJECT_FIELDS))
         for name in extra:
