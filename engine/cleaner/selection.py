@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentState, first_dirty_offsets, log_start_offsets
 from engine.format.batch import NO_TIMESTAMP
-from engine.log.plan_columns import dictionary, group_partitions, int64
+from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.times import format_duration
@@ -388,7 +387,7 @@ class PartitionCompaction:
 
 
 @dataclass(frozen=True)
-class CompactionPlan:
+class CompactionPlan(PartitionRows):
     """`plan_compaction`'s outcome: `partitions` (one row per partition: its range, verdict and reason)
     and `segments` (one row per segment: its zone in the round), partitions in the same order."""
 
@@ -396,22 +395,9 @@ class CompactionPlan:
     partitions: pa.Table
     segments: pa.Table
 
-    @cached_property
-    def _index(self) -> dict[TopicPartition, int]:
-        tps = zip(self.partitions["topic"].to_pylist(), self.partitions["partition"].to_pylist(), strict=True)
-        return {TopicPartition(t, p): i for i, (t, p) in enumerate(tps)}
-
-    def topic_partitions(self) -> list[TopicPartition]:
-        return list(self._index)
-
     def partition(self, tp: TopicPartition) -> PartitionCompaction:
         """One partition's row (KeyError if it had no live segment)."""
         return PartitionCompaction(tp, self.configs[tp.topic], self._rows[self._index[tp]])
-
-    @cached_property
-    def _rows(self) -> list[dict[str, Any]]:
-        """Every partition's row, converted once (a job asks for each partition's)."""
-        return self.partitions.to_pylist()
 
     def side_files(self) -> dict[str, pa.Table]:
         return {"partitions": self.partitions, "segments": self.segments}

@@ -1,13 +1,18 @@
 """The column tools every driver plan (retention, roll, compaction selection) shares: catalog rows grouped
-by partition without row objects, int64 views of columns, and dictionary-encoded word columns."""
+by partition without row objects, int64 views of columns, dictionary-encoded word columns, and a plan's
+per-partition table looked up by topic-partition."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from engine.names import TopicPartition
 
 
 @dataclass(frozen=True)
@@ -48,3 +53,22 @@ def int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def dictionary(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
     """A word column: `codes` index `words` (a plan's actions and reasons, one dictionary entry each)."""
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(words, pa.string()))
+
+
+class PartitionRows:
+    """A plan's `partitions` table (one row per topic-partition) looked up by topic-partition; the index and
+    the rows are built once, on first use (a job asks for every partition's row)."""
+
+    partitions: pa.Table
+
+    @cached_property
+    def _index(self) -> dict[TopicPartition, int]:
+        tps = zip(self.partitions["topic"].to_pylist(), self.partitions["partition"].to_pylist(), strict=True)
+        return {TopicPartition(t, p): i for i, (t, p) in enumerate(tps)}
+
+    @cached_property
+    def _rows(self) -> list[dict[str, Any]]:
+        return self.partitions.to_pylist()
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        return list(self._index)

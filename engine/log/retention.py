@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import LIVE_STATES, SegmentState, log_start_offsets, owned
-from engine.log.plan_columns import dictionary, group_partitions, int64
+from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.times import format_duration, format_time
@@ -197,7 +197,7 @@ class PassOutcome:
 
 
 @dataclass(frozen=True)
-class RetentionPlan:
+class RetentionPlan(PartitionRows):
     """The outcome of `plan_retention`: `segments` (one row per segment, partitions in input order,
     offsets ascending) and `partitions` (one row per partition, `first_row` pointing into `segments`)."""
 
@@ -206,14 +206,6 @@ class RetentionPlan:
     segments: pa.Table
     partitions: pa.Table
     holds: Mapping[TopicPartition, FutureTimestampHold] = field(default_factory=dict)
-
-    @cached_property
-    def _index(self) -> dict[TopicPartition, int]:
-        tps = zip(self.partitions["topic"].to_pylist(), self.partitions["partition"].to_pylist(), strict=True)
-        return {TopicPartition(t, p): i for i, (t, p) in enumerate(tps)}
-
-    def topic_partitions(self) -> list[TopicPartition]:
-        return list(self._index)
 
     def partition(self, tp: TopicPartition) -> PartitionRetention:
         """One partition's plan (KeyError if it had no segment)."""

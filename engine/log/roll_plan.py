@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ from engine.catalog.schema import SegmentState
 from engine.index.common import INT32_MAX
 from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
-from engine.log.plan_columns import dictionary, group_partitions, int64
+from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
 from engine.log.segment_writer import ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW, ROLL_SIZE, ROLL_TIME
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
@@ -122,25 +121,15 @@ class PartitionRoll:
 
 
 @dataclass(frozen=True)
-class RollPlan:
+class RollPlan(PartitionRows):
     """`plan_roll`'s outcome: `partitions`, one row per partition (its last live segment's numbers)."""
 
     now_ms: int
     partitions: pa.Table
 
-    @cached_property
-    def _index(self) -> dict[TopicPartition, int]:
-        tps = zip(self.partitions["topic"].to_pylist(), self.partitions["partition"].to_pylist(), strict=True)
-        return {TopicPartition(t, p): i for i, (t, p) in enumerate(tps)}
-
     def partition(self, tp: TopicPartition) -> PartitionRoll:
         """One partition's row (KeyError if it had no live segment)."""
         return PartitionRoll(tp, self.now_ms, self._rows[self._index[tp]])
-
-    @cached_property
-    def _rows(self) -> list[dict[str, Any]]:
-        """Every partition's row, converted once (a job asks for each partition's)."""
-        return self.partitions.to_pylist()
 
     def side_files(self) -> dict[str, pa.Table]:
         return {"partitions": self.partitions}
