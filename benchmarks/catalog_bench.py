@@ -107,12 +107,17 @@ def measure(uri: str, label: str, window: tuple[int, int], repeat: int) -> None:
         print(f"  {label:<22} {name:<22} {ms:8.1f} ms  ({found} segments)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_catalog_shape(parser: argparse.ArgumentParser) -> None:
+    """The synthetic catalog's shape, the options every catalog benchmark takes (`build`'s arguments)."""
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--commits", type=int, default=50)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_catalog_shape(parser)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", help="where to build the catalog (default: a temporary directory)")
     args = parser.parse_args()

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from catalog_bench import EPOCH_MS, SEGMENT_MS, build  # noqa: E402
+from catalog_bench import EPOCH_MS, SEGMENT_MS, add_catalog_shape, build  # noqa: E402
 from retention_bench import TARGETS, run_job, verdict  # noqa: E402
 
 from engine.catalog.changes import CatalogChange  # noqa: E402
@@ -135,10 +135,7 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--topics", type=int, default=20)
-    parser.add_argument("--partitions", type=int, default=10)
-    parser.add_argument("--commits", type=int, default=50)
+    add_catalog_shape(parser)
     parser.add_argument("--dir", type=Path, help="where to build the catalog (default: a temporary directory, removed)")
     args = parser.parse_args()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="klake-planning-bench-"))

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from catalog_bench import EPOCH_MS, SEGMENT_MS, build  # noqa: E402
+from catalog_bench import EPOCH_MS, SEGMENT_MS, add_catalog_shape, build  # noqa: E402
 
 from engine.log.retention import plan_retention  # noqa: E402
 from engine.log.topic_config import TopicConfig  # noqa: E402
@@ -154,10 +154,7 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path, re
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--topics", type=int, default=20)
-    parser.add_argument("--partitions", type=int, default=10)
-    parser.add_argument("--commits", type=int, default=50)
+    add_catalog_shape(parser)
     parser.add_argument("--dir", type=Path, help="where to build the catalog (default: a temporary directory, removed)")
     parser.add_argument("--real", action="store_true",
                         help="delete for real (local Spark) over tiny segment objects on local disk, not a dry run")
