@@ -49,7 +49,7 @@ from engine.ops.read import (
     DEFAULT_PACK_BYTES,
     DEFAULT_SPLIT_BYTES,
     KAFKA_ARROW_SCHEMA,
-    KAFKA_DICTIONARY_COLUMNS,
+    KAFKA_PARQUET_COLUMNS,
     ReadPlan,
     ReadRange,
     WorkItem,
@@ -158,7 +158,7 @@ def _scan_pack(pack: int, items: list[WorkItem], options: StorageOptions | None,
         else:
             uri = output.attempt_uri(pack, attempt)
             with metered() as meter:
-                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, options, KAFKA_DICTIONARY_COLUMNS):
+                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, options, KAFKA_PARQUET_COLUMNS):
                     result.staged = uri
             result.tally.update({"PUT": meter.requests["PUT"], "bytes_written": meter.bytes["written"]})
     except (KlakeError, OSError) as exc:
