@@ -12,7 +12,9 @@ and range-filters every batch the same way (`engine.ops.read.read_item`):
 - `--output` in Parquet (the default) on a local path or `s3://`: each task writes its records' Parquet
   file itself with pyarrow through klake's store, and the driver commits the files once every task
   succeeded (`engine.ops.read_output`: staging per task attempt, moved into place, `_SUCCESS` last; a
-  re-run replaces the output);
+  re-run replaces the output). Snappy, as Spark writes by default; the settings per column are
+  `engine.ops.read.KAFKA_PARQUET_COLUMNS` (offsets and timestamps delta-encoded; min/max statistics on
+  partition, offset, timestamp and timestampType only: readers skip row groups by those, not by topic);
 - `--output-format json`, or another filesystem (`hdfs://`, ...): rows go through Spark's own writer,
   which needs the cluster's filesystem for that scheme.
 A task that meets a corrupt batch fails its topic-partition with the error naming segment and offset;
@@ -49,7 +51,7 @@ from engine.ops.read import (
     DEFAULT_PACK_BYTES,
     DEFAULT_SPLIT_BYTES,
     KAFKA_ARROW_SCHEMA,
-    KAFKA_DICTIONARY_COLUMNS,
+    KAFKA_PARQUET_COLUMNS,
     ReadPlan,
     ReadRange,
     WorkItem,
@@ -158,7 +160,7 @@ def _scan_pack(pack: int, items: list[WorkItem], options: StorageOptions | None,
         else:
             uri = output.attempt_uri(pack, attempt)
             with metered() as meter:
-                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, options, KAFKA_DICTIONARY_COLUMNS):
+                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, options, KAFKA_PARQUET_COLUMNS):
                     result.staged = uri
             result.tally.update({"PUT": meter.requests["PUT"], "bytes_written": meter.bytes["written"]})
     except (KlakeError, OSError) as exc:

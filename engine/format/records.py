@@ -55,28 +55,29 @@ class RecordTable:
         return RecordTable(self.batch_index[index], self.offset[index], self.timestamp[index],
                            self.key.take(taker), self.value.take(taker), self.headers.take(taker))
 
-    def to_arrow(self, batches: BatchHeaders) -> pa.Table:
-        """All record fields plus the batch attributes a reader needs (magic, codec, type, control)."""
+    def per_record(self, *columns: np.ndarray) -> list[np.ndarray]:
+        """Per-batch columns (one value per row of the headers), each repeated for every record of its batch."""
         b = self.batch_index
         if b.shape[0] < 2 or bool((b[1:] >= b[:-1]).all()):  # log order: repeat each batch's value
-            counts = np.bincount(b, minlength=len(batches))
+            counts = np.bincount(b, minlength=columns[0].shape[0])
+            return [np.repeat(column, counts) for column in columns]
+        return [column[b] for column in columns]
 
-            def per_record(column: np.ndarray) -> np.ndarray:
-                return np.repeat(column, counts)
-        else:
-            def per_record(column: np.ndarray) -> np.ndarray:
-                return column[b]
+    def to_arrow(self, batches: BatchHeaders) -> pa.Table:
+        """All record fields plus the batch attributes a reader needs (magic, codec, type, control)."""
+        timestamp_type, magic, codec, control, position = self.per_record(
+            batches.timestamp_type, batches.magic, batches.codec, batches.is_control, batches.position)
         return pa.table({
             "offset": self.offset,
             "timestamp": self.timestamp,
-            "timestamp_type": per_record(batches.timestamp_type),
+            "timestamp_type": timestamp_type,
             "key": self.key,
             "value": self.value,
             "headers": self.headers,
-            "magic": per_record(batches.magic),
-            "compression": per_record(batches.codec),
-            "control": per_record(batches.is_control),
-            "batch_position": per_record(batches.position),
+            "magic": magic,
+            "compression": codec,
+            "control": control,
+            "batch_position": position,
         })
 
 

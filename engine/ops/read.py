@@ -47,12 +47,21 @@ KAFKA_ARROW_SCHEMA = pa.schema([
     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
     ("headers", HEADERS_TYPE)])
 """Spark's Kafka source columns as Arrow (timestamps in microseconds, as Spark's)."""
-KAFKA_DICTIONARY_COLUMNS = ("key", "value", "topic", "partition", "timestampType", "headers")
-"""The columns worth a Parquet dictionary: offsets are unique and timestamps nearly so (a dictionary there
-costs ~15% of a file's encoding time and makes it larger)."""
+KAFKA_PARQUET_COLUMNS = {
+    "use_dictionary": ["topic", "partition", "timestampType", "headers.list.element.key"],
+    "write_statistics": ["partition", "offset", "timestamp", "timestampType"],
+    "column_encoding": {"offset": "DELTA_BINARY_PACKED", "timestamp": "DELTA_BINARY_PACKED"}}
+"""Parquet writer settings per column for these rows (`engine.ops.read_output.write_parquet`), measured on
+100-byte records (RESULTS.md, issue 14): a dictionary for the columns constant per segment and for header
+names only (on keys and values it is mostly a hash table that overflows and falls back to plain);
+offsets and timestamps rise by small steps, so they are delta-encoded (~0 and ~2 bytes a record instead of
+4-6 after snappy); min/max statistics, which readers use to skip row groups, for the integer columns only:
+on keys, values and headers no reader prunes by them, and on the topic name they cost ~10% of a file's
+encoding for a column that is constant in most files."""
 DEFAULT_SPLIT_BYTES = 64 * 1024**2
 DEFAULT_PACK_BYTES = 128 * 1024**2
 READ_WINDOW = 4 * 1024**2
+_TIMESTAMP = KAFKA_ARROW_SCHEMA.field("timestamp").type
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
 
 
@@ -265,11 +274,9 @@ def read_item(item: WorkItem, options: StorageOptions | None, index_interval_byt
               ) -> Iterator[pa.RecordBatch]:
     """The records of one work item in range, as Arrow batches with `KAFKA_ARROW_SCHEMA`."""
     for records, batches, keep in _decoded_chunks(item, options, index_interval_bytes):
-        table = records.to_arrow(batches)
-        selected = kafka_rows(table if keep.all() else table.filter(pa.array(keep)), item.row.topic,
-                              item.row.partition)
-        if selected.num_rows:
-            yield from selected.to_batches()
+        selected = records if keep.all() else records.take(np.flatnonzero(keep))
+        if len(selected):
+            yield kafka_rows(selected, batches, item.row.topic, item.row.partition)
 
 
 def count_item(item: WorkItem, options: StorageOptions | None,
@@ -319,16 +326,17 @@ def _candidate_batches(headers: BatchHeaders, bounds: ReadRange) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def kafka_rows(records: pa.Table, topic: str, partition: int) -> pa.Table:
-    """Decoded records (`RecordTable.to_arrow`) as Spark Kafka source rows: timestamps in microseconds.
-    The constant columns are built from buffers (no Python object per row)."""
-    n = records.num_rows
-    millis = np.clip(records["timestamp"].to_numpy(), -_MS_LIMIT, _MS_LIMIT)
-    return pa.table([
-        records["key"], records["value"], _repeated_string(topic, n),
-        pa.array(np.full(n, partition, np.int32)), records["offset"],
-        pa.array(millis * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        records["timestamp_type"].cast(pa.int32()), records["headers"]], schema=KAFKA_ARROW_SCHEMA)
+def kafka_rows(records: RecordTable, batches: BatchHeaders, topic: str, partition: int) -> pa.RecordBatch:
+    """Decoded records (and their batches' headers) as Spark Kafka source rows: timestamps in microseconds.
+    Built from the decoder's buffers as they are (no intermediate table, no Python object per row)."""
+    n = len(records)
+    micros = np.clip(records.timestamp, -_MS_LIMIT, _MS_LIMIT)
+    micros *= 1000
+    (timestamp_type,) = records.per_record(batches.timestamp_type.astype(np.int32))
+    return pa.RecordBatch.from_arrays([
+        records.key, records.value, _repeated_string(topic, n), pa.array(np.full(n, partition, np.int32)),
+        pa.array(records.offset), pa.TimestampArray.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)]),
+        pa.array(timestamp_type), records.headers], schema=KAFKA_ARROW_SCHEMA)
 
 
 def _repeated_string(text: str, n: int) -> pa.Array:

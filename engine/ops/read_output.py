@@ -20,7 +20,7 @@ run's files only. Memory: a task buffers one row group (`ROW_GROUP_BYTES` of Arr
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -44,10 +44,11 @@ STAGING = "_temporary"
 
 
 def write_parquet(batches: Iterable[pa.RecordBatch], uri: str, schema: pa.Schema,
-                  options: StorageOptions | None = None, dictionary: Sequence[str] | None = None) -> int:
+                  options: StorageOptions | None = None, columns: Mapping[str, object] | None = None) -> int:
     """Write `batches` as one snappy Parquet file at `uri`, a row group per ~`ROW_GROUP_BYTES` of Arrow data,
-    dictionary-encoding the columns `dictionary` names (None: all); the number of rows written. Nothing is
-    written when there is no row (the caller needs no empty file)."""
+    with the per-column writer settings `columns` (`pyarrow.parquet.ParquetWriter` arguments: dictionary,
+    statistics, encodings); the number of rows written. Nothing is written when there is no row (the caller
+    needs no empty file)."""
     rows, pending, pending_bytes = 0, [], 0
     batches = iter(batches)
     for batch in batches:
@@ -57,8 +58,7 @@ def write_parquet(batches: Iterable[pa.RecordBatch], uri: str, schema: pa.Schema
             break
     if not pending:
         return 0
-    with open_write(uri, options) as out, pq.ParquetWriter(
-            out, schema, compression="snappy", use_dictionary=True if dictionary is None else list(dictionary)) as writer:
+    with open_write(uri, options) as out, pq.ParquetWriter(out, schema, compression="snappy", **(columns or {})) as writer:
         for batch in batches:
             if pending_bytes >= ROW_GROUP_BYTES:
                 rows += _flush(writer, pending, schema)
