@@ -10,7 +10,7 @@ decodes exactly the bytes klake decodes (klake's batches) and encodes exactly th
 
 - encode: klake's `encode_batches` from Arrow columns (what a Spark task hands it), all batches in one
   call; kafka-clients' `MemoryRecordsBuilder`, one per batch, record by record.
-- decode: klake's `read_records` (`scan_batches` + `decode_records`, each batch's CRC checked just before
+- decode: klake's `decode_log` (`scan_batches` + `decode_records`, each batch's CRC checked just before
   its records are decoded) + `.to_arrow(...)`; kafka-clients' `ensureValid()` + the streaming record
   iterator, key and value copied into byte arrays.
 
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.format import compression  # noqa: E402
 from engine.format.builder import encode_batches  # noqa: E402
-from engine.format.records import read_records  # noqa: E402
+from engine.format.records import decode_log  # noqa: E402
 from tests.oracles import fetch_kafka_clients as fetch  # noqa: E402
 
 BATCH = 1000
@@ -106,7 +106,7 @@ def klake_encode(keys: pa.Array, values: pa.Array, timestamps: np.ndarray, codec
 
 
 def klake_decode(data: bytes) -> pa.Table:
-    headers, records = read_records(data, "bench")
+    headers, records = decode_log(data, "bench")
     return records.to_arrow(headers)
 
 

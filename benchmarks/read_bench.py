@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, bench_config, generate_input, run_cli  # noqa: E402
 
 from engine.catalog.schema import table_to_rows  # noqa: E402
-from engine.format.records import read_records  # noqa: E402
+from engine.format.records import decode_log  # noqa: E402
 from engine.ops.catalog_table import Catalog  # noqa: E402
 from jobs import read  # noqa: E402
 from jobs.runtime.config import load_config  # noqa: E402
@@ -167,7 +167,7 @@ def _decoder_alone(conf: Path) -> tuple[float, int]:
     records = 0
     for row in rows:
         data = read_bytes(row.log_key, config.storage)
-        headers, decoded = read_records(data, row.log_key)
+        headers, decoded = decode_log(data, row.log_key)
         records += decoded.to_arrow(headers).num_rows
     return time.perf_counter() - started, records
 

@@ -114,7 +114,7 @@ def decode_records(data: bytes, batches: BatchHeaders, source: str = "<bytes>", 
     return merged.take(np.argsort(merged.batch_index, kind="stable"))
 
 
-def read_records(data: bytes, source: str = "<bytes>") -> tuple[BatchHeaders, RecordTable]:
+def decode_log(data: bytes, source: str = "<bytes>") -> tuple[BatchHeaders, RecordTable]:
     """Every batch of a log buffer and all their records: `scan_batches(data, source)` (strict, CRC
     checked) then `decode_records`, with the CRCs checked in the decoder's pass (`verify_crc`). Raises
     what that pair raises: on any problem the CRC-checking scan runs again, so that its first problem

@@ -1,8 +1,8 @@
-"""The CRC-32C checked in the decoder's pass (`decode_records(verify_crc=True)`, `read_records`).
+"""The CRC-32C checked in the decoder's pass (`decode_records(verify_crc=True)`, `decode_log`).
 
 - The compiled CRC-32C equals the `crc32c` package's on every length and alignment (the 3-way
   interleaved path starts at 768 bytes, the long one at 24 KiB).
-- `read_records` gives exactly what `scan_batches` (strict, CRC checked) followed by `decode_records`
+- `decode_log` gives exactly what `scan_batches` (strict, CRC checked) followed by `decode_records`
   gives: the same headers and records, or the same error (class, file, byte position, field, message),
   on random logs of every codec with random bytes changed anywhere (headers, CRCs and records), with and
   without the CRC recomputed after the change.
@@ -27,7 +27,7 @@ from engine.format import compression
 from engine.format.batch import V2_CRC_START, scan_batches
 from engine.format.builder import encode_batch
 from engine.format.compiled import codec
-from engine.format.records import decode_records, read_records
+from engine.format.records import decode_log, decode_records
 
 RECORD = st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.one_of(st.none(), st.binary(max_size=300)),
                    st.integers(0, 2**41),
@@ -61,7 +61,7 @@ def _pair(data: bytes) -> tuple:
 
 
 def _same(data: bytes) -> None:
-    fused, pair = _outcome(lambda: read_records(data, "crc")), _outcome(lambda: _pair(data))
+    fused, pair = _outcome(lambda: decode_log(data, "crc")), _outcome(lambda: _pair(data))
     if isinstance(pair, pa.Table):
         assert isinstance(fused, pa.Table) and fused.equals(pair)
     else:
@@ -99,7 +99,7 @@ def _mutated(data: bytes, rng: random.Random) -> list[bytes]:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(BATCH, min_size=1, max_size=4), st.integers(0, 2**32))
-def test_read_records_is_scan_then_decode(batches, seed) -> None:
+def test_decode_log_is_scan_then_decode(batches, seed) -> None:
     data = _log(batches)
     _same(data)
     for changed in _mutated(data, random.Random(seed)):
