@@ -10,8 +10,9 @@ decodes exactly the bytes klake decodes (klake's batches) and encodes exactly th
 
 - encode: klake's `encode_batches` from Arrow columns (what a Spark task hands it), all batches in one
   call; kafka-clients' `MemoryRecordsBuilder`, one per batch, record by record.
-- decode: klake's `scan_batches` (CRC checked) + `decode_records(...).to_arrow(...)`; kafka-clients'
-  `ensureValid()` + the streaming record iterator, key and value copied into byte arrays.
+- decode: klake's `decode_log` (`scan_batches` + `decode_records`, each batch's CRC checked just before
+  its records are decoded) + `.to_arrow(...)`; kafka-clients' `ensureValid()` + the streaming record
+  iterator, key and value copied into byte arrays.
 
 Checks, before timing: klake and kafka-clients both decode klake's batches to the input records,
 kafka-clients' own compressed batches decode to them too, and its uncompressed ones are byte-identical
@@ -47,9 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.format import compression  # noqa: E402
-from engine.format.batch import scan_batches  # noqa: E402
 from engine.format.builder import encode_batches  # noqa: E402
-from engine.format.records import decode_records  # noqa: E402
+from engine.format.records import decode_log  # noqa: E402
 from tests.oracles import fetch_kafka_clients as fetch  # noqa: E402
 
 BATCH = 1000
@@ -106,8 +106,8 @@ def klake_encode(keys: pa.Array, values: pa.Array, timestamps: np.ndarray, codec
 
 
 def klake_decode(data: bytes) -> pa.Table:
-    scan = scan_batches(data, "bench")
-    return decode_records(data, scan.headers, "bench").to_arrow(scan.headers)
+    headers, records = decode_log(data, "bench")
+    return records.to_arrow(headers)
 
 
 def klake_check(table: pa.Table, keys: pa.Array, values: pa.Array, timestamps: np.ndarray) -> str | None:

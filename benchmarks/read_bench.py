@@ -35,8 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, bench_config, generate_input, run_cli  # noqa: E402
 
 from engine.catalog.schema import table_to_rows  # noqa: E402
-from engine.format.batch import scan_batches  # noqa: E402
-from engine.format.records import decode_records  # noqa: E402
+from engine.format.records import decode_log  # noqa: E402
 from engine.ops.catalog_table import Catalog  # noqa: E402
 from jobs import read  # noqa: E402
 from jobs.runtime.config import load_config  # noqa: E402
@@ -168,8 +167,8 @@ def _decoder_alone(conf: Path) -> tuple[float, int]:
     records = 0
     for row in rows:
         data = read_bytes(row.log_key, config.storage)
-        headers = scan_batches(data, row.log_key).headers
-        records += decode_records(data, headers, row.log_key).to_arrow(headers).num_rows
+        headers, decoded = decode_log(data, row.log_key)
+        records += decoded.to_arrow(headers).num_rows
     return time.perf_counter() - started, records
 
 

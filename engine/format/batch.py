@@ -25,6 +25,8 @@ HEADER_PREFIX = 17  # LOG_OVERHEAD + 4 + magic
 V2_HEADER_SIZE = 61  # RECORD_BATCH_OVERHEAD
 LEGACY_MIN_SIZE = {0: 14, 1: 22}  # message overhead after the 12-byte prefix
 MIN_DECLARED_SIZE = 14  # Kafka's check: size < v0 record overhead is corrupt
+V2_CRC_START = 21  # the v2 CRC-32C covers [attributes, end) (spec 1.3)
+LEGACY_CRC_START = 16  # the legacy CRC-32 covers [magic, end) (spec 1.7)
 
 ATTR_CODEC_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -161,7 +163,7 @@ def _frame(data: bytes, start: int, end: int, source: str) -> tuple[list[int], l
     return positions, sizes, problems
 
 
-def _crc_problems(data: bytes, h: BatchHeaders, source: str, verify: bool) -> list[CorruptRecordError]:
+def crc_problems(data: bytes, h: BatchHeaders, source: str, verify: bool = True) -> list[CorruptRecordError]:
     """CRC-32C over [attributes, end) for v2; CRC-32 over [magic, end) for legacy (spec 1.3, 1.7)."""
     if not verify:
         return []
@@ -170,13 +172,18 @@ def _crc_problems(data: bytes, h: BatchHeaders, source: str, verify: bool) -> li
     for pos, size, magic, stored in zip(h.position.tolist(), h.size.tolist(), h.magic.tolist(), h.crc.tolist(),
                                         strict=True):
         if magic == 2:
-            computed = crc32c.crc32c(mv[pos + 21:pos + size])
+            computed = crc32c.crc32c(mv[pos + V2_CRC_START:pos + size])
         else:
-            computed = zlib.crc32(mv[pos + 16:pos + size])
+            computed = zlib.crc32(mv[pos + LEGACY_CRC_START:pos + size])
         if computed != stored:
-            problems.append(CorruptRecordError(
-                source, pos, "crc", f"stored CRC {stored:#010x} but the magic-{magic} batch computes {computed:#010x}"))
+            problems.append(crc_mismatch(source, pos, magic, stored, computed))
     return problems
+
+
+def crc_mismatch(source: str, position: int, magic: int, stored: int, computed: int) -> CorruptRecordError:
+    """The error of a batch whose stored CRC is not the one its bytes compute."""
+    return CorruptRecordError(
+        source, position, "crc", f"stored CRC {stored:#010x} but the magic-{magic} batch computes {computed:#010x}")
 
 
 def scan_batches(data: bytes, source: str = "<bytes>", start: int = 0, end: int | None = None,
@@ -191,7 +198,7 @@ def scan_batches(data: bytes, source: str = "<bytes>", start: int = 0, end: int 
     buf = np.frombuffer(data, dtype=np.uint8)
     pos = np.asarray(positions, dtype=np.int64)
     headers = _extract(buf, pos, np.asarray(sizes, dtype=np.int64))
-    crc_bad = _crc_problems(data, headers, source, verify_crc)
+    crc_bad = crc_problems(data, headers, source, verify_crc)
     structural = _offset_problems(headers, source)
     all_problems = sorted(crc_bad + structural + problems, key=lambda p: p.position)
     valid_bytes = (all_problems[0].position if all_problems else

@@ -19,6 +19,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import crc32c
 import numpy as np
 import pyarrow as pa
 
@@ -27,8 +28,12 @@ from engine.format import compression
 from engine.format.batch import (
     ATTR_TIMESTAMP_TYPE,
     NO_TIMESTAMP,
+    V2_CRC_START,
     V2_HEADER_SIZE,
     BatchHeaders,
+    crc_mismatch,
+    crc_problems,
+    scan_batches,
 )
 from engine.format.compiled import codec
 
@@ -81,14 +86,25 @@ class RecordTable:
         })
 
 
-def decode_records(data: bytes, batches: BatchHeaders, source: str = "<bytes>") -> RecordTable:
-    """Decode every record of `batches` (found in `data` by `engine.format.batch.scan_batches`)."""
+def decode_records(data: bytes, batches: BatchHeaders, source: str = "<bytes>", verify_crc: bool = False
+                   ) -> RecordTable:
+    """Decode every record of `batches` (found in `data` by `engine.format.batch.scan_batches`).
+
+    `verify_crc` checks each batch's CRC as the scan does, just before its records are read: the
+    batch is then read from memory once, not once by the scan and again by the decoder (~20% of the
+    decoding time of uncompressed 1 KB records). A mismatch raises that batch's CRC error before any of
+    its records are returned.
+    """
     magic = batches.magic
     parts = []
     v2_rows = np.flatnonzero(magic == 2)
     legacy_rows = np.flatnonzero(magic != 2)
+    if verify_crc and legacy_rows.size:
+        problems = crc_problems(data, batches.take(legacy_rows), source)
+        if problems:
+            raise problems[0]
     if v2_rows.size:
-        parts.append(_decode_v2(data, batches, v2_rows, source))
+        parts.append(_decode_v2(data, batches, v2_rows, source, verify_crc))
     if legacy_rows.size:
         parts.append(_decode_legacy(data, batches, legacy_rows, source))
     if not parts:
@@ -97,6 +113,21 @@ def decode_records(data: bytes, batches: BatchHeaders, source: str = "<bytes>") 
         return parts[0]
     merged = _concat(parts)
     return merged.take(np.argsort(merged.batch_index, kind="stable"))
+
+
+def decode_log(data: bytes, source: str = "<bytes>") -> tuple[BatchHeaders, RecordTable]:
+    """Every batch of a log buffer and all their records: `scan_batches(data, source)` (strict, CRC
+    checked) then `decode_records`, with the CRCs checked in the decoder's pass (`verify_crc`). Raises
+    what that pair raises: on any problem the CRC-checking scan runs again, so that its first problem
+    (a bad CRC anywhere comes before any record's problem) is the one raised."""
+    scan = scan_batches(data, source, verify_crc=False, strict=False)
+    if not scan.problems:
+        try:
+            return scan.headers, decode_records(data, scan.headers, source, verify_crc=True)
+        except CorruptRecordError as exc:
+            decode_error = exc
+    problems = scan_batches(data, source, strict=False).problems
+    raise problems[0] if problems else decode_error
 
 
 def _empty() -> RecordTable:
@@ -119,11 +150,12 @@ def _concat(parts: list[RecordTable]) -> RecordTable:
 # ---------------------------------------------------------------------------------------------- v2
 
 
-def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
+def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str, verify_crc: bool
             ) -> tuple[list[bytes | memoryview], np.ndarray, np.ndarray, np.ndarray]:
     """Where each v2 batch's records are: the log buffer itself for an uncompressed batch, its own
     decompressed buffer otherwise (read in place, never joined into one copy). Batches decompress in
-    parallel threads; the first failure, in log order, is the one reported."""
+    parallel threads; the first failure, in log order, is the one reported. With `verify_crc` a
+    compressed batch's CRC is checked just before it is decompressed (it is then in cache for that)."""
     pos = b.position[rows]
     start = pos + V2_HEADER_SIZE
     end = pos + b.size[rows]
@@ -132,8 +164,13 @@ def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
     if not compressed.any():
         return [data] * rows.shape[0], start, end, compressed
     mv = memoryview(data)
+    stored = b.crc[rows]
 
     def inflate(i: int) -> bytes | memoryview:
+        if verify_crc:
+            computed = _crc32c(mv[int(pos[i]) + V2_CRC_START:int(end[i])])
+            if computed != int(stored[i]):
+                raise crc_mismatch(source, int(pos[i]), 2, int(stored[i]), computed)
         try:
             return compression.decompress(int(codecs[i]), mv[int(start[i]):int(end[i])], magic=2)
         except compression.CompressionError as exc:
@@ -148,13 +185,22 @@ def _chunks(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str
     return chunks, start, end, compressed
 
 
-def _decode_v2(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str) -> RecordTable:
-    chunks, start, end, compressed = _chunks(data, b, rows, source)
+def _decode_v2(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str, verify_crc: bool) -> RecordTable:
+    chunks, start, end, compressed = _chunks(data, b, rows, source, verify_crc)
     counts = b.records_count[rows].astype(np.int64)
+    crc_from = crc_stored = None
+    if verify_crc and _CRC_IN_DECODER:  # uncompressed batches: checked by the decoder as it reaches them
+        crc_from = np.where(compressed, -1, b.position[rows] + V2_CRC_START).astype(np.int64)
+        crc_stored = b.crc[rows].astype(np.uint32)
+    elif verify_crc:
+        problems = crc_problems(data, b.take(rows[~compressed]), source)
+        if problems:
+            raise problems[0]
     failure, columns = codec.decode_v2(
         chunks, start.astype(np.int64), end.astype(np.int64), counts, rows.astype(np.int32),
         b.base_offset[rows].astype(np.int64), b.base_timestamp[rows].astype(np.int64),
-        b.max_timestamp[rows].astype(np.int64), ((b.attributes[rows] & ATTR_TIMESTAMP_TYPE) != 0).view(np.uint8))
+        b.max_timestamp[rows].astype(np.int64), ((b.attributes[rows] & ATTR_TIMESTAMP_TYPE) != 0).view(np.uint8),
+        crc_from, crc_stored)
     if failure is not None:
         raise _corrupt(failure, b, rows, start, end, counts, compressed, source)
     entries = pa.StructArray.from_arrays([_utf8(_binary(*columns["header_key"])), _binary(*columns["header_value"])],
@@ -162,6 +208,12 @@ def _decode_v2(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str) -> R
     headers = pa.ListArray.from_arrays(pa.array(columns["header_list"]), entries)
     return RecordTable(columns["batch"], columns["offset"], columns["timestamp"], _binary(*columns["key"]),
                        _binary(*columns["value"]), headers)
+
+
+# The decoder's CRC-32C runs on the CPU's instruction where there is one (x86-64 with SSE4.2); elsewhere
+# the `crc32c` package (which has its own hardware paths, ARMv8's included) checks the batches first.
+_CRC_IN_DECODER = codec.crc32c_hardware()
+_crc32c = codec.crc32c if _CRC_IN_DECODER else crc32c.crc32c
 
 
 def _binary(validity: np.ndarray | None, nulls: int, offsets: np.ndarray, data: np.ndarray) -> pa.Array:
@@ -175,8 +227,10 @@ def _corrupt(failure: tuple, b: BatchHeaders, rows: np.ndarray, start: np.ndarra
              counts: np.ndarray, compressed: np.ndarray, source: str) -> CorruptRecordError:
     """The codec's failure as Kafka's reader would name it: the batch (or the record, by its start in
     the log, or "in the decompressed records") and the field."""
-    kind, k, record, position, field, message = failure
+    kind, k, record, position, field, message, value = failure
     batch_pos = int(b.position[rows][k])
+    if kind == 2:
+        return crc_mismatch(source, batch_pos, 2, int(b.crc[rows][k]), value)
     if kind == 0:
         return CorruptRecordError(source, batch_pos, field,
                                   message.format(count=int(counts[k]), region=int(end[k] - start[k])))
