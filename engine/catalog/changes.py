@@ -15,13 +15,18 @@ to do, so that re-running a change that already committed (a retried job) is a n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.catalog.schema import (
     ALLOWED_TRANSITIONS,
     LIVE_STATES,
     SIDECAR_SIZE_COLUMNS,
+    CatalogRows,
     Layout,
     SegmentRef,
     SegmentRow,
@@ -90,11 +95,15 @@ def validate_row(row: SegmentRow) -> None:
 
 
 def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow]) -> PlannedChange:
-    """Check `change` against `current` (every row of the affected partitions) and plan what is left."""
+    """Check `change` against `current` (every row of the affected partitions) and plan what is left.
+
+    The rows the change leaves alone are checked as columns (`CatalogRows`): a commit that retires many
+    segments of large partitions builds no object per row of them."""
+    rows = current if isinstance(current, CatalogRows) else CatalogRows.of(current.values())
     planned = PlannedChange()
-    for row in change.add:
+    for row, i in zip(change.add, rows.positions([row.ref for row in change.add]), strict=True):
         validate_row(row)
-        existing = current.get(row.ref)
+        existing = None if i < 0 else rows.row(i)
         if existing is None:
             planned.add.append(row)
         elif all(getattr(existing, f) == getattr(row, f) for f in _IDENTITY_FIELDS):
@@ -102,54 +111,77 @@ def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow])
         else:
             raise CatalogStateError(f"{_name(row.ref)} is already registered for another object "
                                     f"({existing.log_key}, {existing.size_bytes} bytes)")
+    state = _state_codes(rows.table["state"])
     change_already_applied = not planned.add
-    for ref in change.remove:
-        existing = current.get(ref)
-        if existing is None:
-            if not change_already_applied:
-                raise CatalogStateError(f"{_name(ref)} is no longer in the catalog; re-plan from a fresh read")
-            planned.already_removed += 1
-        elif existing.state not in change.remove_states:
-            allowed = "/".join(sorted(change.remove_states))
-            raise CatalogStateError(f"{_name(ref)} is {existing.state}; only {allowed} rows may be removed here")
-        else:
-            planned.remove.append(ref)
-    for ref, target in change.transitions:
-        existing = current.get(ref)
-        if existing is None:
+    at = rows.positions(change.remove)
+    absent = at < 0
+    removable = np.isin(state[at], [_STATES.index(SegmentState(s)) for s in change.remove_states]) | absent
+    if (bad := np.flatnonzero((absent & (not change_already_applied)) | ~removable)).size:
+        ref = change.remove[bad[0]]
+        if absent[bad[0]]:
+            raise CatalogStateError(f"{_name(ref)} is no longer in the catalog; re-plan from a fresh read")
+        allowed = "/".join(sorted(change.remove_states))
+        raise CatalogStateError(f"{_name(ref)} is {_STATES[state[at[bad[0]]]]}; only {allowed} rows may be "
+                                "removed here")
+    planned.remove = [ref for ref, i in zip(change.remove, at, strict=True) if i >= 0]
+    planned.already_removed = int(absent.sum())
+    at = rows.positions([ref for ref, _ in change.transitions])
+    source = state[at]
+    target = np.array([_STATES.index(t) for _, t in change.transitions], np.int64)
+    same = (source == target) & (at >= 0)
+    moves = _ALLOWED[source, target] & (at >= 0)
+    if (bad := np.flatnonzero(~(same | moves))).size:
+        ref, goal = change.transitions[bad[0]]
+        if at[bad[0]] < 0:
             raise CatalogStateError(f"{_name(ref)} is not in the catalog")
-        source = SegmentState(existing.state)
-        if source == target:
-            planned.already_transitioned += 1
-        elif target in ALLOWED_TRANSITIONS[source]:
-            planned.transitions.append((ref, target))
-        else:
-            raise CatalogStateError(f"{_name(ref)} cannot move from {source} to {target}")
-    _check_no_overlap(_rows_after(planned, current), {row.ref for row in planned.add})
+        raise CatalogStateError(f"{_name(ref)} cannot move from {_STATES[source[bad[0]]]} to {goal}")
+    planned.transitions = [move for move, ok in zip(change.transitions, moves, strict=True) if ok]
+    planned.already_transitioned = int(same.sum())
+    state = state.copy()
+    state[rows.positions(planned.remove)] = -1  # removed; every planned ref is in `rows`
+    state[at[moves]] = target[moves]
+    _check_no_overlap(rows, state, planned.add)
     return planned
 
 
-def _rows_after(planned: PlannedChange, current: Mapping[SegmentRef, SegmentRow]) -> list[SegmentRow]:
-    removed = set(planned.remove)
-    moved = dict(planned.transitions)
-    after = [row.with_state(moved[ref]) if ref in moved else row
-             for ref, row in current.items() if ref not in removed]
-    return after + planned.add
+_STATES = list(SegmentState)
+_LIVE = np.array([s in LIVE_STATES for s in _STATES] + [False])  # index -1: removed
+_ALLOWED = np.array([[t in ALLOWED_TRANSITIONS[s] for t in _STATES] for s in [*_STATES, _STATES[0]]])  # row -1:
+# an absent row, refused above
 
 
-def _check_no_overlap(rows: Iterable[SegmentRow], new: set[SegmentRef]) -> None:
-    by_partition: dict[tuple[str, int], list[SegmentRow]] = {}
-    for row in rows:
-        if row.state in LIVE_STATES and row.next_offset > row.base_offset:
-            by_partition.setdefault((row.topic, row.partition), []).append(row)
-    for segments in by_partition.values():
-        segments.sort(key=lambda r: r.base_offset)
-        for before, after in zip(segments, segments[1:], strict=False):
-            if after.base_offset < before.next_offset:
-                first, second = (after, before) if after.ref in new else (before, after)
-                raise CatalogStateError(
-                    f"{_name(first.ref)} (offsets {_span(first)}) would overlap live {_name(second.ref)} "
-                    f"(offsets {_span(second)})")
+def _state_codes(states: pa.ChunkedArray) -> np.ndarray:
+    """Each row's state as its index in `_STATES`, plus a last slot (-1) for a reference with no row."""
+    encoded = pc.dictionary_encode(states.combine_chunks() if states.num_chunks else pa.array([], pa.string()))
+    codes = np.array([_STATES.index(SegmentState(s)) for s in encoded.dictionary.to_pylist()], np.int64)
+    return np.r_[codes[encoded.indices.to_numpy(zero_copy_only=False)], len(_STATES)].astype(np.int64)
+
+
+def _check_no_overlap(rows: CatalogRows, state: np.ndarray, added: list[SegmentRow]) -> None:
+    """After the change (`state`: each row's state after it, -1 if removed; `added`: the new rows), a
+    partition's live segments never overlap in offsets (spec 1.1); the first overlap in partition order
+    (as the rows come), then base-offset order, is the one reported."""
+    table = rows.table
+    topics = pc.dictionary_encode(pa.chunked_array([table["topic"].combine_chunks(),
+                                                    pa.array([r.topic for r in added], pa.string())]).combine_chunks())
+    topic = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    partition = np.r_[table["partition"].to_numpy(), [r.partition for r in added]].astype(np.int64)
+    base = np.r_[table["base_offset"].to_numpy(), [r.base_offset for r in added]].astype(np.int64)
+    nxt = np.r_[table["next_offset"].to_numpy(), [r.next_offset for r in added]].astype(np.int64)
+    live = np.r_[_LIVE[state[:table.num_rows]], [r.state in LIVE_STATES for r in added]].astype(bool) & (nxt > base)
+    where = np.flatnonzero(live)
+    key = topic[where] << 32 | partition[where]
+    first_seen = np.unique(key, return_index=True, return_inverse=True)
+    order = np.lexsort((where, base[where], first_seen[1][first_seen[2]]))
+    where, key = where[order], key[order]
+    overlap = np.flatnonzero((key[1:] == key[:-1]) & (base[where[1:]] < nxt[where[:-1]]))
+    if not overlap.size:
+        return
+    before, after = (int(where[overlap[0]]), int(where[overlap[0] + 1]))
+    pick = [rows.row(i) if i < table.num_rows else added[i - table.num_rows] for i in (before, after)]
+    first, second = (pick[1], pick[0]) if after >= table.num_rows else (pick[0], pick[1])
+    raise CatalogStateError(f"{_name(first.ref)} (offsets {_span(first)}) would overlap live {_name(second.ref)} "
+                            f"(offsets {_span(second)})")
 
 
 def _span(row: SegmentRow) -> str:

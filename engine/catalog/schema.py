@@ -21,7 +21,7 @@ written before these columns existed read them as null: unknown, and the size is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass, fields
 from enum import StrEnum
 
@@ -160,6 +160,52 @@ def rows_to_table(rows: Iterable[SegmentRow]) -> pa.Table:
 def table_to_rows(table: pa.Table) -> list[SegmentRow]:
     """The rows of an Arrow table that has (at least) the catalog's columns."""
     return [SegmentRow(**{name: row[name] for name in COLUMNS}) for row in table.select(list(COLUMNS)).to_pylist()]
+
+
+class CatalogRows(Mapping[SegmentRef, SegmentRow]):
+    """Catalog rows held as Arrow (the catalog's columns), read as a mapping by reference: a row object is
+    built only for a row asked for, so checking a change against every row of its partitions
+    (`engine.catalog.changes.plan_change`) costs columns, not one object per row of the partitions."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table.select(list(COLUMNS)).combine_chunks()
+
+    @classmethod
+    def of(cls, rows: Iterable[SegmentRow]) -> CatalogRows:
+        return cls(rows_to_table(rows))
+
+    def positions(self, refs: Sequence[SegmentRef]) -> np.ndarray:
+        """Each reference's row index, -1 where it has none (one hash join; the last of equal rows wins,
+        as in a dict built in row order)."""
+        found = np.full(len(refs), -1, np.int64)
+        if not refs or not self.table.num_rows:
+            return found
+        key = ["topic", "partition", "segment_id"]
+        wanted = pa.table([pa.array([r.topic for r in refs], pa.string()), pa.array([r.partition for r in refs],
+                           pa.int32()), pa.array([r.segment_id for r in refs], pa.string()),
+                           pa.array(np.arange(len(refs)))], names=[*key, "_wanted"])
+        have = self.table.select(key).append_column("_row", pa.array(np.arange(self.table.num_rows)))
+        joined = wanted.join(have, keys=key, join_type="inner")
+        at, row = joined["_wanted"].to_numpy(), joined["_row"].to_numpy()
+        order = np.argsort(row, kind="stable")
+        found[at[order]] = row[order]
+        return found
+
+    def row(self, i: int) -> SegmentRow:
+        return SegmentRow(**self.table.slice(int(i), 1).to_pylist()[0])
+
+    def __getitem__(self, ref: SegmentRef) -> SegmentRow:
+        i = self.positions([ref])[0]
+        if i < 0:
+            raise KeyError(ref)
+        return self.row(i)
+
+    def __iter__(self) -> Iterator[SegmentRef]:
+        columns = (self.table[c].to_pylist() for c in ("topic", "partition", "segment_id"))
+        return (SegmentRef(*key) for key in zip(*columns, strict=True))
+
+    def __len__(self) -> int:
+        return self.table.num_rows
 
 
 def owned(table: pa.Table) -> pa.Table:

@@ -33,6 +33,7 @@ from engine.catalog.schema import (
     LIVE_STATES,
     PARTITION_COLUMNS,
     SIDECAR_SIZE_COLUMNS,
+    CatalogRows,
     SegmentRef,
     SegmentRow,
     SegmentState,
@@ -238,9 +239,9 @@ class Catalog:
         """Every row in every state, in (topic, partition, offset) order."""
         return self._query([], _ORDER)
 
-    def rows_of(self, partitions: Iterable[tuple[str, int]]) -> dict[SegmentRef, SegmentRow]:
-        """Every row (any state) of the given partitions, by reference."""
-        return {row.ref: row for row in table_to_rows(self.rows_table(partitions))}
+    def rows_of(self, partitions: Iterable[tuple[str, int]]) -> CatalogRows:
+        """Every row (any state) of the given partitions, by reference (held as Arrow)."""
+        return CatalogRows(self.rows_table(partitions))
 
     def rows_table(self, partitions: Iterable[tuple[str, int]], states: Iterable[SegmentState] | None = None,
                    columns: Sequence[str] = COLUMNS) -> pa.Table:

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
+from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table, table_to_rows
 from engine.cleaner.cleaning import SourceSegment, clean_log
 from engine.cleaner.selection import (
     COMPACTION_INPUT_COLUMNS,
@@ -114,7 +114,7 @@ def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options:
     outcome.checkpoint = result.checkpoint
     outcome.segments_after = len(rows) - len(doomed) - len(remove) + len(add)
     outcome.stats = asdict(result.stats)
-    return PartitionStep(outcome, change, tuple(doomed))
+    return PartitionStep(outcome, change, rows_to_table(doomed))
 
 
 def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,

@@ -7,9 +7,13 @@ in place belong to the broker copy and are left where they are (reported).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.catalog.schema import Layout, SegmentRow
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.catalog.schema import Layout, SegmentRef
 from engine.ops.catalog_table import Catalog
 from layouts.store import StorageOptions, delete_objects
 
@@ -28,25 +32,30 @@ class Cleanup:
             self.commit_versions.append(version)
 
 
-def _owned_keys(root: str, row: SegmentRow) -> tuple[list[str], list[str]]:
-    """(keys klake may delete, keys it must leave): a Kafka-layout `.log` is the broker copy's."""
-    keys = [row.log_key, row.index_key, row.timeindex_key]
-    owned = [k for k in keys if row.layout == Layout.OBJECT or k.startswith(root + "/")]
-    return owned, [k for k in keys if k not in owned]
+_KEYS = ("log_key", "index_key", "timeindex_key")
 
 
-def delete_and_forget(catalog: Catalog, root: str, rows: list[SegmentRow], options: StorageOptions | None,
-                       job_id: str, cleanup: Cleanup) -> None:
-    owned, kept = [], []
-    for row in rows:
-        mine, theirs = _owned_keys(root, row)
-        owned += mine
-        kept += theirs
-    result = delete_objects(sorted(set(owned)), options)
+def delete_and_forget(catalog: Catalog, root: str, rows: pa.Table, options: StorageOptions | None,
+                      job_id: str, cleanup: Cleanup) -> None:
+    """Delete the objects klake owns of `rows` (DELETE_STARTED catalog rows, as Arrow), then remove the rows
+    whose objects are all gone; a row with a failed delete stays DELETE_STARTED for the next run."""
+    mine = pc.equal(rows["layout"], str(Layout.OBJECT))
+    owned = [pc.or_(mine, pc.starts_with(rows[k], root + "/")) for k in _KEYS]
+    result = delete_objects(sorted(set(_concat(rows[k].filter(o) for k, o in zip(_KEYS, owned, strict=True)))),
+                            options)
     failed = {k: why for k, why in result.failed.items() if "NoSuchKey" not in why and "No such file" not in why}
     cleanup.deleted_objects += result.deleted
-    cleanup.left_in_place += kept
+    cleanup.left_in_place += _concat(rows[k].filter(pc.invert(o)) for k, o in zip(_KEYS, owned, strict=True))
     cleanup.failed_deletes.update(failed)
-    gone = [r.ref for r in rows if not any(k in failed for k in _owned_keys(root, r)[0])]
-    if gone:
+    if failed:
+        lost = pa.array(list(failed), pa.string())
+        kept = [pc.and_(o, pc.is_in(rows[k], value_set=lost)) for k, o in zip(_KEYS, owned, strict=True)]
+        rows = rows.filter(pc.invert(pc.or_(pc.or_(kept[0], kept[1]), kept[2])))
+    if rows.num_rows:
+        columns = (rows[c].to_pylist() for c in ("topic", "partition", "segment_id"))
+        gone = [SegmentRef(*key) for key in zip(*columns, strict=True)]
         cleanup.committed(catalog.remove_deleted(gone, job_id).version)
+
+
+def _concat(columns: Iterable[pa.ChunkedArray]) -> list[str]:
+    return [key for column in columns for key in column.to_pylist()]

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import SegmentState, table_to_rows
+from engine.catalog.schema import SegmentRef, SegmentState
 from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -76,9 +76,10 @@ def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: 
         add = (store_segment_version(root, item.tp, plan.roll_new_active_at, b"", b"", b"", SegmentState.ACTIVE,
                                      job_id, now_ms, options),)
     assert item.segments is not None, f"{item.tp}: retention plans on the driver and ships the rows as Arrow"
-    doomed = pc.is_in(item.segments["segment_id"], pa.array(plan.delete_ids, pa.string()))
-    retired = tuple(table_to_rows(item.segments.filter(doomed)))
-    change = CatalogChange(add=add, transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in retired))
+    retired = item.segments.filter(pc.is_in(item.segments["segment_id"], pa.array(plan.delete_ids, pa.string())))
+    change = CatalogChange(add=add, transitions=tuple((SegmentRef(item.tp.topic, item.tp.partition, segment_id),
+                                                       SegmentState.DELETE_STARTED)
+                                                      for segment_id in retired["segment_id"].to_pylist()))
     return PartitionStep(outcome, change, retired)
 
 

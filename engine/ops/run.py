@@ -121,7 +121,7 @@ class PartitionStep(Generic[OutcomeT]):
 
     outcome: OutcomeT
     change: CatalogChange = field(default_factory=CatalogChange)
-    retire: tuple[SegmentRow, ...] = ()
+    retire: pa.Table | None = None  # catalog rows (Arrow): one object per segment neither shipped nor kept
     app_transactions: Mapping[str, AppTransaction] = field(default_factory=dict)
 
 
@@ -350,10 +350,12 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
 
 def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
                             run: JobRun) -> None:
-    earlier = table_to_rows(table)
-    if earlier:
-        delete_and_forget(catalog, root, earlier, options, run.job_id, run.cleanup)
-        run.finished_from_earlier_run = dict(Counter(f"{r.topic}-{r.partition}" for r in earlier))
+    if table.num_rows:
+        delete_and_forget(catalog, root, table, options, run.job_id, run.cleanup)
+        counts = table.group_by(["topic", "partition"], use_threads=False).aggregate([("segment_id", "count")])
+        run.finished_from_earlier_run = {
+            f"{t}-{p}": n for t, p, n in zip(*(counts[c].to_pylist() for c in ("topic", "partition", "segment_id_count")),
+                                            strict=True)}
 
 
 def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
@@ -376,7 +378,8 @@ def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: 
         adds += change.add
         removes += change.remove
         transitions += change.transitions
-        retire += result.step.retire
+        if result.step.retire is not None and result.step.retire.num_rows:
+            retire.append(result.step.retire)
         app_transactions.update(result.step.app_transactions)
     if not finished:
         return
@@ -390,5 +393,4 @@ def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: 
         return
     run.cleanup.committed(run.commit.version)
     if retire:
-        delete_and_forget(catalog, root, [r.with_state(SegmentState.DELETE_STARTED) for r in retire], options,
-                          run.job_id, run.cleanup)
+        delete_and_forget(catalog, root, pa.concat_tables(retire), options, run.job_id, run.cleanup)

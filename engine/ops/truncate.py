@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
+from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset, rows_to_table
 from engine.errors import KlakeError
 from engine.format.batch import scan_batches
 from engine.index.offset_index import OffsetIndex
@@ -105,7 +105,7 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
     outcome.records_removed += sum(r.record_count for r in doomed)
     change = CatalogChange(add=tuple(add), remove=tuple(remove),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
-    return PartitionStep(outcome, change, doomed)
+    return PartitionStep(outcome, change, rows_to_table(doomed))
 
 
 def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartition, int],
@@ -127,7 +127,7 @@ def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartit
     outcome.records_removed = sum(r.record_count for r in doomed)
     change = CatalogChange(add=tuple(add), remove=(holder.ref,) if add else (),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
-    return PartitionStep(outcome, change, doomed)
+    return PartitionStep(outcome, change, rows_to_table(doomed))
 
 
 def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
