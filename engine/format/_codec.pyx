@@ -643,6 +643,17 @@ cdef int64_t _write_body(uint8_t* out, int64_t at, Binary* k, Binary* v, Binary*
 # ------------------------------------------------------------------------------------------ planning
 
 
+def varint_sizes(const int64_t[::1] values):
+    """Bytes of each value as a zig-zag varint (1..10; spec 1.5), as an int64 numpy array."""
+    cdef int64_t n = values.shape[0], i
+    sizes = np.empty(n, np.int64)
+    cdef int64_t[::1] out = sizes
+    with nogil:
+        for i in range(n):
+            out[i] = varint_size(values[i])
+    return sizes
+
+
 def plan_batches(const int64_t[::1] fixed, const int64_t[::1] ts, int64_t limit, int64_t header_size,
                  bint cut_on_delta_overflow):
     """Greedy batch lengths (int64 numpy array): each batch takes the following records while its exact
