@@ -841,3 +841,62 @@ cdef int64_t _write_body(uint8_t* out, int64_t at, Binary* k, Binary* v, Binary*
         at = _write_bytes(out, at, hkeys, h, binary_length(hkeys, h))
         at = _write_bytes(out, at, hvalues, h, binary_length(hvalues, h))
     return at
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def varint_sizes(const int64_t[::1] values):
+    """Bytes of each value as a zig-zag varint (1..10; spec 1.5), as an int64 numpy array."""
+    cdef int64_t n = values.shape[0], i
+    sizes = np.empty(n, np.int64)
+    cdef int64_t[::1] out = sizes
+    with nogil:
+        for i in range(n):
+            out[i] = varint_size(values[i])
+    return sizes
+
+
+def plan_batches(const int64_t[::1] fixed, const int64_t[::1] ts, int64_t limit, int64_t header_size,
+                 bint cut_on_delta_overflow):
+    """Greedy batch lengths (int64 numpy array): each batch takes the following records while its exact
+    uncompressed size (`header_size` + records) stays <= `limit`, at least one record. A record's size
+    is `fixed` (its bytes that do not depend on the batch) plus the varints of its length, timestamp
+    delta and offset delta against the batch's first record (spec 1.5). With `cut_on_delta_overflow`
+    a batch also ends before a record whose timestamp delta would overflow int64 (KIP-228 extremes);
+    without it the delta wraps, as numpy's int64 arithmetic does."""
+    cdef int64_t n = fixed.shape[0]
+    cdef int64_t start = 0, i, base, delta, body, total
+    cdef int64_t INT64_MAX_ = 9223372036854775807
+    cdef int64_t INT64_MIN_ = -INT64_MAX_ - 1
+    cdef bint fits
+    lengths = np.empty(n, np.int64)
+    cdef int64_t[::1] out = lengths
+    cdef int64_t count = 0
+    with nogil:
+        while start < n:
+            base = ts[start]
+            total = header_size
+            i = start
+            while i < n:
+                if cut_on_delta_overflow:
+                    if base < 0:
+                        fits = ts[i] <= INT64_MAX_ + base
+                    elif base > 0:
+                        fits = ts[i] >= INT64_MIN_ + base
+                    else:
+                        fits = True
+                    if not fits:
+                        break
+                delta = <int64_t>(<uint64_t>ts[i] - <uint64_t>base)
+                body = fixed[i] + varint_size(delta) + varint_size(i - start)
+                total += body + varint_size(body)
+                if total > limit:
+                    break
+                i += 1
+            if i == start:
+                i = start + 1
+            out[count] = i - start
+            count += 1
+            start = i
+    return lengths[:count].copy()

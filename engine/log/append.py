@@ -56,6 +56,7 @@ from engine.format.batch import (
     with_max_timestamp,
 )
 from engine.format.builder import as_binary, as_headers, encode_batches
+from engine.format.compiled import codec
 from engine.format.records import HEADERS_TYPE
 from engine.format.varint import encoded_size
 from engine.index.common import INT64_MAX, INT64_MIN
@@ -100,14 +101,21 @@ class AppendCounters:
 @dataclass
 class ActiveOutput:
     """The active segment after the append: bytes from `start_position` (0 unless resumed without its
-    bytes), its indexes as they stand (no final time entry: it is still active) and its resume state."""
+    bytes) as the batches written (`pieces`, not joined: a streamed append keeps adding to them and
+    joins the segment once, when it writes it), its indexes as they stand (no final time entry: it is
+    still active) and its resume state."""
 
     base_offset: int
-    log: bytes
+    pieces: list[bytes]
     start_position: int
     offset_index: OffsetIndex
     time_index: TimeIndex
     state: ActiveSegmentState
+
+    @property
+    def log(self) -> bytes:
+        """The bytes from `start_position`, joined."""
+        return b"".join(self.pieces)
 
 
 @dataclass
@@ -232,7 +240,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
                                      active.indexer.max_timestamp, active.indexer.offset_of_max_timestamp))
     return AppendResult(
         closed=writer.closed,
-        active=ActiveOutput(active.base_offset, b"".join(active.chunks), active.start_position, *snap,
+        active=ActiveOutput(active.base_offset, list(active.chunks), active.start_position, *snap,
                             active.state()),
         summaries=summaries,
         rejects=rejects.table(table, carry),
@@ -379,39 +387,11 @@ def _record_sizes(fixed: np.ndarray, ts_delta: np.ndarray, offset_delta: np.ndar
 
 def plan_batches(fixed: np.ndarray, ts: np.ndarray, limit: int, cut_on_delta_overflow: bool = False) -> np.ndarray:
     """Greedy batch lengths: each batch takes as many following records as keep its exact
-    (uncompressed) size <= `limit`, at least one. Vectorized per batch over a growing window.
-    `fixed` is `_fixed_sizes`; a batch's deltas are relative to its first record (spec 1.5)."""
-    n = fixed.shape[0]
-    lengths: list[int] = []
-    start = 0
-    while start < n:
-        width = max(16, 2 * limit // max(int(fixed[start:start + 64].mean()), 1))
-        while True:
-            end = min(n, start + width)
-            base = int(ts[start])
-            window = ts[start:end]
-            fits = _delta_fits(window, base) if cut_on_delta_overflow else None
-            delta = (window - np.int64(base)) if fits is None else np.where(fits, window - np.int64(base), 0)
-            sizes = _record_sizes(fixed[start:end], delta, np.arange(end - start, dtype=np.int64))
-            take = int(np.searchsorted(V2_HEADER_SIZE + np.cumsum(sizes), limit, side="right"))
-            if fits is not None and not fits.all():
-                take = min(take, int(np.argmin(fits)))
-            if take < end - start or end == n:
-                break
-            width *= 4
-        take = max(take, 1)
-        lengths.append(take)
-        start += take
-    return np.asarray(lengths, dtype=np.int64)
-
-
-def _delta_fits(ts: np.ndarray, base: int) -> np.ndarray:
-    """Whether `ts - base` is a valid int64 (KIP-228 extremes only)."""
-    if base < 0:
-        return ts <= INT64_MAX + base
-    if base > 0:
-        return ts >= INT64_MIN + base
-    return np.ones(ts.shape[0], dtype=bool)
+    (uncompressed) size <= `limit`, at least one; with `cut_on_delta_overflow` (KIP-228) a batch also
+    ends before a record whose timestamp delta would overflow int64. `fixed` is `_fixed_sizes`; a
+    batch's deltas are relative to its first record (spec 1.5). One compiled pass over the records."""
+    return codec.plan_batches(np.ascontiguousarray(fixed, np.int64), np.ascontiguousarray(ts, np.int64), int(limit),
+                              V2_HEADER_SIZE, bool(cut_on_delta_overflow))
 
 
 # ---------------------------------------------------------------------------------------- encoding

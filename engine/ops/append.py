@@ -170,7 +170,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
             log = _whole(pieces, seg.log, seg.start_position)
             new_rows.append(store(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
         act = result.active
-        pieces = [*pieces, act.log] if act.start_position else [act.log]
+        pieces = [*pieces, *act.pieces] if act.start_position else list(act.pieces)
         resume, resumed = act.state, result.summaries[-1]
         log_end, last_append = result.log_end_offset, result.last_log_append_time
         counters = result.counters if counters is None else counters + result.counters
