@@ -4,6 +4,7 @@ only footers, so it must never say "none" for a file that has a record with neit
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,3 +52,26 @@ def test_footers_never_hide_a_record_that_needs_the_sticky_partitioner(name: str
     says = may_need_sticky(pq.ParquetFile(path).metadata)
     assert says or not _has_sticky_rows(table)  # never a false "none"
     assert says == (expected or not statistics)  # without null counts, it cannot rule the pass out
+
+
+@pytest.mark.spark
+def test_json_input_with_null_keys_appends_every_record_where_the_producer_would(spark, tmp_path: Path) -> None:
+    """JSON lines (Spark infers `partition` as bigint): keyed records go where kafka-python's partitioner
+    sends them, explicit partitions as given, and the null-key ones in sticky runs, none lost."""
+    from jobs import append
+    from tests.jobs.test_jobs import Jobs, kafka_partition, local_backend
+
+    jobs = Jobs(tmp_path, local_backend(tmp_path), {"t": {"partitions": 3}}, jobs={"sticky_batch_bytes": 100})
+    rows = [{"key": None if i % 3 == 0 else f"k{i % 11}", "partition": 2 if i % 10 == 7 else None,
+             "value": f"r-{i:03d}|" + "x" * (i % 17), "timestamp": 1_790_000_000_000 - 1000 + i} for i in range(120)]
+    (tmp_path / "in.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, report = jobs.run(append.SPEC, "--input", str(tmp_path / "in.json"), "--format", "json", "--topic", "t")
+    assert code == 0, report.get("failures")
+    placed = {int(r[3].split(b"|")[0][2:]): p for p in range(3) for r in jobs.records("t", p)}
+    assert sorted(placed) == list(range(120))
+    for i, row in enumerate(rows):
+        if row["partition"] is not None:
+            assert placed[i] == row["partition"]
+        elif row["key"] is not None:
+            assert placed[i] == kafka_partition(row["key"].encode(), 3)
+    assert len({placed[i] for i, row in enumerate(rows) if row["key"] is None and row["partition"] is None}) > 1
