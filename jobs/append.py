@@ -9,7 +9,9 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   records; null keys stick to one partition until `jobs.sticky_batch_bytes` (the producer's
   `batch.size`, 16384) of records went there, then move on (KIP-480's sticky partitioner), starting
   at a partition derived from the input split (the run carries over Arrow batches within a task), so
-  a re-run with the same input and Spark settings assigns identically. An explicit partition outside
+  a re-run with the same input and Spark settings assigns identically. Keyed records are partitioned
+  in the JVM (the package's jar), so only records with neither key nor partition pass through Python
+  before the shuffle, and none when Parquet footers show there are none. An explicit partition outside
   the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
 - Input order is kept per partition: files in path order, rows in file order (`_metadata`), or
   Spark's row order for tables. Spark sorts each partition's rows into that order (one task per
@@ -50,12 +52,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from engine.format.partitioner import murmur2, partition_for_keys
+from engine.format.partitioner import murmur2
 from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import prepare_append
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.runtime.job_runner import JobContext, JobSpec, main
-from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
+from jobs.runtime.spark_session import KAFKA_PARTITION, counted_on_the_driver, run_with_progress
 from layouts.object_layout import REJECTS_DIR
 from layouts.store import (
     ObjectInfo,
@@ -140,12 +142,14 @@ def _checks_parquet(ctx: JobContext) -> bool:
     return ctx.args.input is not None and ctx.args.format == "parquet"
 
 
-def _check_parquet(ctx: JobContext) -> dict[str, str] | None:
+def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool]:
     """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
     named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
-    `topic` column (each with a file holding it), read column-only; None if the input has no such column."""
+    `topic` column (each with a file holding it), read column-only, None if the input has no such column;
+    and whether a record may have neither key nor partition (`may_need_sticky`)."""
     found: dict[str, str] = {}
     with_topic: dict[bool, str] = {}
+    sticky = False
     for info in _input_files(ctx):
         try:
             parquet = pq.ParquetFile(open_ranged(info.uri, info.size, ctx.options))
@@ -153,6 +157,7 @@ def _check_parquet(ctx: JobContext) -> dict[str, str] | None:
         except (pa.ArrowException, OSError) as exc:
             raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
         check_input_schema(schema, info.uri)
+        sticky = sticky or may_need_sticky(parquet.metadata)
         with_topic.setdefault("topic" in schema.names, info.uri)
         if len(with_topic) > 1:
             raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
@@ -161,7 +166,23 @@ def _check_parquet(ctx: JobContext) -> dict[str, str] | None:
             for topic in pc.unique(column.combine_chunks()).to_pylist():
                 found.setdefault(topic, info.uri)
     found.pop(None, None)
-    return found if with_topic.get(True) else None
+    return (found if with_topic.get(True) else None), sticky
+
+
+def may_need_sticky(metadata: pq.FileMetaData) -> bool:
+    """Whether a Parquet file may hold a record with neither key nor partition (the sticky partitioner's):
+    some row group has nulls in both columns (a missing column is all nulls), or no null count to say."""
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        nulls = {"key": row_group.num_rows, "partition": row_group.num_rows}
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            if chunk.path_in_schema in nulls:
+                stats = chunk.statistics
+                nulls[chunk.path_in_schema] = stats.null_count if stats is not None and stats.has_null_count else None
+        if all(count is None or count > 0 for count in nulls.values()):
+            return True
+    return False
 
 
 def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]:
@@ -297,10 +318,38 @@ def _is_dir(path: str, ctx: JobContext) -> bool:
     return fs.isdir(inner)
 
 
-class PartitionAssigner:
-    """Fills missing partitions across all the Arrow batches of one Spark task (module docstring):
-    murmur2 for keys; for null keys a sticky run per topic that moves to the next partition once
-    `sticky_bytes` of values went to the current one, carried over batch boundaries."""
+def _assign_partitions(df: Any, counts: dict[str, int], sticky_bytes: int, sticky_rows: bool) -> Any:
+    """`df` with every missing partition filled (module docstring). Keyed records get Kafka's partition
+    in the JVM (`KAFKA_PARTITION`, the jar's murmur2): they never pass through a Python worker before the
+    shuffle (issue 14). Only records with neither key nor partition go through the per-task sticky pass
+    (`StickyAssigner`); each of its tasks reads the same input split, in the same order, as the task that
+    assigned every record did, so its runs are the same. No such record (`sticky_rows` False, from the
+    Parquet footers' null counts): no sticky pass, and the input is read once."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType
+
+    partitions = F.create_map(*[F.lit(x) for topic, n in sorted(counts.items()) for x in (topic, n)])
+    neither = F.col("partition").isNull() & F.col("key").isNull()
+    keyed = df.withColumn("partition", F.coalesce(
+        "partition", F.call_udf(KAFKA_PARTITION, F.col("key"), partitions[F.col("topic")])))
+    if not sticky_rows:
+        return keyed
+    unkeyed = df.where(neither).withColumn("partition", F.lit(None).cast(IntegerType()))
+    assigner = partial(_sticky_partitions, counts, sticky_bytes)
+    return keyed.where(~neither).unionByName(unkeyed.mapInArrow(assigner, unkeyed.schema))
+
+
+def _sticky_partitions(counts: dict[str, int], sticky_bytes: int,
+                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One Spark task's records with neither key nor partition, their partitions filled."""
+    yield from StickyAssigner(counts, sticky_bytes).assign(batches)
+
+
+class StickyAssigner:
+    """The partitions of records with neither key nor partition, across all the Arrow batches of one Spark
+    task (KIP-480's sticky partitioner, module docstring): a run per topic that moves to the next partition
+    once `sticky_bytes` of values went to the current one, carried over batch boundaries, starting at a
+    partition derived from the input split of the topic's first such record."""
 
     def __init__(self, counts: dict[str, int], sticky_bytes: int) -> None:
         self.counts, self.sticky_bytes = counts, max(sticky_bytes, 1)
@@ -308,38 +357,26 @@ class PartitionAssigner:
 
     def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield batch if batch.column("partition").null_count == 0 else self._assign(pa.Table.from_batches([batch]))
+            chosen = np.zeros(batch.num_rows, np.int32)
+            topics = batch.column("topic")
+            sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0).to_numpy(zero_copy_only=False)
+            for topic in pc.unique(topics).to_pylist():
+                rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
+                chosen[rows] = self._run(topic, rows, sizes, batch)
+            yield batch.set_column(batch.schema.get_field_index("partition"), "partition", pa.array(chosen, pa.int32()))
 
-    def _assign(self, table: pa.Table) -> pa.RecordBatch:
-        partition = table.column("partition").combine_chunks()
-        missing = partition.is_null().to_numpy(zero_copy_only=False)
-        chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int32)
-        topics = table.column("topic").combine_chunks()
-        keys = table.column("key").combine_chunks()
-        sizes = pc.fill_null(pc.binary_length(table.column("value").combine_chunks()), 0).to_numpy(zero_copy_only=False)
-        for topic in pc.unique(topics).to_pylist():
-            rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False) & missing)
-            if rows.size:
-                chosen[rows] = self._for_topic(topic, rows, keys, sizes, table)
-        index = table.schema.get_field_index("partition")
-        return table.set_column(index, "partition", pa.array(chosen, pa.int32())).combine_chunks().to_batches()[0]
-
-    def _for_topic(self, topic: str, rows: np.ndarray, keys: pa.Array, sizes: np.ndarray, table: pa.Table) -> np.ndarray:
+    def _run(self, topic: str, rows: np.ndarray, sizes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         n = self.counts[topic]
-        by_key = partition_for_keys(keys.take(pa.array(rows)), n)
-        null_rows = rows[by_key < 0]
-        if null_rows.size:
-            if topic not in self.runs:
-                first = int(null_rows[0])
-                seed = f"{table.column('_file')[first].as_py()}@{table.column('_block')[first].as_py()}:{topic}"
-                self.runs[topic] = (int(murmur2(pa.array([seed.encode()], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
-            current, sent = self.runs[topic]
-            run_sizes = sizes[null_rows].astype(np.int64)
-            before = sent + np.cumsum(run_sizes) - run_sizes  # bytes of the run when each record arrives
-            by_key[by_key < 0] = ((current + before // self.sticky_bytes) % n).astype(np.int32)
-            total = sent + int(run_sizes.sum())
-            self.runs[topic] = ((current + total // self.sticky_bytes) % n, total % self.sticky_bytes)
-        return by_key
+        if topic not in self.runs:
+            first = int(rows[0])
+            seed = f"{batch.column('_file')[first].as_py()}@{batch.column('_block')[first].as_py()}:{topic}"
+            self.runs[topic] = (int(murmur2(pa.array([seed.encode()], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
+        current, sent = self.runs[topic]
+        run_sizes = sizes[rows].astype(np.int64)
+        before = sent + np.cumsum(run_sizes) - run_sizes  # bytes of the run when each record arrives
+        total = sent + int(run_sizes.sum())
+        self.runs[topic] = ((current + total // self.sticky_bytes) % n, total % self.sticky_bytes)
+        return ((current + before // self.sticky_bytes) % n).astype(np.int32)
 
 
 # Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
@@ -352,17 +389,20 @@ def file_order(files: Sequence[str]) -> list[str]:
                                                  r"\1:/").to_pylist()))
 
 
-def with_file_rank(batch: pa.RecordBatch, order: pa.Array) -> pa.RecordBatch:
-    """`batch` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
-    shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back
-    into the path only for a rejected record."""
-    files = pc.dictionary_encode(batch.column("_file"))  # a batch holds a few files: rank each once
-    names = pc.replace_substring_regex(files.dictionary, _EMPTY_AUTHORITY, r"\1:/")
-    ranks = pc.index_in(names, value_set=order)
-    if ranks.null_count:
-        raise KlakeError(f"input file {names.filter(ranks.is_null())[0]} is not among the input's files")
-    rank = ranks.cast(pa.int32()).take(files.indices)
-    return batch.set_column(batch.schema.get_field_index("_file"), "_rank", rank)
+def with_file_rank(df: Any, order: Sequence[str]) -> Any:
+    """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
+    shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back into
+    the path only for a rejected record. Looked up in the JVM (a broadcast join); a file not in `order`
+    fails the job naming it."""
+    from pyspark.sql import functions as F
+
+    ranks = df.sparkSession.range(len(order), numPartitions=1).select(  # built in the JVM: no Python task
+        F.col("id").cast("int").alias("_rank"), F.element_at(F.array(*map(F.lit, order)), F.col("id").cast("int") + 1)
+        .alias("_name"))
+    joined = df.join(F.broadcast(ranks), F.regexp_replace("_file", _EMPTY_AUTHORITY, "$1:/") == ranks["_name"], "left")
+    missing = F.raise_error(F.concat(F.lit("input file "), F.col("_file"), F.lit(" is not among the input's files")))
+    return joined.withColumn("_rank", F.when(F.col("_rank").isNull(), missing).otherwise(F.col("_rank"))) \
+        .drop("_file", "_name")
 
 
 class _Runs:
@@ -544,15 +584,16 @@ def rejects_dir(ctx: JobContext) -> str:
 
 def run(ctx: JobContext) -> None:
     from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StructField, StructType
 
     if ctx.args.input:
         _is_dir(ctx.args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
     topics = counts = None
+    sticky_rows = True  # unless Parquet footers say no record has neither key nor partition
     if _checks_parquet(ctx):  # bad input fails here, before Spark starts and before anything is written
-        topics = _selected_topics(ctx, _check_parquet(ctx))
+        found, sticky_rows = _check_parquet(ctx)
+        topics = _selected_topics(ctx, found)
         counts = partition_counts(ctx, topics)
     df, files = _read_input(ctx)
     if topics is None:
@@ -565,16 +606,9 @@ def run(ctx: JobContext) -> None:
         df = df.withColumn("topic", F.lit(topics[0]))
     elif ctx.args.topics:
         df = df.where(F.col("topic").isin(ctx.args.topics))
-    sticky = int(ctx.config.jobs["sticky_batch_bytes"])
     order = file_order(files)
-    files_order = pa.array(order, pa.string())
-
-    def assign_and_rank(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in PartitionAssigner(counts, sticky).assign(batches):
-            yield with_file_rank(batch, files_order)
-
-    ranked = StructType([StructField("_rank", IntegerType()) if f.name == "_file" else f for f in df.schema.fields])
-    assigned = df.mapInArrow(assign_and_rank, ranked)
+    assigned = with_file_rank(_assign_partitions(df, counts, int(ctx.config.jobs["sticky_batch_bytes"]),
+                                                 sticky_rows), order)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
