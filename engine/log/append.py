@@ -112,11 +112,6 @@ class ActiveOutput:
     time_index: TimeIndex
     state: ActiveSegmentState
 
-    @property
-    def log(self) -> bytes:
-        """The bytes from `start_position`, joined."""
-        return b"".join(self.pieces)
-
 
 @dataclass
 class AppendResult:

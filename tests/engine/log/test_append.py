@@ -50,8 +50,8 @@ def _table(keys, values, timestamps=None, headers=None) -> pa.Table:
 def _segments(result) -> list[tuple[int, bytes]]:
     """(base offset, log bytes) of every segment, the active one last (non-resumed results only)."""
     out = [(s.base_offset, s.log) for s in result.closed]
-    if result.active.log:
-        out.append((result.active.base_offset, result.active.log))
+    if b"".join(result.active.pieces):
+        out.append((result.active.base_offset, b"".join(result.active.pieces)))
     return out
 
 
@@ -72,7 +72,7 @@ def _check_segments(result, min_timestamp: int = 0) -> None:
         times = TimeIndex.load(seg.timeindex, seg.base_offset, min_timestamp=min_timestamp).index
         assert check_indexes(headers, offsets, times, "seg") == []
     active = result.active
-    headers = scan_batches(active.log, "active").headers
+    headers = scan_batches(b"".join(active.pieces), "active").headers
     assert check_indexes(headers, active.offset_index, active.time_index, "active", active=True) == []
 
 
@@ -292,10 +292,10 @@ def test_kafka_mode_time_roll_uses_wall_clock_without_timestamps() -> None:
     first = append_records(_table([b"k"], [b"v"], [-1]), config, log_end_offset=0, now_ms=NOW)
     assert first.active.state.rolling_base_timestamp == -1
     same = append_records(_table([b"k"], [b"v"], [-1]), config, log_end_offset=1, now_ms=NOW + 1000,
-                          resume=first.active.state, resume_log=first.active.log)
+                          resume=first.active.state, resume_log=b"".join(first.active.pieces))
     assert same.closed == []
     later = append_records(_table([b"k"], [b"v"], [-1]), config, log_end_offset=1, now_ms=NOW + 1001,
-                           resume=first.active.state, resume_log=first.active.log)
+                           resume=first.active.state, resume_log=b"".join(first.active.pieces))
     assert [s.rolled_because for s in later.closed] == ["time"] and later.active.base_offset == 1
 
 
@@ -315,7 +315,7 @@ def _assemble(calls) -> tuple[list, tuple]:
             pending = b""
         active = result.active
         assert active.start_position in (0, len(pending))
-        pending = (pending if active.start_position else b"") + active.log
+        pending = (pending if active.start_position else b"") + b"".join(active.pieces)
     last = calls[-1].active
     return closed, (last.base_offset, pending, last.offset_index.to_bytes(), last.time_index.to_bytes(),
                     last.state)
@@ -392,7 +392,7 @@ def test_appending_in_resumed_calls_equals_one_call(rows, data) -> None:
     # With the segment's bytes passed along, each output segment is whole.
     rest = table.slice(cuts[0]) if cuts else table.slice(0, 0)
     full = append_records(rest, config, log_end_offset=calls[0].log_end_offset, now_ms=NOW,
-                          resume=calls[0].active.state, resume_log=calls[0].active.log, segment_key="t-0")
+                          resume=calls[0].active.state, resume_log=b"".join(calls[0].active.pieces), segment_key="t-0")
     assert full.active.start_position == 0 and all(s.start_position == 0 for s in full.closed)
     before = [r for s in calls[0].closed for r in read_with_kafka_python(s.log)[0]]
     assert before + _read_all(full)[0] == _read_all(whole)[0]
@@ -453,11 +453,11 @@ def test_segment_facts_come_from_the_encoder_and_equal_a_decode_of_the_bytes(row
     cut = data.draw(st.integers(0, len(rows)))
     first = append_records(table.slice(0, cut), config, log_end_offset=1000, now_ms=NOW, segment_key="t-0")
     act = first.active
-    resumed = summarize_segment(act.log, act.base_offset, "active", floor)
+    resumed = summarize_segment(b"".join(act.pieces), act.base_offset, "active", floor)
     second = append_records(table.slice(cut), config, log_end_offset=first.log_end_offset, now_ms=NOW + 1,
-                            resume=act.state, resume_log=act.log, resume_summary=resumed, segment_key="t-0")
+                            resume=act.state, resume_log=b"".join(act.pieces), resume_summary=resumed, segment_key="t-0")
     for result in (first, second):
-        segments = [(s.base_offset, s.log) for s in result.closed] + [(result.active.base_offset, result.active.log)]
+        segments = [(s.base_offset, s.log) for s in result.closed] + [(result.active.base_offset, b"".join(result.active.pieces))]
         assert len(result.summaries) == len(segments)
         for (base, log), summary in zip(segments, result.summaries, strict=True):
             assert summary == summarize_segment(log, base, "segment", floor), base

@@ -219,16 +219,16 @@ def test_truncated_segment_resumes_appends() -> None:
                                          "timestamp": list(range(now - 600, now, 10))})
     first = append_records(table, config, log_end_offset=0, now_ms=now)
     active = first.active
-    cut = truncate_segment(active.log, 0, 37, offset_index=active.offset_index, time_index=active.time_index)
+    cut = truncate_segment(b"".join(active.pieces), 0, 37, offset_index=active.offset_index, time_index=active.time_index)
     state = cut.state(active.state.created_ms, active.state.jitter_ms, now_ms=now + 5)
     assert state.bytes_since_last_index_entry == 0 and state.next_offset == 37 and state.created_ms == now
     assert state.rolling_base_timestamp == read_with_kafka_python(cut.log)[1][0].max_timestamp
     again = append_records(table.slice(37), config, log_end_offset=37, now_ms=now, resume=state, resume_log=cut.log)
-    records, _ = read_with_kafka_python(again.active.log)
-    assert [r[0] for r in records] == list(range(60)) and records == read_with_kafka_python(active.log)[0]
-    assert check_indexes(scan_batches(again.active.log).headers, again.active.offset_index,
+    records, _ = read_with_kafka_python(b"".join(again.active.pieces))
+    assert [r[0] for r in records] == list(range(60)) and records == read_with_kafka_python(b"".join(active.pieces))[0]
+    assert check_indexes(scan_batches(b"".join(again.active.pieces)).headers, again.active.offset_index,
                          again.active.time_index, "t", active=True) == []
-    emptied = truncate_segment(active.log, 0, 0, offset_index=active.offset_index, time_index=active.time_index)
+    emptied = truncate_segment(b"".join(active.pieces), 0, 0, offset_index=active.offset_index, time_index=active.time_index)
     empty_state = emptied.state(1, 0, now_ms=now + 5)
     assert emptied.log == b"" and empty_state.created_ms == now + 5 and empty_state.rolling_base_timestamp == -1
     assert (emptied.max_timestamp, emptied.offset_of_max_timestamp) == (-1, 0)
