@@ -3,7 +3,7 @@
 - the record codec (`engine/format/_codec.pyx`, Cython);
 - the JVM functions the append job calls inside Spark (`jobs/runtime/jvm/*.java`, compiled with the JDK's
   `javac` against pyspark's jars, a build requirement) into `jobs/runtime/klake-jvm.jar`, package data
-  that the session ships to the executors (`spark.jars`).
+  that the session adds to itself and its executors (`jobs.runtime.spark_session.add_jvm_functions`).
 """
 
 from __future__ import annotations
