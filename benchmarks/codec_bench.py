@@ -10,8 +10,8 @@ decodes exactly the bytes klake decodes (klake's batches) and encodes exactly th
 
 - encode: klake's `encode_batches` from Arrow columns (what a Spark task hands it), all batches in one
   call; kafka-clients' `MemoryRecordsBuilder`, one per batch, record by record.
-- decode: klake's `decode_log` (`scan_batches` + `decode_records`, each batch's CRC checked just before
-  its records are decoded) + `.to_arrow(...)`; kafka-clients' `ensureValid()` + the streaming record
+- decode: klake's `scan_batches(verify_crc=False)` + `decode_checked` (as the read job: each batch's CRC
+  checked by the decoder just before its records are decoded) + `.to_arrow(...)`; kafka-clients' `ensureValid()` + the streaming record
   iterator, key and value copied into byte arrays.
 
 Checks, before timing: klake and kafka-clients both decode klake's batches to the input records,
@@ -48,8 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.format import compression  # noqa: E402
+from engine.format.batch import scan_batches  # noqa: E402
 from engine.format.builder import encode_batches  # noqa: E402
-from engine.format.records import decode_log  # noqa: E402
+from engine.format.records import decode_checked  # noqa: E402
 from tests.oracles import fetch_kafka_clients as fetch  # noqa: E402
 
 BATCH = 1000
@@ -106,8 +107,8 @@ def klake_encode(keys: pa.Array, values: pa.Array, timestamps: np.ndarray, codec
 
 
 def klake_decode(data: bytes) -> pa.Table:
-    headers, records = decode_log(data, "bench")
-    return records.to_arrow(headers)
+    headers = scan_batches(data, "bench", verify_crc=False).headers
+    return decode_checked(data, headers, np.arange(len(headers)), "bench").to_arrow(headers)
 
 
 def klake_check(table: pa.Table, keys: pa.Array, values: pa.Array, timestamps: np.ndarray) -> str | None:

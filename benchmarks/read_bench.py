@@ -29,13 +29,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, bench_config, generate_input, run_cli  # noqa: E402
 
 from engine.catalog.schema import table_to_rows  # noqa: E402
-from engine.format.records import decode_log  # noqa: E402
+from engine.format.batch import scan_batches  # noqa: E402
+from engine.format.records import decode_checked  # noqa: E402
 from engine.ops.catalog_table import Catalog  # noqa: E402
 from jobs import read  # noqa: E402
 from jobs.runtime.config import load_config  # noqa: E402
@@ -167,7 +170,8 @@ def _decoder_alone(conf: Path) -> tuple[float, int]:
     records = 0
     for row in rows:
         data = read_bytes(row.log_key, config.storage)
-        headers, decoded = decode_log(data, row.log_key)
+        headers = scan_batches(data, row.log_key, verify_crc=False).headers
+        decoded = decode_checked(data, headers, np.arange(len(headers)), row.log_key)
         records += decoded.to_arrow(headers).num_rows
     return time.perf_counter() - started, records
 

@@ -33,7 +33,6 @@ from engine.format.batch import (
     BatchHeaders,
     crc_mismatch,
     crc_problems,
-    scan_batches,
 )
 from engine.format.compiled import codec
 
@@ -115,19 +114,24 @@ def decode_records(data: bytes, batches: BatchHeaders, source: str = "<bytes>", 
     return merged.take(np.argsort(merged.batch_index, kind="stable"))
 
 
-def decode_log(data: bytes, source: str = "<bytes>") -> tuple[BatchHeaders, RecordTable]:
-    """Every batch of a log buffer and all their records: `scan_batches(data, source)` (strict, CRC
-    checked) then `decode_records`, with the CRCs checked in the decoder's pass (`verify_crc`). Raises
-    what that pair raises: on any problem the CRC-checking scan runs again, so that its first problem
-    (a bad CRC anywhere comes before any record's problem) is the one raised."""
-    scan = scan_batches(data, source, verify_crc=False, strict=False)
-    if not scan.problems:
-        try:
-            return scan.headers, decode_records(data, scan.headers, source, verify_crc=True)
-        except CorruptRecordError as exc:
-            decode_error = exc
-    problems = scan_batches(data, source, strict=False).problems
-    raise problems[0] if problems else decode_error
+def decode_checked(data: bytes, headers: BatchHeaders, rows: np.ndarray, source: str = "<bytes>") -> RecordTable:
+    """The records of batches `rows` of `headers` (a scan of `data` that skipped the CRCs,
+    `scan_batches(verify_crc=False)`), with EVERY batch's CRC checked as a CRC-checking scan would
+    (spec 1.3): the decoded batches' in the decoder's pass, just before their records are read (the
+    batch then comes from memory once, as kafka-clients' `ensureValid` then iterator), the others' first.
+    Raises what the CRC-checking scan followed by `decode_records` raises: on any problem all CRCs are
+    checked again, and the first bad one by position comes before any record's problem."""
+    try:
+        skipped = np.ones(len(headers), dtype=bool)
+        skipped[rows] = False
+        problems = crc_problems(data, headers.take(np.flatnonzero(skipped)), source)
+        if not problems:
+            return decode_records(data, headers.take(rows), source, verify_crc=True)
+        first_error: CorruptRecordError = problems[0]
+    except CorruptRecordError as exc:
+        first_error = exc
+    problems = crc_problems(data, headers, source)
+    raise problems[0] if problems else first_error
 
 
 def _empty() -> RecordTable:

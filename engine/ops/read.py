@@ -34,7 +34,7 @@ import pyarrow as pa
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
-from engine.format.records import HEADERS_TYPE, RecordTable, decode_records
+from engine.format.records import HEADERS_TYPE, RecordTable
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
@@ -296,9 +296,7 @@ def _decoded_chunks(item: WorkItem, options: StorageOptions | None, index_interv
     ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW,
                            item.bounds.floor)
     to_offset = item.bounds.to_offset
-    for data, headers in ranged.chunks_from(start):
-        taken = headers.take(_candidate_batches(headers, item.bounds))
-        records = decode_records(data, taken, item.row.log_key)
+    for records, taken, headers in ranged.decoded_from(start, lambda h: _candidate_batches(h, item.bounds)):
         yield records, taken, item.bounds.mask(records.offset, records.timestamp)
         if to_offset is not None and int(headers.last_offset[-1]) >= to_offset - 1:
             return

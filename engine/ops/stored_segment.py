@@ -26,6 +26,7 @@ import numpy as np
 from engine.catalog.schema import SegmentRow
 from engine.errors import CorruptRecordError, TruncatedBatchError
 from engine.format.batch import LOG_OVERHEAD, BatchHeaders, scan_batches
+from engine.format.records import RecordTable, decode_checked
 from engine.index.checks import settle_indexes
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, INT32_MAX, INT64_MAX, INT64_MIN, clamp
 from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
@@ -316,20 +317,44 @@ class StoredSegment:
         Header positions index into each yielded chunk; a batch cut by the window's end is read again
         at the start of the next chunk.
         """
+        for _, data, headers in self._chunks(position, first_end, stop, verify_crc=True):
+            yield data, headers
+
+    def decoded_from(self, position: int, select: Callable[[BatchHeaders], np.ndarray]
+                     ) -> Iterator[tuple[RecordTable, BatchHeaders, BatchHeaders]]:
+        """`chunks_from(position)`'s chunks with the batches `select` picks decoded (`decode_checked`: each
+        CRC checked in the decoder's pass, not by a scan before it): (records, picked headers, all headers).
+        Fails as `chunks_from` then `decode_records` would, at the same absolute byte of the log."""
+        for at, data, headers in self._chunks(position, None, None, verify_crc=False):
+            rows = select(headers)
+            try:
+                records = decode_checked(data, headers, rows, self.source)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(self.source, at + exc.position, exc.field, exc.message) from None
+            yield records, headers.take(rows), headers
+
+    def _chunks(self, position: int, first_end: int | None, stop: int | None, verify_crc: bool
+                ) -> Iterator[tuple[int, bytes, BatchHeaders]]:
+        """`chunks_from`'s chunks and where each starts in the log; `verify_crc=False` leaves the CRCs of
+        a chunk without other problems to its reader (a chunk with one is scanned again with them, so that
+        the first problem by position is raised, a bad CRC included)."""
         size = self.row.size_bytes if stop is None else min(stop, self.row.size_bytes)
         window = self.read_window
         while position < size:
             end = min(size, first_end if first_end is not None and first_end > position else position + window)
             first_end = None
             data = self._read(position, end)
-            scan = scan_batches(data, self.source, strict=False)
+            scan = scan_batches(data, self.source, verify_crc=verify_crc, strict=False)
             cut = next((p for p in scan.problems if isinstance(p, TruncatedBatchError) and end < size), None)
+            if not verify_crc and any(p is not cut for p in scan.problems):
+                scan = scan_batches(data, self.source, strict=False)
+                cut = next((p for p in scan.problems if isinstance(p, TruncatedBatchError) and end < size), None)
             others = [p for p in scan.problems if p is not cut]
             if others:
                 first = others[0]
                 raise CorruptRecordError(self.source, position + first.position, first.field, first.message)
             if len(scan.headers):
-                yield data, scan.headers
+                yield position, data, scan.headers
             if cut is None:
                 position = end
                 continue

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from engine.catalog.schema import SegmentState
+from engine.errors import CorruptRecordError
 from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
+from engine.format.records import decode_records
 from engine.log.lookup import list_offsets
 from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
 from engine.log.topic_config import TopicConfig
@@ -179,3 +181,36 @@ def test_rows_carry_the_sidecar_sizes_so_a_cold_lookup_gets_the_searched_pages_d
             if name == "sizes":
                 assert meter.requests["GET"] <= 3 and sum(meter.requests.values()) == meter.requests["GET"], \
                     (target, meter.requests)
+
+
+def _crc_flipped(log: bytes, position: int) -> bytes:
+    changed = bytearray(log)
+    changed[position + 17] ^= 0x01  # the stored CRC only: the batch's records are intact
+    return bytes(changed)
+
+
+@pytest.mark.parametrize("broken", [None, 0, 7, 8, 20, 39])
+@pytest.mark.parametrize("step", [1, 2])
+def test_decoded_chunks_check_every_crc_and_name_the_absolute_byte(backend: Backend, broken: int | None,
+                                                                  step: int) -> None:
+    """`decoded_from` (the read job's path: CRCs checked in the decoder's pass) gives the records of the
+    batches it picks, as a whole-file CRC-checked scan and `decode_records` do; a batch with a bad CRC,
+    picked or skipped, in any window, fails it naming the batch's byte in the segment."""
+    log = b"".join(encode_batch([b"k"] * 5, [b"v" * 80] * 5, [10 * i] * 5, base_offset=5 * i) for i in range(40))
+    truth = scan_batches(log).headers
+    if broken is not None:
+        log = _crc_flipped(log, int(truth.position[broken]))
+    row = store_segment_version(backend.uri("crcs"), TopicPartition("t", 0), 0, log, b"", b"",
+                                SegmentState.ROLLED, "test", 0, backend.options)
+    segment = StoredSegment(row, backend.options, read_window=int(truth.size[0]) * 3 + 10)
+    pick = lambda h: np.arange(0, len(h), step)  # noqa: E731
+    if broken is None:
+        offsets = np.concatenate([r.offset for r, _, _ in segment.decoded_from(0, pick)])
+        chunked = [decode_records(d, h.take(pick(h))).offset for d, h in segment.chunks_from(0)]
+        assert offsets.tolist() == np.concatenate(chunked).tolist()
+        return
+    with pytest.raises(CorruptRecordError) as err:
+        for _ in segment.decoded_from(0, pick):
+            pass
+    assert (err.value.position, err.value.field) == (int(truth.position[broken]), "crc")
+    assert err.value.source == row.log_key
