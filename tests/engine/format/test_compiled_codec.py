@@ -30,6 +30,7 @@ from engine.format.batch import V2_HEADER_SIZE, scan_batches
 from engine.format.builder import encode_batch
 from engine.format.records import decode_records
 from tests.conftest import PROJECT_ROOT
+from tests.engine.format.logs import encode_log
 from tests.oracles.reference_decoder import decode_v2 as reference_decode
 
 TS = st.one_of(st.integers(0, 2**41), st.just(-1), st.integers(-(2**62), 2**62))
@@ -39,15 +40,6 @@ RECORD = st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.one_of(st.no
 BATCH = st.tuples(st.lists(RECORD, min_size=1, max_size=30), st.sampled_from(sorted(compression.NAMES)))
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-
-def _log(batches: list[tuple[list, int]]) -> bytes:
-    out, base = [], 0
-    for records, codec in batches:
-        keys, values, ts, headers = zip(*records, strict=True)
-        out.append(encode_batch(list(keys), list(values), list(ts), [list(h) for h in headers], base_offset=base,
-                                codec=codec))
-        base += len(records)
-    return b"".join(out)
 
 
 def _both(data: bytes) -> tuple[object, object]:
@@ -71,7 +63,7 @@ def _both(data: bytes) -> tuple[object, object]:
 @SETTINGS
 @given(st.lists(BATCH, min_size=1, max_size=4))
 def test_compiled_and_reference_decoders_agree(batches) -> None:
-    compiled, reference = _both(_log(batches))
+    compiled, reference = _both(encode_log(batches))
     assert isinstance(compiled, pa.Table) and compiled.equals(reference)
 
 
@@ -101,7 +93,7 @@ def _mutations(data: bytes, rng: random.Random) -> list[bytes]:
 @given(st.lists(RECORD, min_size=1, max_size=12), st.integers(0, 2**32))
 def test_mutated_batches_fail_like_the_reference_and_never_crash(records, seed) -> None:
     rng = random.Random(seed)
-    for data in _mutations(_log([(records, compression.NONE)]), rng):
+    for data in _mutations(encode_log([(records, compression.NONE)]), rng):
         compiled, reference = _both(data)
         if reference is None:
             continue

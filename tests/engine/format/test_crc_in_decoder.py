@@ -31,6 +31,7 @@ from engine.format.batch import V2_CRC_START, scan_batches
 from engine.format.builder import encode_batch
 from engine.format.compiled import codec
 from engine.format.records import decode_checked, decode_records
+from tests.engine.format.logs import encode_log
 
 RECORD = st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.one_of(st.none(), st.binary(max_size=300)),
                    st.integers(0, 2**41),
@@ -38,15 +39,6 @@ RECORD = st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.one_of(st.no
                             max_size=2))
 BATCH = st.tuples(st.lists(RECORD, min_size=1, max_size=20), st.sampled_from(sorted(compression.NAMES)))
 
-
-def _log(batches: list[tuple[list, int]]) -> bytes:
-    out, base = [], 0
-    for records, codec_id in batches:
-        keys, values, ts, headers = zip(*records, strict=True)
-        out.append(encode_batch(list(keys), list(values), list(ts), [list(h) for h in headers], base_offset=base,
-                                codec=codec_id))
-        base += len(records)
-    return b"".join(out)
 
 
 def _outcome(read) -> object:
@@ -113,7 +105,7 @@ def _mutated(data: bytes, rng: random.Random) -> list[bytes]:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(BATCH, min_size=1, max_size=4), st.integers(0, 2**32))
 def test_decode_checked_is_scan_then_decode(batches, seed) -> None:
-    data = _log(batches)
+    data = encode_log(batches)
     _same(data)
     for changed in _mutated(data, random.Random(seed)):
         _same(changed)
