@@ -77,48 +77,44 @@ cdef extern from *:
 
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     #include <nmmintrin.h>
+    /* Three stripes of `stride` bytes CRC'd side by side, then combined (Adler's method): while 3 * stride
+       bytes are left. Called with the long then the short stride. */
+    __attribute__((target("sse4.2")))
+    static inline uint64_t klake_crc_stripes(uint64_t crc0, const uint8_t** at, size_t* len, size_t stride,
+                                             uint32_t table[4][256]) {
+        const uint8_t* next = *at;
+        const uint8_t* end;
+        uint64_t crc1, crc2, w0, w1, w2;
+        while (*len >= 3 * stride) {
+            crc1 = crc2 = 0;
+            end = next + stride;
+            do {
+                memcpy(&w0, next, 8);
+                memcpy(&w1, next + stride, 8);
+                memcpy(&w2, next + 2 * stride, 8);
+                crc0 = _mm_crc32_u64(crc0, w0);
+                crc1 = _mm_crc32_u64(crc1, w1);
+                crc2 = _mm_crc32_u64(crc2, w2);
+                next += 8;
+            } while (next < end);
+            crc0 = klake_crc_shift(table, (uint32_t)crc0) ^ crc1;
+            crc0 = klake_crc_shift(table, (uint32_t)crc0) ^ crc2;
+            next += 2 * stride;
+            *len -= 3 * stride;
+        }
+        *at = next;
+        return crc0;
+    }
+
     __attribute__((target("sse4.2")))
     static uint32_t klake_crc32c_hw(uint32_t crc, const uint8_t* next, size_t len) {
-        uint64_t crc0 = (uint32_t)~crc, crc1, crc2, w0, w1, w2;
-        const uint8_t* end;
+        uint64_t crc0 = (uint32_t)~crc, w0;
         while (len && ((uintptr_t)next & 7)) {
             crc0 = _mm_crc32_u8((uint32_t)crc0, *next++);
             len--;
         }
-        while (len >= 3 * KLAKE_CRC_LONG) {
-            crc1 = crc2 = 0;
-            end = next + KLAKE_CRC_LONG;
-            do {
-                memcpy(&w0, next, 8);
-                memcpy(&w1, next + KLAKE_CRC_LONG, 8);
-                memcpy(&w2, next + 2 * KLAKE_CRC_LONG, 8);
-                crc0 = _mm_crc32_u64(crc0, w0);
-                crc1 = _mm_crc32_u64(crc1, w1);
-                crc2 = _mm_crc32_u64(crc2, w2);
-                next += 8;
-            } while (next < end);
-            crc0 = klake_crc_shift(klake_crc_long, (uint32_t)crc0) ^ crc1;
-            crc0 = klake_crc_shift(klake_crc_long, (uint32_t)crc0) ^ crc2;
-            next += 2 * KLAKE_CRC_LONG;
-            len -= 3 * KLAKE_CRC_LONG;
-        }
-        while (len >= 3 * KLAKE_CRC_SHORT) {
-            crc1 = crc2 = 0;
-            end = next + KLAKE_CRC_SHORT;
-            do {
-                memcpy(&w0, next, 8);
-                memcpy(&w1, next + KLAKE_CRC_SHORT, 8);
-                memcpy(&w2, next + 2 * KLAKE_CRC_SHORT, 8);
-                crc0 = _mm_crc32_u64(crc0, w0);
-                crc1 = _mm_crc32_u64(crc1, w1);
-                crc2 = _mm_crc32_u64(crc2, w2);
-                next += 8;
-            } while (next < end);
-            crc0 = klake_crc_shift(klake_crc_short, (uint32_t)crc0) ^ crc1;
-            crc0 = klake_crc_shift(klake_crc_short, (uint32_t)crc0) ^ crc2;
-            next += 2 * KLAKE_CRC_SHORT;
-            len -= 3 * KLAKE_CRC_SHORT;
-        }
+        crc0 = klake_crc_stripes(crc0, &next, &len, KLAKE_CRC_LONG, klake_crc_long);
+        crc0 = klake_crc_stripes(crc0, &next, &len, KLAKE_CRC_SHORT, klake_crc_short);
         while (len >= 8) {
             memcpy(&w0, next, 8);
             crc0 = _mm_crc32_u64(crc0, w0);
