@@ -245,8 +245,8 @@ def _room(end: int, available: int, bound: int, declared: int | None) -> tuple[i
 def _zstd_decompress(data: bytes | memoryview) -> bytes | memoryview:
     """One zstd frame, decompressed by libzstd straight into one buffer from Arrow's pool, sized by the
     frame's own block headers, through this thread's decompression context (zstandard's `readinto`):
-    a fresh context per frame (cramjam's `decompress_into`) allocates and faults in its window buffer
-    every time, and `decompressobj` returns its output in chunks and joins them. Anything the walk does
+    cramjam's `decompress_into` builds a new streaming decoder per frame and copies its output through
+    `io::copy`, and `decompressobj` returns its output in chunks and joins them. Anything the walk does
     not recognise (dictionaries, skippable frames, truncation) or that libzstd rejects goes to the
     streaming reader, whose result and error text stay the reference (it reads the first frame and
     ignores what follows it, so only that frame's bytes are handed to `readinto`)."""
