@@ -187,30 +187,53 @@ def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
 
 
 def _lz4_decompress(data: bytes | memoryview) -> bytes | memoryview:
-    """One LZ4 frame, decompressed by liblz4 (cramjam) straight into one buffer from Arrow's pool, sized by
-    the frame's own block headers; python-lz4 would grow its output and copy it twice more. Anything the
-    walk does not recognise goes to python-lz4, whose reading of the frame is the reference (it reads the
-    first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    """One LZ4 frame, decompressed straight into one buffer from Arrow's pool, sized by the frame's declared
+    content size or else its block headers; python-lz4 would grow its output and copy it twice more.
+    A frame of independent blocks without checksums (what Kafka and klake write) is decompressed block
+    by block with liblz4's block decoder (cramjam) into its place in the buffer; other frames go through
+    cramjam's frame decoder, which streams its output through intermediate buffers (`io::copy`).
+    Anything the walk does not recognise goes to python-lz4, whose reading of the frame is the reference
+    (it reads the first frame and ignores what follows it, so only that frame's bytes are decoded here)."""
     view = memoryview(data).cast("B")
-    extent = _lz4_frame_extent(view)
-    if extent is not None:
-        end, room, declared = extent
+    frame = _lz4_frame(view)
+    if frame is not None:
+        end, room, declared, blocks = frame
         out = _writable(room)
         try:
-            size = cramjam.lz4.decompress_into(view[:end], out)
+            size = _lz4_blocks_into(view, blocks, out) if blocks is not None \
+                else cramjam.lz4.decompress_into(view[:end], out)
             if declared is None or size == declared:
                 return _fitted(out, size)
-        except cramjam.DecompressionError:
+        except (cramjam.DecompressionError, ValueError):
             pass  # python-lz4 decides, and names the problem
     return lz4.frame.decompress(data)
 
 
-def _lz4_frame_extent(view: memoryview) -> tuple[int, int, int | None] | None:
-    """(end of the frame, room for its decompressed bytes, its declared content size or None) from its
-    header and block headers (LZ4 frame format: magic, FLG, BD, [content size], [dict id], HC; blocks of
-    a 4-byte little-endian size whose top bit marks a stored block, [block checksum]; a zero size ends
-    it, then [content checksum]); the room is the declared size, else the blocks' maximum; None if it
-    is not a plain frame this walk understands."""
+def _lz4_blocks_into(view: memoryview, blocks: list[tuple[int, int, int]], out: memoryview) -> int:
+    """Independent LZ4 blocks (start, size, stored) decompressed one after the other into `out`, each into
+    at most its frame's block size (the walk's `room` allows a full block for each, or the declared size
+    caps the total); returns the bytes written. A block that does not decode, or decodes past its room,
+    raises."""
+    at = 0
+    for start, size, block_max in blocks:
+        room = out[at:at + abs(block_max)]
+        if block_max < 0:  # a stored (uncompressed) block
+            if size > len(room):
+                raise ValueError("a stored LZ4 block is larger than its room")
+            room[:size] = view[start:start + size]
+            at += size
+        else:
+            at += cramjam.lz4.decompress_block_into(view[start:start + size], room)
+    return at
+
+
+def _lz4_frame(view: memoryview) -> tuple[int, int, int | None, list[tuple[int, int, int]] | None] | None:
+    """(end of the frame, room for its decompressed bytes, its declared content size or None, its blocks
+    as (start, size, +block maximum, or -block maximum for a stored block) when they are independent and
+    without checksums, else None) from its header and block headers (LZ4 frame format: magic, FLG, BD,
+    [content size], [dict id], HC; blocks of a 4-byte little-endian size whose top bit marks a stored
+    block, [block checksum]; a zero size ends it, then [content checksum]); the room is the declared
+    size, else the blocks' maximum; None if it is not a plain frame this walk understands."""
     if len(view) < 7 or view[:4] != _LZ4_MAGIC:
         return None
     flg, bd = view[4], view[5]
@@ -219,7 +242,7 @@ def _lz4_frame_extent(view: memoryview) -> tuple[int, int, int | None] | None:
     block_max = 1 << (8 + 2 * ((bd >> 4) & 0x07))
     pos = 7 + (8 if flg & 0x08 else 0)
     block_checksum = 4 if flg & 0x10 else 0
-    blocks = 0
+    blocks: list[tuple[int, int, int]] = []
     while True:
         if pos + 4 > len(view):
             return None
@@ -227,11 +250,16 @@ def _lz4_frame_extent(view: memoryview) -> tuple[int, int, int | None] | None:
         pos += 4
         if size == 0:
             break
-        pos += (size & 0x7FFFFFFF) + block_checksum
-        blocks += 1
+        stored, size = size >> 31, size & 0x7FFFFFFF
+        blocks.append((pos, size, -block_max if stored else block_max))
+        pos += size + block_checksum
     end = pos + (4 if flg & 0x04 else 0)
     declared = struct.unpack_from("<Q", view, 6)[0] if flg & 0x08 else None
-    return _room(end, len(view), blocks * block_max, declared)
+    extent = _room(end, len(view), len(blocks) * block_max, declared)
+    if extent is None:
+        return None
+    independent_plain = flg & 0x20 and not flg & 0x14  # independent blocks, no block or content checksum
+    return (*extent, blocks if independent_plain else None)
 
 
 def _room(end: int, available: int, bound: int, declared: int | None) -> tuple[int, int, int | None] | None:
