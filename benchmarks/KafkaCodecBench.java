@@ -1,9 +1,12 @@
+import java.io.BufferedReader;
 import java.io.DataInputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.InputStreamReader;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -34,19 +37,31 @@ import org.apache.kafka.common.utils.Utils;
  * <p>Encode is what a producer does: one MemoryRecordsBuilder per batch (magic 2, CreateTime), record by
  * record. Decode is what a consumer does: ensureValid() (the CRC) on each batch, then its streaming
  * iterator with key and value copied into byte arrays, as the consumer's fetcher does before
- * deserializing. Each (codec, op) is warmed up for the JIT, then timed as the best of N full passes, by the
- * wall clock and by this thread's CPU time (which leaves out time the shared machine gave to other work,
- * and the serial collector's pauses, which run on the VM thread: the conservative side for klake).
+ * deserializing.
+ *
+ * <p>One long-lived process that takes commands on stdin, one a line, and answers each with one JSON line,
+ * so that codec_bench.py can interleave the two sides' timed passes (a kafka-clients pass, a klake pass, a
+ * kafka-clients pass, ...) on the same pinned core: both then see the same machine, which a loaded shared
+ * machine changes from minute to minute. The JIT stays warm between commands.
+ * <ul>
+ * <li>{@code warm CODEC VALUE_SIZE OP MS}: passes of OP (decode or encode) for at least MS ms and 3 passes
+ * (JIT warm-up); answers {"warm_passes": n}.
+ * <li>{@code run CODEC VALUE_SIZE OP}: one timed pass; answers {"cpu_ns", "wall_ns", "records", "bytes"}: this
+ * thread's CPU time (which leaves out time the shared machine gave to other work, and the serial
+ * collector's pauses, which run on the VM thread: the conservative side for klake) and the wall clock.
+ * <li>{@code dump CODEC VALUE_SIZE PATH}: writes kafka-clients' own encoded batches to PATH (for klake to
+ * decode them); answers {"bytes": n}.
+ * </ul>
+ * CODEC is the codec id. Before the first command it prints {"jvm": ...} once, then a {"check": ...} line per
+ * correctness check (decoded records equal the input; uncompressed batches equal klake's bytes; compressed ones
+ * decode back to the input), then {"ready": true}. A failed check or a Java exception is reported as a
+ * check (and that cell is not timed), never a crash; an unknown command answers {"error": ...}.
  *
  * <p>Workload file (big-endian): "KLBENCH1", int32 value size, int32 records per batch, int32 record count
  * n, int32[n] key lengths, key bytes, int32[n] value lengths, value bytes, int64[n] timestamps, int32
  * codec count, then per codec: int32 codec id, int32 length, klake's encoded batches back to back.
  *
- * <p>Prints JSON lines: {"jvm": ...} once, {"check": ...} per correctness check (decoded records equal
- * the input; uncompressed batches equal klake's bytes; compressed ones decode back to the input), and
- * {"op": ...} per timing. A failed check or a Java exception is reported as a check, never a crash.
- *
- * <p>Run: java -cp KAFKA_CLIENTS_JARS benchmarks/KafkaCodecBench.java [--runs N] [--warmup-ms MS] FILE...
+ * <p>Run: java -cp KAFKA_CLIENTS_JARS benchmarks/KafkaCodecBench.java FILE... (commands on stdin)
  */
 public final class KafkaCodecBench {
     private static final byte[] MAGIC = "KLBENCH1".getBytes();
@@ -61,26 +76,83 @@ public final class KafkaCodecBench {
         }
     }
 
-    public static void main(String[] args) throws IOException {
-        int runs = 5;
-        long warmupNanos = 2_000_000_000L;
-        List<Path> files = new ArrayList<>();
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--runs" -> runs = Integer.parseInt(args[++i]);
-                case "--warmup-ms" -> warmupNanos = Long.parseLong(args[++i]) * 1_000_000L;
-                default -> files.add(Path.of(args[i]));
-            }
+    /** One (codec, value size): its workload, klake's bytes and what kafka-clients' passes need. */
+    private record Cell(Workload w, Compression compression, int[] capacities, ByteBuffer input,
+                        BufferSupplier supplier, byte[] ownBytes, boolean decodeOk, boolean encodeOk) {
+        LongSupplier pass(String op) {
+            return switch (op) {
+                case "decode" -> decodeOk ? () -> decode(input, supplier) : null;
+                case "encode" -> encodeOk ? () -> encode(w, compression, capacities, null) : null;
+                default -> null;
+            };
         }
-        String gc = String.join("+", java.lang.management.ManagementFactory.getGarbageCollectorMXBeans().stream()
+    }
+
+    public static void main(String[] args) throws IOException {
+        List<Path> files = new ArrayList<>();
+        for (String arg : args) {
+            files.add(Path.of(arg));
+        }
+        String gc = String.join("+", ManagementFactory.getGarbageCollectorMXBeans().stream()
                 .map(java.lang.management.GarbageCollectorMXBean::getName).toList());
         System.out.println(String.format(Locale.ROOT, "{\"jvm\":\"%s %s\",\"cpus\":%d,\"gc\":\"%s\",\"max_heap_mb\":%d}",
                 json(System.getProperty("java.vm.name")), json(System.getProperty("java.version")),
                 Runtime.getRuntime().availableProcessors(), json(gc), Runtime.getRuntime().maxMemory() >> 20));
+        Map<String, Cell> cells = new LinkedHashMap<>();
         for (Path file : files) {
             Workload w = read(file);
             for (Map.Entry<Integer, byte[]> e : w.encoded().entrySet()) {
-                bench(w, e.getKey(), e.getValue(), runs, warmupNanos);
+                cells.put(e.getKey() + " " + w.valueSize(), cell(w, e.getKey(), e.getValue()));
+            }
+        }
+        System.out.println("{\"ready\":true}");
+        System.out.flush();
+        BufferedReader commands = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = commands.readLine(); line != null; line = commands.readLine()) {
+            System.out.println(answer(cells, line.trim().split(" +")));
+            System.out.flush();
+        }
+        for (Cell cell : cells.values()) {
+            cell.supplier().close();
+        }
+    }
+
+    private static String answer(Map<String, Cell> cells, String[] command) throws IOException {
+        Cell cell = command.length >= 4 ? cells.get(command[1] + " " + command[2]) : null;
+        if (cell == null) {
+            return "{\"error\":\"unknown command or cell: " + json(String.join(" ", command)) + "\"}";
+        }
+        switch (command[0]) {
+            case "dump" -> {
+                Files.write(Path.of(command[3]), cell.ownBytes());
+                return "{\"bytes\":" + cell.ownBytes().length + "}";
+            }
+            case "warm", "run" -> {
+                LongSupplier pass = cell.pass(command[3]);
+                if (pass == null) {
+                    return "{\"error\":\"no " + json(command[3]) + " pass for this cell (a check failed)\"}";
+                }
+                if (command[0].equals("warm")) {
+                    long warmupNanos = command.length > 4 ? Long.parseLong(command[4]) * 1_000_000L : 0;
+                    long start = System.nanoTime();
+                    int passes = 0;
+                    while (passes < 3 || System.nanoTime() - start < warmupNanos) {
+                        blackhole += pass.getAsLong();
+                        passes++;
+                    }
+                    return "{\"warm_passes\":" + passes + "}";
+                }
+                long c0 = THREADS.getCurrentThreadCpuTime();
+                long t0 = System.nanoTime();
+                blackhole += pass.getAsLong();
+                long wall = System.nanoTime() - t0;
+                long cpu = THREADS.getCurrentThreadCpuTime() - c0;
+                long bytes = command[3].equals("decode") ? cell.input().remaining() : cell.ownBytes().length;
+                return String.format(Locale.ROOT, "{\"cpu_ns\":%d,\"wall_ns\":%d,\"records\":%d,\"bytes\":%d}",
+                        cpu, wall, cell.w().size(), bytes);
+            }
+            default -> {
+                return "{\"error\":\"unknown command: " + json(command[0]) + "\"}";
             }
         }
     }
@@ -123,27 +195,29 @@ public final class KafkaCodecBench {
         return column;
     }
 
-    private static void bench(Workload w, int codecId, byte[] klakeBytes, int runs, long warmupNanos) {
+    /** Checks both directions for one (codec, value size) and keeps what its timed passes need. */
+    private static Cell cell(Workload w, int codecId, byte[] klakeBytes) {
         CompressionType type = CompressionType.forId(codecId);
         Compression compression = Compression.of(type).build();
         String where = String.format(Locale.ROOT, "\"codec\":\"%s\",\"value_size\":%d", type.name, w.valueSize());
         int[] capacities = capacities(w);
         ByteBuffer input = ByteBuffer.wrap(klakeBytes);
-        try (BufferSupplier supplier = BufferSupplier.create()) {
-            if (check(where, "decode", verify(w, input, supplier))) {
-                time(where, "decode", w.size(), klakeBytes.length, runs, warmupNanos, () -> decode(input, supplier));
-            }
+        BufferSupplier supplier = BufferSupplier.create();
+        boolean decodeOk = false;
+        boolean encodeOk = false;
+        byte[] own = new byte[0];
+        try {
+            decodeOk = check(where, "decode", verify(w, input, supplier));
             List<ByteBuffer> built = new ArrayList<>();
             long encodedBytes = encode(w, compression, capacities, built);
             ByteBuffer ours = concat(built, encodedBytes);
-            String roundTrip = type == CompressionType.NONE ? sameBytes(ours.array(), klakeBytes) : verify(w, ours, supplier);
-            if (check(where, "encode", roundTrip)) {
-                time(where, "encode", w.size(), encodedBytes, runs, warmupNanos,
-                        () -> encode(w, compression, capacities, null));
-            }
+            own = ours.array();
+            String roundTrip = type == CompressionType.NONE ? sameBytes(own, klakeBytes) : verify(w, ours, supplier);
+            encodeOk = check(where, "encode", roundTrip);
         } catch (RuntimeException e) {
             check(where, "run", e.toString());
         }
+        return new Cell(w, compression, capacities, input, supplier, own, decodeOk, encodeOk);
     }
 
     /** Prints a check line; a null problem is a pass. */
@@ -151,30 +225,6 @@ public final class KafkaCodecBench {
         System.out.println(String.format(Locale.ROOT, "{\"check\":\"%s\",%s,\"ok\":%b,\"detail\":\"%s\"}", what, where,
                 problem == null, problem == null ? "" : json(problem)));
         return problem == null;
-    }
-
-    private static void time(String where, String op, int records, long bytes, int runs, long warmupNanos,
-                             LongSupplier pass) {
-        long warmupStart = System.nanoTime();
-        int warmups = 0;
-        while (warmups < 3 || System.nanoTime() - warmupStart < warmupNanos) {
-            blackhole += pass.getAsLong();
-            warmups++;
-        }
-        long best = Long.MAX_VALUE;
-        long bestCpu = Long.MAX_VALUE;
-        for (int r = 0; r < runs; r++) {
-            long c0 = THREADS.getCurrentThreadCpuTime();
-            long t0 = System.nanoTime();
-            blackhole += pass.getAsLong();
-            best = Math.min(best, System.nanoTime() - t0);
-            bestCpu = Math.min(bestCpu, THREADS.getCurrentThreadCpuTime() - c0);
-        }
-        System.out.println(String.format(Locale.ROOT,
-                "{\"op\":\"%s\",%s,\"records\":%d,\"bytes\":%d,\"warmup_passes\":%d,\"best_s\":%.6f,\"records_per_s\":%.1f,"
-                        + "\"best_cpu_s\":%.6f,\"records_per_cpu_s\":%.1f}",
-                op, where, records, bytes, warmups, best / 1e9, records / (best / 1e9), bestCpu / 1e9,
-                records / (bestCpu / 1e9)));
     }
 
     /** Output buffer per batch, sized for the uncompressed records so that no builder has to grow it. */

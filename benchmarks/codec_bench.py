@@ -1,11 +1,15 @@
 """Decode/encode throughput of klake's v2 record codec against Apache kafka-clients on the JVM (issue 13).
 
-Both sides run in one invocation, one after the other, on the same pinned core: this process pins
-all its threads to `--core` and runs `benchmarks/KafkaCodecBench.java` (kafka-clients 3.9.1, the jars
-`tests/oracles/fetch_kafka_clients.py` fetches) under `taskset -c CORE`, so that neither side gets a
-second core the other lacks. The workload is written once to a file both sides read: batches of 1,000
-records, 16-byte keys, values of each `--values` size (text of words drawn from a fixed vocabulary of
-random letters, so the codecs compress it as they would real data), CreateTime timestamps. The JVM
+Both sides run in one invocation on the same pinned core, their timed passes interleaved: this process
+pins all its threads to `--core` and starts `benchmarks/KafkaCodecBench.java` (kafka-clients 3.9.1, the
+jars `tests/oracles/fetch_kafka_clients.py` fetches) under `taskset -c CORE` as one long-lived process that
+takes commands on stdin. For each cell (codec, value size, op) the JVM is warmed up (JIT, `--warmup`
+seconds) and klake makes one untimed pass; then `--runs` rounds, each a kafka-clients pass then a klake
+pass, so that the two sides' passes lie seconds apart and see the same machine (a shared machine's load
+changes from minute to minute; one side timed all at once and the other later did not). Neither side
+gets a second core the other lacks. The workload is written once to a file both sides read: batches of
+1,000 records, 16-byte keys, values of each `--values` size (text of words drawn from a fixed vocabulary
+of random letters, so the codecs compress it as they would real data), CreateTime timestamps. The JVM
 decodes exactly the bytes klake decodes (klake's batches) and encodes exactly the records klake encodes.
 
 - encode: klake's `encode_batches` from Arrow columns (what a Spark task hands it), all batches in one
@@ -14,13 +18,13 @@ decodes exactly the bytes klake decodes (klake's batches) and encodes exactly th
   checked by the decoder just before its records are decoded) + `.to_arrow(...)`; kafka-clients' `ensureValid()` + the streaming record
   iterator, key and value copied into byte arrays.
 
-Checks, before timing: klake and kafka-clients both decode klake's batches to the input records,
-kafka-clients' own compressed batches decode to them too, and its uncompressed ones are byte-identical
-to klake's (failures are reported, not raised). Prints
-one table of records per CPU-second (best of `--runs`; klake: this process's CPU time, kafka-clients: its
-timing thread's, which leaves out its serial collector's pauses) and the klake/kafka-clients ratios they
-give, which are what the targets judge: on a shared machine the wall clock also counts time given to other
-work, which differs between the two sides' turns. The wall-clock ratio is printed next to it. Exits 1 if a target is missed
+Checks, before timing: klake and kafka-clients both decode klake's batches to the input records, and
+both decode kafka-clients' own batches to them too; its uncompressed ones are byte-identical to klake's
+(failures are reported, not raised). Prints one table of records per CPU-second (the best of the rounds
+on each side; klake: this process's CPU time, kafka-clients: its timing thread's, which leaves out its
+serial collector's pauses) and the klake/kafka-clients ratio of the two bests, which is what the targets
+judge; next to it the spread (min/median/max) of the per-round ratios (each round's klake pass against
+the kafka-clients pass just before it) and the wall-clock ratio of the bests. Exits 1 if a target is missed
 (decode and encode >= 1.0x for every codec), 2 if a check failed or the JVM side could not run.
 
 Run: .venv/bin/python benchmarks/codec_bench.py [--batches N] [--runs N] [--codecs none,lz4] [--values 100,1000]
@@ -122,15 +126,11 @@ def klake_check(table: pa.Table, keys: pa.Array, values: pa.Array, timestamps: n
     return None if same else "decoded records differ from the input"
 
 
-def best_of(runs: int, fn: Callable[[], object]) -> tuple[float, float]:
-    """(best CPU seconds of this process, best wall-clock seconds) over `runs` calls."""
-    cpu, wall = [], []
-    for _ in range(runs):
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return min(cpu), min(wall)
+def cpu_and_wall(fn: Callable[[], object]) -> tuple[int, int]:
+    """(CPU ns of this process, wall-clock ns) of one call."""
+    c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+    fn()
+    return time.process_time_ns() - c0, time.perf_counter_ns() - t0
 
 
 def pin(core: int) -> None:
@@ -140,24 +140,73 @@ def pin(core: int) -> None:
         os.sched_setaffinity(int(tid), {core})
 
 
-def run_java(files: list[Path], core: int, runs: int, warmup_s: float) -> tuple[list[dict], str | None]:
-    """JSON lines of KafkaCodecBench.java, or why it could not run."""
+class Jvm:
+    """KafkaCodecBench.java as one long-lived process on `core`: a command line in, a JSON line out."""
+
+    def __init__(self, files: list[Path], core: int) -> None:
+        command = ["java", "-Xmx2g", "-cp", os.pathsep.join(str(p) for p in fetch.jar_paths()), str(JAVA_SOURCE),
+                   *map(str, files)]
+        if shutil.which("taskset"):
+            command = ["taskset", "-c", str(core), *command]
+        else:
+            print(f"note: no taskset; the JVM inherits this process's pinning to core {core}")
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.info: dict = {}
+        self.checks: list[dict] = []
+        for line in self.process.stdout:
+            answer = json.loads(line)
+            if answer.get("ready"):
+                return
+            if "jvm" in answer:
+                self.info = answer
+            elif "check" in answer:
+                self.checks.append(answer)
+        raise RuntimeError(self.failure())
+
+    def failure(self) -> str:
+        self.process.kill()
+        _, err = self.process.communicate()
+        return f"the JVM exited with code {self.process.returncode}: {err.strip()[-2000:]}"
+
+    def ask(self, command: str) -> dict:
+        self.process.stdin.write(command + "\n")
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(self.failure())
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"kafka-clients side: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def jvm_missing() -> str | None:
+    """Why the kafka-clients side cannot run here, or None."""
     if not fetch.jars_present():
         why = fetch.fetch_error() or "they have not been fetched"
-        return [], (f"kafka-clients {fetch.KAFKA_CLIENTS_VERSION} jars are not in {fetch.CACHE_DIR} ({why}); "
-                    f"run .venv/bin/python tests/oracles/fetch_kafka_clients.py")
+        return (f"kafka-clients {fetch.KAFKA_CLIENTS_VERSION} jars are not in {fetch.CACHE_DIR} ({why}); "
+                f"run .venv/bin/python tests/oracles/fetch_kafka_clients.py")
     if shutil.which("java") is None:
-        return [], "no `java` on PATH (the kafka-clients side needs a JDK 17 with its source launcher)"
-    command = ["java", "-Xmx2g", "-cp", os.pathsep.join(str(p) for p in fetch.jar_paths()), str(JAVA_SOURCE),
-               "--runs", str(runs), "--warmup-ms", str(int(warmup_s * 1000)), *map(str, files)]
-    if shutil.which("taskset"):
-        command = ["taskset", "-c", str(core), *command]
-    else:
-        print(f"note: no taskset; the JVM inherits this process's pinning to core {core}")
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return [], f"the JVM exited with code {done.returncode}: {done.stderr.strip()[-2000:]}"
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")], None
+        return "no `java` on PATH (the kafka-clients side needs a JDK 17 with its source launcher)"
+    return None
+
+
+Rounds = list[tuple[int, int, int, int]]  # per round: kafka-clients CPU ns, wall ns; klake CPU ns, wall ns
+
+
+def interleaved(jvm: Jvm, cell: str, op: str, runs: int, warmup_s: float, fn: Callable[[], object]) -> Rounds:
+    """Warm both sides up, then `runs` rounds of a kafka-clients pass followed by a klake pass."""
+    jvm.ask(f"warm {cell} {op} {int(warmup_s * 1000)}")
+    fn()
+    rounds = []
+    for _ in range(runs):
+        theirs = jvm.ask(f"run {cell} {op}")
+        rounds.append((theirs["cpu_ns"], theirs["wall_ns"], *cpu_and_wall(fn)))
+    return rounds
 
 
 def main() -> int:
@@ -177,60 +226,91 @@ def main() -> int:
     pin(args.core)
     n = args.batches * BATCH
     problems: list[str] = []
-    klake: dict[tuple[str, int, str], tuple[float, float]] = {}
+    timed: dict[tuple[str, int, str], Rounds] = {}
     klake_bytes: dict[tuple[str, int], int] = {}
+    jvm_bytes: dict[tuple[str, int], int] = {}
+    jvm_info: dict = {}
+    jvm_checks: list[dict] = []
+    klake_checks = 0
     with tempfile.TemporaryDirectory(prefix="klake-codec-bench-") as tmp:
         files = [Path(tmp) / f"workload-{size}.bin" for size in sizes]
+        inputs = {}
         for size, file in zip(sizes, files, strict=True):
             keys, values, ts = workload(args.batches, size)
             encoded = {codec: b"".join(klake_encode(keys, values, ts, codec)) for codec in codecs}
             write_workload(file, size, keys, values, ts, encoded)
-            for codec, data in encoded.items():  # the checks are klake's warm-up pass
-                name = compression.NAMES[codec]
-                klake_bytes[name, size] = len(data)
-                problem = klake_check(klake_decode(data), keys, values, ts)
-                if problem:
-                    problems.append(f"klake {name} {size} B: {problem}")
-                klake[name, size, "decode"] = best_of(args.runs, lambda d=data: klake_decode(d))
-                klake[name, size, "encode"] = best_of(args.runs, lambda c=codec, k=keys, v=values, t=ts:
-                                                      klake_encode(k, v, t, c))
-        java_lines, failure = run_java(files, args.core, args.runs, args.warmup)
-    if failure:
-        problems.append(failure)
-    jvm = next((line for line in java_lines if "jvm" in line), {})
-    java = {(line["codec"], line["value_size"], line["op"]): line for line in java_lines if "op" in line}
+            inputs[size] = keys, values, ts, encoded
+        missing = jvm_missing()
+        try:
+            jvm = None if missing else Jvm(files, args.core)
+        except RuntimeError as exc:
+            jvm, missing = None, str(exc)
+        if missing:
+            problems.append(missing)
+        else:
+            jvm_info, jvm_checks = jvm.info, jvm.checks
+        failed = {(c["codec"], c["value_size"], c["check"]) for c in jvm_checks if not c["ok"]}
+        try:
+            for size in sizes:
+                keys, values, ts, encoded = inputs[size]
+                for codec, data in encoded.items():
+                    name = compression.NAMES[codec]
+                    klake_bytes[name, size] = len(data)
+                    problem = klake_check(klake_decode(data), keys, values, ts)
+                    klake_checks += 1
+                    if problem:
+                        problems.append(f"klake {name} {size} B: {problem}")
+                    if jvm is None:
+                        continue
+                    theirs = Path(tmp) / f"kafka-clients-{name}-{size}.bin"
+                    jvm_bytes[name, size] = jvm.ask(f"dump {codec} {size} {theirs}")["bytes"]
+                    if (name, size, "encode") not in failed and (name, size, "run") not in failed:
+                        problem = klake_check(klake_decode(theirs.read_bytes()), keys, values, ts)
+                        klake_checks += 1
+                        if problem:
+                            problems.append(f"klake on kafka-clients' {name} {size} B batches: {problem}")
+                    for op, fn in (("decode", lambda d=data: klake_decode(d)),
+                                   ("encode", lambda c=codec, k=keys, v=values, t=ts: klake_encode(k, v, t, c))):
+                        if (name, size, op) not in failed and (name, size, "run") not in failed:
+                            timed[name, size, op] = interleaved(jvm, f"{codec} {size}", op, args.runs, args.warmup, fn)
+        except RuntimeError as exc:  # the JVM died or refused a command: what was measured is still printed
+            problems.append(str(exc))
+        if jvm is not None:
+            jvm.close()
     problems += [f"kafka-clients {c['check']} {c['codec']} {c['value_size']} B: {c['detail']}"
-                 for c in java_lines if "check" in c and not c["ok"]]
-    checks = sum("check" in line for line in java_lines)
+                 for c in jvm_checks if not c["ok"]]
 
-    print(f"records per run: {n:,} in {args.batches} batches of {BATCH}, {KEY_SIZE}-byte keys; best of {args.runs}; "
-          f"core {args.core}; {jvm.get('jvm', 'no JVM')} ({jvm.get('gc', '?')} GC, {jvm.get('cpus', '?')} cpu)")
+    print(f"records per run: {n:,} in {args.batches} batches of {BATCH}, {KEY_SIZE}-byte keys; {args.runs} rounds "
+          f"(a kafka-clients pass, then a klake pass), best of each side; core {args.core}; "
+          f"{jvm_info.get('jvm', 'no JVM')} ({jvm_info.get('gc', '?')} GC, {jvm_info.get('cpus', '?')} cpu)")
     print(f"{'codec':6} {'value':>6} {'op':6} {'kafka-clients rec/cpu-s':>23} {'klake rec/cpu-s':>15} {'ratio':>6}  "
-          f"{'wall ratio':>10}  target")
+          f"{'rounds min/median/max':>21}  {'wall ratio':>10}  target")
     missed = False
     for size in sizes:
         for codec in codecs:
             name = compression.NAMES[codec]
             for op, target in TARGETS.items():
-                cpu_s, wall_s = klake[name, size, op]
-                mine, ref = n / cpu_s, java.get((name, size, op))
-                if ref is None:
-                    print(f"{name:6} {size:6} {op:6} {'-':>23} {mine:15,.0f} {'-':>6}  {'-':>10}  no kafka-clients figure")
+                rounds = timed.get((name, size, op))
+                if rounds is None:
+                    print(f"{name:6} {size:6} {op:6} {'-':>23} {'-':>15} {'-':>6}  {'-':>21}  {'-':>10}  "
+                          f"no kafka-clients figure")
                     missed = True
                     continue
-                ratio = mine / ref["records_per_cpu_s"]
-                wall_ratio = (n / wall_s) / ref["records_per_s"]
+                theirs_cpu, theirs_wall, mine_cpu, mine_wall = (min(r[i] for r in rounds) for i in range(4))
+                ratio = theirs_cpu / mine_cpu
+                per_round = sorted(r[0] / r[2] for r in rounds)
+                spread = f"{per_round[0]:.2f}/{per_round[len(per_round) // 2]:.2f}/{per_round[-1]:.2f}x"
                 missed |= ratio < target
                 verdict = f">= {target:.1f}x " + ("ok" if ratio >= target else "MISSED")
-                print(f"{name:6} {size:6} {op:6} {ref['records_per_cpu_s']:23,.0f} {mine:15,.0f} {ratio:5.2f}x  "
-                      f"{wall_ratio:9.2f}x  {verdict}")
-    sizes_line = ", ".join(f"{name} {size} B {java[name, size, 'encode']['bytes'] / n:.1f}/{klake_bytes[name, size] / n:.1f}"
-                           for (name, size) in klake_bytes if (name, size, "encode") in java)
+                print(f"{name:6} {size:6} {op:6} {n / theirs_cpu * 1e9:23,.0f} {n / mine_cpu * 1e9:15,.0f} {ratio:5.2f}x  "
+                      f"{spread:>21}  {theirs_wall / mine_wall:9.2f}x  {verdict}")
+    sizes_line = ", ".join(f"{name} {size} B {jvm_bytes[name, size] / n:.1f}/{klake_bytes[name, size] / n:.1f}"
+                           for (name, size) in klake_bytes if (name, size) in jvm_bytes)
     print(f"encoded bytes per record, kafka-clients/klake: {sizes_line}")
     if problems:
         print("checks FAILED:\n  " + "\n  ".join(problems))
         return 2
-    print(f"checks: all passed ({checks} on kafka-clients, {len(klake_bytes)} on klake)")
+    print(f"checks: all passed ({len(jvm_checks)} on kafka-clients, {klake_checks} on klake)")
     return 1 if missed else 0
 
 

@@ -40,7 +40,7 @@ def legacy_message(magic: int, attributes: int, offset: int, timestamp: int, key
 def _compress(codec: int, data: bytes, magic: int) -> bytes:
     if codec == compression.ZSTD:
         raise ValueError("zstd is not a legacy (magic 0/1) codec")
-    out = bytes(compression.compress(codec, data))
+    out = bytes(compression.compress(codec, data, magic))
     if codec == compression.LZ4 and magic == 0:  # KAFKA-3160: checksum over magic + descriptor
         end = 6 + (8 if out[4] & 0x08 else 0)
         out = out[:end] + bytes([(xxhash.xxh32_intdigest(out[:end]) >> 8) & 0xFF]) + out[end + 1:]

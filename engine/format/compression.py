@@ -8,7 +8,12 @@
   snappy blocks); some old clients wrote bare raw snappy, which snappy-java also reads.
 - lz4: LZ4 frame format. Magic-0 data carries Kafka's historical wrong header checksum (KAFKA-3160):
   the checksum byte was computed over the magic number too, so it is recomputed before decoding.
-- zstd: a standard zstd frame (written without a content size by zstd-jni's stream).
+- zstd: a standard zstd frame (zstd-jni's stream, which Kafka's producer uses, writes no content size).
+
+klake's v2 LZ4 and zstd frames carry their content size (an optional field of both frame formats, which
+kafka-clients' readers accept): a reader then decompresses into a buffer of exactly that size, in one pass
+(libzstd decodes straight into it instead of through its window buffer). Frames without it (Kafka's
+producers') are decompressed into a buffer sized by their block headers.
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ def codec_id(name: str) -> int:
         raise ValueError(f"unknown compression codec {name!r}; expected one of {sorted(IDS)}") from None
 
 
-def compress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
-    """Compress a records blob the way Kafka's producer does for `codec` (bytes, or a bytes-like view)."""
+def compress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | memoryview:
+    """Compress a records blob the way Kafka's producer does for `codec` (bytes, or a bytes-like view), plus
+    the content size in v2 LZ4 and zstd frames (see above; legacy wrappers' LZ4 frames keep Kafka's shape)."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
@@ -63,7 +69,7 @@ def compress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
         # Independent blocks, as KafkaLZ4BlockOutputStream writes; 256 KiB blocks (Kafka reads any
         # standard size) because python-lz4 is several times slower with independent 64 KiB blocks.
         return lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX256KB, block_linked=False,
-                                  content_checksum=False, store_size=False)
+                                  content_checksum=False, store_size=magic == 2)
     if codec == ZSTD:
         return _zstd().compressor.compress(data)
     raise ValueError(f"unknown compression codec id {codec}")
@@ -181,27 +187,53 @@ def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
 
 
 def _lz4_decompress(data: bytes | memoryview) -> bytes | memoryview:
-    """One LZ4 frame, decompressed by liblz4 (cramjam) straight into one buffer from Arrow's pool, sized by
-    the frame's own block headers; python-lz4 would grow its output and copy it twice more. Anything the
-    walk does not recognise goes to python-lz4, whose reading of the frame is the reference (it reads the
-    first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    """One LZ4 frame, decompressed straight into one buffer from Arrow's pool, sized by the frame's declared
+    content size or else its block headers; python-lz4 would grow its output and copy it twice more.
+    A frame of independent blocks without checksums (what Kafka and klake write) is decompressed block
+    by block with liblz4's block decoder (cramjam) into its place in the buffer; other frames go through
+    cramjam's frame decoder, which streams its output through intermediate buffers (`io::copy`).
+    Anything the walk does not recognise goes to python-lz4, whose reading of the frame is the reference
+    (it reads the first frame and ignores what follows it, so only that frame's bytes are decoded here)."""
     view = memoryview(data).cast("B")
-    extent = _lz4_frame_extent(view)
-    if extent is not None:
-        end, room = extent
+    frame = _lz4_frame(view)
+    if frame is not None:
+        end, room, declared, blocks = frame
         out = _writable(room)
         try:
-            return _fitted(out, cramjam.lz4.decompress_into(view[:end], out))
-        except cramjam.DecompressionError:
+            size = _lz4_blocks_into(view, blocks, out) if blocks is not None \
+                else cramjam.lz4.decompress_into(view[:end], out)
+            if declared is None or size == declared:
+                return _fitted(out, size)
+        except (cramjam.DecompressionError, ValueError):
             pass  # python-lz4 decides, and names the problem
     return lz4.frame.decompress(data)
 
 
-def _lz4_frame_extent(view: memoryview) -> tuple[int, int] | None:
-    """(end of the frame, bound on its decompressed size) from its header and block headers (LZ4 frame
-    format: magic, FLG, BD, [content size], [dict id], HC; blocks of a 4-byte little-endian size whose
-    top bit marks a stored block, [block checksum]; a zero size ends it, then [content checksum]);
-    None if it is not a plain frame this walk understands."""
+def _lz4_blocks_into(view: memoryview, blocks: list[tuple[int, int, int]], out: memoryview) -> int:
+    """Independent LZ4 blocks (start, size, stored) decompressed one after the other into `out`, each into
+    at most its frame's block size (the walk's `room` allows a full block for each, or the declared size
+    caps the total); returns the bytes written. A block that does not decode, or decodes past its room,
+    raises."""
+    at = 0
+    for start, size, block_max in blocks:
+        room = out[at:at + abs(block_max)]
+        if block_max < 0:  # a stored (uncompressed) block
+            if size > len(room):
+                raise ValueError("a stored LZ4 block is larger than its room")
+            room[:size] = view[start:start + size]
+            at += size
+        else:
+            at += cramjam.lz4.decompress_block_into(view[start:start + size], room)
+    return at
+
+
+def _lz4_frame(view: memoryview) -> tuple[int, int, int | None, list[tuple[int, int, int]] | None] | None:
+    """(end of the frame, room for its decompressed bytes, its declared content size or None, its blocks
+    as (start, size, +block maximum, or -block maximum for a stored block) when they are independent and
+    without checksums, else None) from its header and block headers (LZ4 frame format: magic, FLG, BD,
+    [content size], [dict id], HC; blocks of a 4-byte little-endian size whose top bit marks a stored
+    block, [block checksum]; a zero size ends it, then [content checksum]); the room is the declared
+    size, else the blocks' maximum; None if it is not a plain frame this walk understands."""
     if len(view) < 7 or view[:4] != _LZ4_MAGIC:
         return None
     flg, bd = view[4], view[5]
@@ -210,7 +242,7 @@ def _lz4_frame_extent(view: memoryview) -> tuple[int, int] | None:
     block_max = 1 << (8 + 2 * ((bd >> 4) & 0x07))
     pos = 7 + (8 if flg & 0x08 else 0)
     block_checksum = 4 if flg & 0x10 else 0
-    blocks = 0
+    blocks: list[tuple[int, int, int]] = []
     while True:
         if pos + 4 > len(view):
             return None
@@ -218,26 +250,47 @@ def _lz4_frame_extent(view: memoryview) -> tuple[int, int] | None:
         pos += 4
         if size == 0:
             break
-        pos += (size & 0x7FFFFFFF) + block_checksum
-        blocks += 1
+        stored, size = size >> 31, size & 0x7FFFFFFF
+        blocks.append((pos, size, -block_max if stored else block_max))
+        pos += size + block_checksum
     end = pos + (4 if flg & 0x04 else 0)
-    return (end, blocks * block_max) if end <= len(view) else None
+    declared = struct.unpack_from("<Q", view, 6)[0] if flg & 0x08 else None
+    extent = _room(end, len(view), len(blocks) * block_max, declared)
+    if extent is None:
+        return None
+    independent_plain = flg & 0x20 and not flg & 0x14  # independent blocks, no block or content checksum
+    return (*extent, blocks if independent_plain else None)
+
+
+def _room(end: int, available: int, bound: int, declared: int | None) -> tuple[int, int, int | None] | None:
+    """A frame walk's answer: None if the frame runs past the data or declares more than its blocks
+    can hold (the reference reader then names the problem), else (end, room, declared)."""
+    if end > available or (declared is not None and declared > bound):
+        return None
+    return end, bound if declared is None else declared, declared
 
 
 def _zstd_decompress(data: bytes | memoryview) -> bytes | memoryview:
-    """One zstd frame, decompressed by libzstd (cramjam) straight into one buffer from Arrow's pool, sized
-    by the frame's own block headers; the streaming reader would return its output in chunks and join
-    them. Anything the walk does not recognise (dictionaries, skippable frames, truncation) or that
-    cramjam rejects goes to the streaming reader, whose result and error text stay the reference (it
-    reads the first frame and ignores what follows it, so only that frame's bytes are handed to cramjam)."""
+    """One zstd frame, decompressed by libzstd straight into one buffer from Arrow's pool, sized by the
+    frame's own block headers, through this thread's decompression context (zstandard's `readinto`):
+    cramjam's `decompress_into` builds a new streaming decoder per frame and copies its output through
+    `io::copy`, and `decompressobj` returns its output in chunks and joins them. Anything the walk does
+    not recognise (dictionaries, skippable frames, truncation) or that libzstd rejects goes to the
+    streaming reader, whose result and error text stay the reference (it reads the first frame and
+    ignores what follows it, so only that frame's bytes are handed to `readinto`)."""
     view = memoryview(data).cast("B")
     extent = _zstd_frame_extent(view)
     if extent is not None:
-        end, room = extent
+        end, room, declared = extent
         out = _writable(room)
         try:
-            return _fitted(out, cramjam.zstd.decompress_into(view[:end], out))
-        except cramjam.DecompressionError:
+            reader = _zstd().decompressor.stream_reader(view[:end])
+            size = reader.readinto(out)
+            # the walk saw every block, so the frame ends here: this drains its checksum (checked) and
+            # proves that nothing is left past `room` (a frame larger than its blocks allow)
+            if reader.readinto(_zstd().past_room) == 0 and (declared is None or size == declared):
+                return _fitted(out, size)
+        except zstandard.ZstdError:
             pass
     reader = _zstd().decompressor.decompressobj()
     out = reader.decompress(data)
@@ -250,11 +303,12 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_BLOCK_MAX = 128 * 1024
 
 
-def _zstd_frame_extent(view: memoryview) -> tuple[int, int] | None:
-    """(end of the frame, bound on its decompressed size) from its header and block headers (RFC 8878:
-    magic, descriptor, [window], [dictionary id], [content size]; blocks of a 3-byte little-endian header
-    (last flag, type raw/RLE/compressed, size), a compressed block holding at most 128 KiB; then
-    [checksum]); None if it is not a plain frame this walk understands."""
+def _zstd_frame_extent(view: memoryview) -> tuple[int, int, int | None] | None:
+    """(end of the frame, room for its decompressed bytes, its declared content size or None) from its
+    header and block headers (RFC 8878: magic, descriptor, [window], [dictionary id], [content size, the
+    2-byte form less 256]; blocks of a 3-byte little-endian header (last flag, type raw/RLE/compressed,
+    size), a compressed block holding at most 128 KiB; then [checksum]); the room is the declared size,
+    else the blocks' maximum; None if it is not a plain frame this walk understands."""
     if len(view) < 6 or view[:4] != _ZSTD_MAGIC:
         return None
     descriptor = view[4]
@@ -262,7 +316,10 @@ def _zstd_frame_extent(view: memoryview) -> tuple[int, int] | None:
         return None
     single_segment = descriptor & 0x20
     size_field = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
-    pos = 5 + (0 if single_segment else 1) + size_field
+    pos = 5 + (0 if single_segment else 1)
+    declared = int.from_bytes(view[pos:pos + size_field], "little") + (256 if size_field == 2 else 0) \
+        if size_field else None
+    pos += size_field
     room = 0
     while True:
         if pos + 3 > len(view):
@@ -277,7 +334,7 @@ def _zstd_frame_extent(view: memoryview) -> tuple[int, int] | None:
         if header & 1:
             break
     end = pos + (4 if descriptor & 0x04 else 0)
-    return (end, room) if end <= len(view) else None
+    return _room(end, len(view), room, declared)
 
 
 T = TypeVar("T")
@@ -289,8 +346,9 @@ def _zstd() -> threading.local:
     """This thread's zstd contexts: creating one costs more than a batch's worth of work, and a
     context must not be shared between threads."""
     if not hasattr(_ZSTD_CONTEXTS, "compressor"):
-        _ZSTD_CONTEXTS.compressor = zstandard.ZstdCompressor(level=3, write_content_size=False)
+        _ZSTD_CONTEXTS.compressor = zstandard.ZstdCompressor(level=3, write_content_size=True)
         _ZSTD_CONTEXTS.decompressor = zstandard.ZstdDecompressor()
+        _ZSTD_CONTEXTS.past_room = bytearray(1)  # written only by a frame that decodes past its bound
     return _ZSTD_CONTEXTS
 
 

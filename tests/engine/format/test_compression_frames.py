@@ -1,5 +1,5 @@
-"""klake's one-buffer decompression of LZ4 and zstd frames (cramjam, sized by the frame's block headers)
-against the libraries' own readers, which stay the reference: python-lz4's `lz4.frame.decompress` and
+"""klake's one-buffer decompression of LZ4 and zstd frames (sized by the declared content size, else by the
+frame's block headers) against the libraries' own readers, which stay the reference: python-lz4's `lz4.frame.decompress` and
 zstandard's streaming `decompressobj` (first frame only, trailing bytes ignored, truncation an error);
 and its gzip (zlib-ng) against the standard library's `gzip.decompress` (every member, trailing zeros
 ignored, anything else an error), on streams written by klake, by zlib at other levels and with an
@@ -17,6 +17,7 @@ import random
 
 import lz4.frame
 import pytest
+import xxhash
 import zstandard
 
 from engine.format import compression
@@ -93,3 +94,34 @@ def test_frames_decode_as_the_reference_reads_them(codec, frames, reference) -> 
                     assert bytes(compression.decompress(codec, data)) == expected
                 checked += 1
     assert checked > 300
+
+
+@pytest.mark.parametrize(("codec", "reference", "size_at"), [
+    (compression.LZ4, _lz4_reference, 6),   # FLG, BD, then the 8-byte content size
+    (compression.ZSTD, _zstd_reference, 5),  # descriptor, then (single segment: no window byte) the size
+], ids=["lz4", "zstd"])
+def test_a_wrong_declared_content_size_is_judged_as_the_reference_judges_it(codec, reference, size_at) -> None:
+    """klake's own v2 frames declare their content size and are decompressed into exactly that many bytes;
+    a frame that declares more or fewer bytes than it holds decodes as the reference reads it, or raises."""
+    payload = bytes(random.Random(7).choice(b"abcdefgh ") for _ in range(100_000))
+    frame = bytes(compression.compress(codec, payload))
+    assert bytes(compression.decompress(codec, frame)) == payload
+    checked = 0
+    for delta in (-100_000, -1, 1, 255, 1 << 20):
+        forged = bytearray(frame)
+        width = 8 if codec == compression.LZ4 else 4
+        declared = int.from_bytes(frame[size_at:size_at + width], "little")
+        forged[size_at:size_at + width] = max(0, declared + delta).to_bytes(width, "little")
+        if codec == compression.LZ4:  # the header checksum covers the size: make it right again
+            forged[size_at + width] = (xxhash.xxh32_intdigest(bytes(forged[4:size_at + width])) >> 8) & 0xFF
+        try:
+            expected = reference(bytes(forged))
+        except Exception:  # noqa: BLE001 - each library raises its own types
+            expected = None
+        if expected is None:
+            with pytest.raises(compression.CompressionError):
+                compression.decompress(codec, bytes(forged))
+        else:
+            assert bytes(compression.decompress(codec, bytes(forged))) == expected
+        checked += 1
+    assert checked == 5
