@@ -40,6 +40,7 @@ import hashlib
 import io
 import json
 import pickle
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -393,6 +394,7 @@ class StickyAssigner:
 
 # Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
 _EMPTY_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):///"
+_NO_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):/(?!/)"  # the other way round: `file:/p` as `file:///p`
 
 
 def file_order(files: Sequence[str]) -> list[str]:
@@ -404,14 +406,18 @@ def file_order(files: Sequence[str]) -> list[str]:
 def with_file_rank(df: Any, order: Sequence[str]) -> Any:
     """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
     shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back into
-    the path only for a rejected record. Looked up in the JVM (a broadcast join); a file not in `order`
-    fails the job naming it."""
+    the path only for a rejected record. Looked up in the JVM (a broadcast join on `_file` as it is: the
+    table has both spellings of a file, so no row's path is rewritten); a file not in `order` fails the
+    job naming it."""
     from pyspark.sql import functions as F
 
-    ranks = df.sparkSession.range(len(order), numPartitions=1).select(  # built in the JVM: no Python task
-        F.col("id").cast("int").alias("_rank"), F.element_at(F.array(*map(F.lit, order)), F.col("id").cast("int") + 1)
-        .alias("_name"))
-    joined = df.join(F.broadcast(ranks), F.regexp_replace("_file", _EMPTY_AUTHORITY, "$1:/") == ranks["_name"], "left")
+    spellings = [(rank, spelling) for rank, name in enumerate(order)
+                 for spelling in dict.fromkeys([name, re.sub(_NO_AUTHORITY, r"\1:///", name)])]
+    at = F.col("id").cast("int") + 1
+    ranks = df.sparkSession.range(len(spellings), numPartitions=1).select(  # built in the JVM: no Python task
+        F.element_at(F.array(*[F.lit(rank) for rank, _ in spellings]), at).alias("_rank"),
+        F.element_at(F.array(*[F.lit(spelling) for _, spelling in spellings]), at).alias("_name"))
+    joined = df.join(F.broadcast(ranks), F.col("_file") == ranks["_name"], "left")
     missing = F.raise_error(F.concat(F.lit("input file "), F.col("_file"), F.lit(" is not among the input's files")))
     return joined.withColumn("_rank", F.when(F.col("_rank").isNull(), missing).otherwise(F.col("_rank"))) \
         .drop("_file", "_name")
