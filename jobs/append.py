@@ -40,6 +40,7 @@ import hashlib
 import io
 import json
 import pickle
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -75,7 +76,9 @@ from layouts.store import (
 )
 
 ORDER_COLUMNS = ("_rank", "_block", "_seq")  # input order: the file's place in path order, split, row
-PROVENANCE = ("topic", "partition", "_rank", "_seq")  # what a rejects file says of each record's source
+PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`_provenance`)
+RECORD_COLUMNS = ("partition", "key", "value", "headers", "timestamp")  # a task reads these, `_tp`, `_rank`, `_pos`
+ORDER_BITS = 63  # `_order` is a non-negative long: topic-partition index, file rank, row in the file
 APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
@@ -142,14 +145,16 @@ def _checks_parquet(ctx: JobContext) -> bool:
     return ctx.args.input is not None and ctx.args.format == "parquet"
 
 
-def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool]:
+def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
     """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
     named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
     `topic` column (each with a file holding it), read column-only, None if the input has no such column;
-    and whether a record may have neither key nor partition (`may_need_sticky`)."""
+    whether a record may have neither key nor partition (`may_need_sticky`); and the most rows a file
+    has (what a row's place in its file, `_pos`, can reach)."""
     found: dict[str, str] = {}
     with_topic: dict[bool, str] = {}
     sticky = False
+    most_rows = 0
     for info in _input_files(ctx):
         try:
             parquet = pq.ParquetFile(open_ranged(info.uri, info.size, ctx.options))
@@ -158,6 +163,7 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool]:
             raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
         check_input_schema(schema, info.uri)
         sticky = sticky or may_need_sticky(parquet.metadata)
+        most_rows = max(most_rows, parquet.metadata.num_rows)
         with_topic.setdefault("topic" in schema.names, info.uri)
         if len(with_topic) > 1:
             raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
@@ -166,7 +172,7 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool]:
             for topic in pc.unique(column.combine_chunks()).to_pylist():
                 found.setdefault(topic, info.uri)
     found.pop(None, None)
-    return (found if with_topic.get(True) else None), sticky
+    return (found if with_topic.get(True) else None), sticky, most_rows
 
 
 def may_need_sticky(metadata: pq.FileMetaData) -> bool:
@@ -204,8 +210,9 @@ def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]
 
 def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
     """The input (this starts Spark) with its schema checked, Spark's Kafka sink columns normalised
-    and where each row comes from (`_file`, `_block`, `_seq`); its `topic` column only if the input has
-    one. Also the values `_file` takes: the input's files as Spark names them."""
+    and where each row comes from (`_file`, `_block`, `_seq`, and `_pos`: its row in the file for
+    Parquet, else `_seq`); its `topic` column only if the input has one. Also the values `_file` takes:
+    the input's files as Spark names them."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -225,6 +232,8 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
         df = reader.load(args.input)
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
+        if args.format == "parquet":  # Spark's row index in the file (Parquet's only), whatever the split
+            df = df.withColumn("_pos", F.col("_metadata.row_index"))
         files = df.inputFiles()
     if not _checks_parquet(ctx):
         sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
@@ -234,6 +243,8 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
             raise KlakeError(f"input {args.input or args.table}: {exc}") from None
         check_input_schema(schema, args.input or f"table {args.table}")
     df = df.withColumn("_seq", F.monotonically_increasing_id())
+    if "_pos" not in df.columns:
+        df = df.withColumn("_pos", F.col("_seq"))
     columns = set(df.columns)
     if "partition" not in columns:
         df = df.withColumn("partition", F.lit(None).cast("int"))
@@ -243,7 +254,7 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
     keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
-    return df.select(*keep, "_file", "_block", "_seq"), files
+    return df.select(*keep, "_file", "_block", "_seq", "_pos"), files
 
 
 ARROW_FORMATS = ("parquet", "json", "csv")
@@ -281,7 +292,8 @@ def _input_over_fsspec(ctx: JobContext) -> tuple[Any, list[str]]:
                          "S3 filesystem); use --table, a local path, or a cluster with hadoop-aws")
     files = [info.uri for info in _input_files(ctx)]
     schema = read_arrow_file(files[0], fmt, options).schema
-    full = schema.append(pa.field("_file", pa.string())).append(pa.field("_block", pa.int64()))
+    full = schema.append(pa.field("_file", pa.string())).append(pa.field("_block", pa.int64())) \
+        .append(pa.field("_pos", pa.int64()))
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -292,7 +304,8 @@ def _input_over_fsspec(ctx: JobContext) -> tuple[Any, list[str]]:
                 except (KeyError, pa.ArrowInvalid) as exc:
                     raise KlakeError(f"input {files[index]}: its columns differ from {files[0]}'s: {exc}") from None
                 table = table.append_column("_file", pa.array([files[index]] * table.num_rows, pa.string()))
-                yield from table.append_column("_block", pa.array(np.zeros(table.num_rows, np.int64))).to_batches()
+                table = table.append_column("_block", pa.array(np.zeros(table.num_rows, np.int64)))
+                yield from table.append_column("_pos", pa.array(np.arange(table.num_rows, dtype=np.int64))).to_batches()
 
     return ctx.spark.range(len(files), numPartitions=len(files)).mapInArrow(read, from_arrow_schema(full)), files
 
@@ -381,6 +394,7 @@ class StickyAssigner:
 
 # Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
 _EMPTY_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):///"
+_NO_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):/(?!/)"  # the other way round: `file:/p` as `file:///p`
 
 
 def file_order(files: Sequence[str]) -> list[str]:
@@ -392,32 +406,102 @@ def file_order(files: Sequence[str]) -> list[str]:
 def with_file_rank(df: Any, order: Sequence[str]) -> Any:
     """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
     shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back into
-    the path only for a rejected record. Looked up in the JVM (a broadcast join); a file not in `order`
-    fails the job naming it."""
+    the path only for a rejected record. Looked up in the JVM (a broadcast join on `_file` as it is: the
+    table has both spellings of a file, so no row's path is rewritten); a file not in `order` fails the
+    job naming it."""
     from pyspark.sql import functions as F
 
-    ranks = df.sparkSession.range(len(order), numPartitions=1).select(  # built in the JVM: no Python task
-        F.col("id").cast("int").alias("_rank"), F.element_at(F.array(*map(F.lit, order)), F.col("id").cast("int") + 1)
-        .alias("_name"))
-    joined = df.join(F.broadcast(ranks), F.regexp_replace("_file", _EMPTY_AUTHORITY, "$1:/") == ranks["_name"], "left")
+    spellings = [(rank, spelling) for rank, name in enumerate(order)
+                 for spelling in dict.fromkeys([name, re.sub(_NO_AUTHORITY, r"\1:///", name)])]
+    at = F.col("id").cast("int") + 1
+    ranks = df.sparkSession.range(len(spellings), numPartitions=1).select(  # built in the JVM: no Python task
+        F.element_at(F.array(*[F.lit(rank) for rank, _ in spellings]), at).alias("_rank"),
+        F.element_at(F.array(*[F.lit(spelling) for _, spelling in spellings]), at).alias("_name"))
+    joined = df.join(F.broadcast(ranks), F.col("_file") == ranks["_name"], "left")
     missing = F.raise_error(F.concat(F.lit("input file "), F.col("_file"), F.lit(" is not among the input's files")))
     return joined.withColumn("_rank", F.when(F.col("_rank").isNull(), missing).otherwise(F.col("_rank"))) \
         .drop("_file", "_name")
 
 
+def tp_names(counts: dict[str, int]) -> list[tuple[str, int | None]]:
+    """What each `_tp` value names: every partition of every topic (topics in name order), then, one per
+    topic, the records that name a partition the topic lacks (partition None: a run split by partition)."""
+    return [(t, p) for t in sorted(counts) for p in range(counts[t])] + [(t, None) for t in sorted(counts)]
+
+
+def task_rows(df: Any, counts: dict[str, int], files: int, most_rows: int | None,
+              selected: Sequence[TopicPartition]) -> Any:
+    """`df`'s rows as the append tasks take them (issue 14): every record of a topic-partition in one task,
+    in input order: `_tp` (the record's place in `tp_names(counts)`), `RECORD_COLUMNS`, `_rank`, `_pos`.
+    Each `selected` partition has a task of its own (`task_keys`); other records share them.
+
+    Spark sorts by one long, `_order` (`_tp`, then the file's rank, then the row's place in the file),
+    when the rows' places are known to be below `most_rows` (Parquet footers) and the three fit in 63
+    bits: the sort then decides by the key's prefix alone (a radix sort, no row compared) and only that
+    long is shuffled besides the record; its parts are split again after the sort, in the JVM. Else by
+    the four columns `_tp`, `_rank`, `_block`, `_seq`."""
+    from pyspark.sql import functions as F
+
+    def lookup(mapping: dict[str, int]) -> Any:
+        return F.create_map(*[F.lit(x) for item in sorted(mapping.items()) for x in item])[F.col("topic")]
+
+    names = sorted(counts)
+    total = sum(counts.values())
+    first = dict(zip(names, np.cumsum([0, *(counts[t] for t in names)])[:-1].tolist(), strict=True))
+    inside = (F.col("partition") >= 0) & (F.col("partition") < lookup(counts))  # else UNKNOWN_PARTITION
+    tp = F.when(inside, lookup(first) + F.col("partition")) \
+        .otherwise(lookup({t: total + i for i, t in enumerate(names)})).cast("int")
+    record = [c for c in RECORD_COLUMNS if c in df.columns]
+    tasks = max(len(selected), 1)
+    place = {(tp.topic, tp.partition): i for i, tp in enumerate(selected)}
+    keys = task_keys(df.sparkSession, tasks)
+    task_key = F.array(*[F.lit(keys[place.get(name, i % tasks)]) for i, name in enumerate(tp_names(counts))])
+    tp_bits, rank_bits = (total + len(names) - 1).bit_length(), max(files - 1, 0).bit_length()
+    pos_bits = max(most_rows - 1, 0).bit_length() if most_rows is not None else ORDER_BITS
+    if tp_bits + rank_bits + pos_bits > ORDER_BITS:
+        return df.withColumn("_tp", tp).repartition(tasks, F.element_at(task_key, F.col("_tp") + 1)) \
+            .sortWithinPartitions("_tp", *ORDER_COLUMNS) \
+            .select("_tp", *record, "_rank", "_pos")
+    order = F.shiftleft(tp.cast("long"), rank_bits + pos_bits) \
+        .bitwiseOR(F.shiftleft(F.col("_rank").cast("long"), pos_bits)).bitwiseOR(F.col("_pos"))
+    key = F.col("_order")
+    return df.select(*record, order.alias("_order")) \
+        .repartition(tasks, F.element_at(task_key, F.shiftright(key, rank_bits + pos_bits).cast("int") + 1)) \
+        .sortWithinPartitions("_order") \
+        .select(F.shiftright(key, rank_bits + pos_bits).cast("int").alias("_tp"), *record,
+                F.shiftright(key, pos_bits).bitwiseAND((1 << rank_bits) - 1).cast("int").alias("_rank"),
+                key.bitwiseAND((1 << pos_bits) - 1).alias("_pos"))
+
+
+def task_keys(spark: Any, tasks: int) -> list[int]:
+    """For each of `tasks` tasks, an int that Spark's hash partitioning (`pmod(hash(key), tasks)`, the
+    same Murmur3 as SQL's `hash`) sends to it: repartitioning by these puts one partition in each task,
+    where hashing the partitions themselves would put two in some tasks and none in others."""
+    from pyspark.sql import functions as F
+
+    keys: dict[int, int] = {}
+    tried = 0
+    while len(keys) < tasks:
+        more = spark.range(tried, tried + 16 * tasks).select(F.col("id").cast("int").alias("key"))
+        for row in more.select("key", F.pmod(F.hash("key"), F.lit(tasks)).alias("task")).collect():
+            keys.setdefault(row["task"], row["key"])
+        tried += 16 * tasks
+    return [keys[task] for task in range(tasks)]
+
+
 class _Runs:
-    """A task's rows, sorted by (topic, partition, input order), as one run per topic-partition: its key
-    and its rows in chunks of about `chunk_bytes` (the engine appends a chunk at a time, so a task
-    holds one chunk and one open segment, never a whole partition)."""
+    """A task's rows, sorted by (`_tp`, input order), as one run per `_tp` value: its value and its rows
+    in chunks of about `chunk_bytes` (the engine appends a chunk at a time, so a task holds one chunk and
+    one open segment, never a whole partition)."""
 
     def __init__(self, batches: Iterator[pa.RecordBatch], chunk_bytes: int) -> None:
         self._batches = iter(batches)
         self._head: pa.Table | None = None
         self.chunk_bytes = chunk_bytes
 
-    def __iter__(self) -> Iterator[tuple[tuple[str, int], Iterator[pa.Table]]]:
+    def __iter__(self) -> Iterator[tuple[int, Iterator[pa.Table]]]:
         while (head := self._peek()) is not None:
-            key = (head.column("topic")[0].as_py(), int(head.column("partition")[0].as_py()))
+            key = head.column("_tp")[0].as_py()
             chunks = self._chunks(key)
             yield key, chunks
             for _ in chunks:  # whatever the run's consumer left (a failed partition): skip its rows
@@ -433,12 +517,11 @@ class _Runs:
         self._head = None
         return None
 
-    def _chunks(self, key: tuple[str, int]) -> Iterator[pa.Table]:
+    def _chunks(self, key: int) -> Iterator[pa.Table]:
         parts: list[pa.Table] = []
         size = 0
         while (head := self._peek()) is not None:
-            same = pc.and_(pc.equal(head.column("topic"), key[0]), pc.equal(head.column("partition"), key[1]))
-            flags = same.to_numpy(zero_copy_only=False)
+            flags = head.column("_tp").to_numpy() == key
             length = head.num_rows if flags.all() else int(np.argmin(flags))
             if length == 0:
                 break
@@ -454,40 +537,51 @@ class _Runs:
             yield pa.concat_tables(parts)
 
 
-def _append_stream(batches: Iterator[pa.RecordBatch], items: dict[TopicPartition, PartitionInput],
-                   selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str, files: Sequence[str],
+def _append_stream(batches: Iterator[pa.RecordBatch], names: Sequence[tuple[str, int | None]],
+                   items: dict[TopicPartition, PartitionInput], selected: set[TopicPartition],
+                   counts: dict[str, int], rejects_dir: str, files: Sequence[str],
                    prepare_kwargs: dict) -> Iterator[pa.RecordBatch]:
-    """One task: append each topic-partition run of its sorted rows, a result row per run."""
-    for (topic, partition), chunks in _Runs(batches, APPEND_CHUNK_BYTES):
-        yield from _append_run(topic, partition, chunks, items, selected, counts, rejects_dir, files,
-                               prepare_kwargs).to_batches()
+    """One task: append each topic-partition run of its sorted rows, a result row per partition."""
+    options = prepare_kwargs["options"]
+    for tp_index, chunks in _Runs(batches, APPEND_CHUNK_BYTES):
+        topic, partition = names[tp_index]
+        if partition is None:  # partitions the topic lacks, all in one run: a rejects file for each
+            table = pa.concat_tables(list(chunks))
+            message = f"{topic} has partitions 0..{counts[topic] - 1}"
+            for lacking in pc.unique(table.column("partition")).to_pylist():
+                rows = table.filter(pc.equal(table.column("partition"), lacking))
+                yield from _unplaced(topic, lacking, rows, UNKNOWN_PARTITION, message, rejects_dir, files,
+                                     options).to_batches()
+        elif (tp := TopicPartition(topic, partition)) not in selected:
+            yield from _unplaced(topic, partition, pa.concat_tables(list(chunks)), NOT_SELECTED,
+                                 f"{tp} is not among this run's --partition", rejects_dir, files,
+                                 options).to_batches()
+        else:
+            yield from _append_run(tp, chunks, items, rejects_dir, files, prepare_kwargs).to_batches()
 
 
-def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput],
-                selected: set[TopicPartition], counts: dict[str, int], rejects_dir: str, files: Sequence[str],
-                prepare_kwargs: dict) -> pa.Table:
-    """One partition's records, in input order and in chunks: appended as a stream, result pickled.
+def _unplaced(topic: str, partition: int, rows: pa.Table, reason: str, message: str, rejects_dir: str,
+              files: Sequence[str], options: StorageOptions | None) -> pa.Table:
+    """Records naming a partition the topic lacks or this run does not select: written by the task to
+    `{rejects_dir}/unplaced/{topic}-{partition}.parquet`; their result row."""
+    rejects = _provenance(_rejected(rows, reason, message), topic, files)
+    uri = _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
+    return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
+
+
+def _append_run(tp: TopicPartition, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput],
+                rejects_dir: str, files: Sequence[str], prepare_kwargs: dict) -> pa.Table:
+    """One selected partition's records, in input order and in chunks: appended as a stream, result pickled.
 
     Rejected records are written by the task to `{rejects_dir}/{topic}-{partition}.parquet` before the
-    driver's commit (a crash after the commit cannot lose them); records naming a partition the topic
-    lacks or this run does not select go to `unplaced/{topic}-{partition}.parquet`. Records of a
-    selected partition this attempt does not append (its lease is held elsewhere, or an earlier
-    attempt of the job id appended it) are only counted: they are neither appended nor rejected.
+    driver's commit (a crash after the commit cannot lose them). Records of a selected partition this
+    attempt does not append (its lease is held elsewhere, or an earlier attempt of the job id appended
+    it) are only counted: they are neither appended nor rejected.
     """
     options = prepare_kwargs["options"]
-    if not 0 <= partition < counts[topic]:
-        reason, message = UNKNOWN_PARTITION, f"{topic} has partitions 0..{counts[topic] - 1}"
-    elif (tp := TopicPartition(topic, partition)) not in selected:
-        reason, message = NOT_SELECTED, f"{tp} is not among this run's --partition"
-    else:
-        reason = None
-    if reason is not None:
-        rejects = _provenance(_rejected(pa.concat_tables(list(chunks)), reason, message), files)
-        uri = _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
-        return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
     item = items.get(tp)
     if item is None:
-        return _result_row(topic, partition, HELD, sum(chunk.num_rows for chunk in chunks))
+        return _result_row(tp.topic, tp.partition, HELD, sum(chunk.num_rows for chunk in chunks))
     seen = 0
 
     def counted() -> Iterator[pa.Table]:
@@ -501,25 +595,27 @@ def _append_run(topic: str, partition: int, chunks: Iterator[pa.Table], items: d
         seen += rest.num_rows
     if result.step is not None:
         outcome = result.step.outcome
-        rejects = _provenance(outcome.rejects, files)
+        rejects = _provenance(outcome.rejects, tp.topic, files)
         if rejects is not None and rejects.num_rows:
             _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
         else:  # an earlier attempt's rejects of this partition (another --now) are not true for this one
             delete_object(partition_rejects_uri(rejects_dir, tp), options)
         outcome.rejects = None
-    return _result_row(topic, partition, RESULT, (result, seen))
+    return _result_row(tp.topic, tp.partition, RESULT, (result, seen))
 
 
-def _provenance(rejects: pa.Table | None, files: Sequence[str]) -> pa.Table | None:
-    """Rejects as the rejects file holds them: where each came from (topic, partition, input file and
-    position) instead of its row number in the stream."""
+def _provenance(rejects: pa.Table | None, topic: str, files: Sequence[str]) -> pa.Table | None:
+    """Rejects as the rejects file holds them: where each came from (topic, partition, input file, and
+    `seq`: its row in the file for Parquet input, else Spark's row id) instead of its row number in the
+    stream."""
     if rejects is None or rejects.num_rows == 0:
         return rejects
     rejects = rejects.drop_columns(["row"])
     at = rejects.schema.get_field_index("_rank")
-    rejects = rejects.set_column(at, "_file", pa.array(files, pa.string()).take(rejects.column(at)))
-    return rejects.rename_columns([name.lstrip("_") if name in (*PROVENANCE, "_file") else name
-                                   for name in rejects.column_names])
+    rejects = rejects.set_column(at, "file", pa.array(files, pa.string()).take(rejects.column(at)))
+    rejects = rejects.add_column(rejects.schema.get_field_index("partition"), "topic",
+                                 pa.array([topic] * rejects.num_rows, pa.string()))
+    return rejects.rename_columns(["seq" if name == "_pos" else name for name in rejects.column_names])
 
 
 def partition_rejects_uri(rejects_dir: str, tp: TopicPartition) -> str:
@@ -589,10 +685,10 @@ def run(ctx: JobContext) -> None:
         _is_dir(ctx.args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
-    topics = counts = None
+    topics = counts = most_rows = None
     sticky_rows = True  # unless Parquet footers say no record has neither key nor partition
     if _checks_parquet(ctx):  # bad input fails here, before Spark starts and before anything is written
-        found, sticky_rows = _check_parquet(ctx)
+        found, sticky_rows, most_rows = _check_parquet(ctx)
         topics = _selected_topics(ctx, found)
         counts = partition_counts(ctx, topics)
     df, files = _read_input(ctx)
@@ -609,6 +705,7 @@ def run(ctx: JobContext) -> None:
     order = file_order(files)
     assigned = with_file_rank(_assign_partitions(df, counts, int(ctx.config.jobs["sticky_batch_bytes"]),
                                                  sticky_rows), order)
+    names = tp_names(counts)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
@@ -620,10 +717,9 @@ def run(ctx: JobContext) -> None:
         by_tp = {item.tp: item for item in items}
         # one task per partition (an explicit count: adaptive execution does not coalesce it), rows in
         # input order; each task streams its partitions' rows through the engine chunk by chunk
-        ordered = assigned.repartition(max(len(tps), 1), "topic", "partition") \
-            .sortWithinPartitions("topic", "partition", *ORDER_COLUMNS).drop("_block")  # not read by the task
+        ordered = task_rows(assigned, counts, len(order), most_rows, tps)
         grouped = ordered.mapInArrow(
-            lambda batches: _append_stream(batches, by_tp, set(tps), counts, where, order, prepare_kwargs),
+            lambda batches: _append_stream(batches, names, by_tp, set(tps), counts, where, order, prepare_kwargs),
             RESULT_SCHEMA)
         rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
         # a partition without input records has no result: it has nothing to append and nothing to finish
