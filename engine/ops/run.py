@@ -53,7 +53,7 @@ from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import AlreadyCommittedError, AppTransaction, Catalog, CommitResult
-from engine.ops.deletion import Cleanup, delete_and_forget
+from engine.ops.deletion import DELETE_COLUMNS, Cleanup, delete_and_forget
 from engine.ops.lease import (
     DEFAULT_LEASE_TTL_MS,
     Lease,
@@ -96,9 +96,12 @@ class DriverPlan(Protocol):
 
 class Planner(Protocol):
     """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
-    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those)."""
+    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those), and
+    `task_columns` those its tasks need of their rows when the run changes data (with the two-phase
+    delete's, `DELETE_COLUMNS`, they are all a run that changes data reads)."""
 
     columns: Sequence[str]
+    task_columns: Sequence[str]
 
     def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
 
@@ -259,11 +262,13 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            columns = COLUMNS if planner is None or mutate else planner.columns
+            columns = COLUMNS if planner is None else (
+                list(dict.fromkeys([*planner.columns, *planner.task_columns, *DELETE_COLUMNS])) if mutate
+                else planner.columns)
             if catalog is None:
                 live = empty_rows(columns)
             elif mutate:  # one read under the leases: the earlier run's unfinished deletes and the live rows
-                every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps])
+                every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
                 state = every["state"]
                 _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))),
                                         options, run)
