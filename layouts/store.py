@@ -347,9 +347,9 @@ class LocalFileIO(FileIO):
             result.requests += 1
             try:
                 os.remove(path)
-                result.deleted.append(path)
+                result.deleted.append(uri)
             except OSError as exc:
-                result.failed[path] = exc.strerror or type(exc).__name__
+                result.failed[uri] = exc.strerror or type(exc).__name__
         return result
 
 

@@ -19,8 +19,9 @@ this process for the engine's single-partition functions, one Spark task per par
 6. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
    entries of the partitions it finishes and the transaction identifiers their steps carry (an
    operation's own progress, read back into the next run's `PartitionInput.app_versions`);
-7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
-   removed (one more commit); then the leases are released.
+7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys, several requests or
+   local unlinks at once: `layouts.store.delete_objects`) and their rows removed (one more commit, checked
+   against the rows the first one left when no other commit came between); then the leases are released.
 """
 
 from __future__ import annotations
@@ -268,11 +269,7 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
             if catalog is None:
                 live = empty_rows(columns)
             elif mutate:  # one read under the leases: the earlier run's unfinished deletes and the live rows
-                every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
-                state = every["state"]
-                _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))),
-                                        options, run)
-                live = every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
+                live = _live_after_earlier_deletes(catalog, root, tps, columns, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
@@ -351,6 +348,16 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
     topics, partitions = live["topic"].take(starts).to_pylist(), live["partition"].take(starts).to_pylist()
     return {TopicPartition(t, p): live.slice(int(a), int(b - a))
             for t, p, a, b in zip(topics, partitions, starts, ends, strict=True)}
+
+
+def _live_after_earlier_deletes(catalog: Catalog, root: str, tps: Sequence[TopicPartition], columns: Sequence[str],
+                                options: StorageOptions | None, run: JobRun) -> pa.Table:
+    """Read every row of `tps`, finish the deletes an earlier run left (DELETE_STARTED rows) and return the
+    live rows: only they outlive this read (the table of every row is a copy the run must not keep)."""
+    every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
+    state = every["state"]
+    _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))), options, run)
+    return every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
 
 
 def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
