@@ -64,10 +64,12 @@ def counting_into(meters: Sequence[Meter]) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def record(verb: str, read: int = 0, written: int = 0, meters: Sequence[Meter] | None = None) -> None:
-    """Count one request of `verb` (and its body bytes) into `meters`, by default the active ones."""
+def record(verb: str, read: int = 0, written: int = 0, meters: Sequence[Meter] | None = None,
+           requests: int = 1) -> None:
+    """Count `requests` requests of `verb` (one by default; and their body bytes) into `meters`, by default
+    the active ones."""
     for meter in _ACTIVE.get() if meters is None else meters:
-        meter.requests[verb] += 1
+        meter.requests[verb] += requests
         if read:
             meter.bytes["read"] += read
         if written:

@@ -24,18 +24,20 @@ import pyarrow.compute as pc
 
 from engine.catalog.schema import (
     ALLOWED_TRANSITIONS,
+    CHECKED_COLUMNS,
+    IDENTITY_COLUMNS,
     LIVE_STATES,
     SIDECAR_SIZE_COLUMNS,
     CatalogRows,
+    CheckedRow,
     Layout,
     SegmentRef,
     SegmentRow,
     SegmentState,
+    rows_to_table,
 )
 from engine.errors import KlakeError
 from engine.names import validate_partition, validate_segment_id, validate_topic
-
-_IDENTITY_FIELDS = ("log_key", "size_bytes", "base_offset", "next_offset")
 
 
 class CatalogStateError(KlakeError):
@@ -66,6 +68,8 @@ class PlannedChange:
     already_added: int = 0
     already_removed: int = 0
     already_transitioned: int = 0
+    after: CatalogRows | None = None
+    """The rows checked (every row of the change's partitions) as they are once the change is committed."""
 
     @property
     def is_empty(self) -> bool:
@@ -94,11 +98,11 @@ def validate_row(row: SegmentRow) -> None:
             raise CatalogStateError(f"{_name(row.ref)}: negative {column} {size}")
 
 
-def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow]) -> PlannedChange:
+def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow] | CatalogRows) -> PlannedChange:
     """Check `change` against `current` (every row of the affected partitions) and plan what is left.
 
-    The rows the change leaves alone are checked as columns (`CatalogRows`): a commit that retires many
-    segments of large partitions builds no object per row of them."""
+    The rows the change leaves alone are checked as columns (`CatalogRows`, only `CHECKED_COLUMNS`): a
+    commit that retires many segments of large partitions builds no object per row of them."""
     rows = current if isinstance(current, CatalogRows) else CatalogRows.of(current.values())
     planned = PlannedChange()
     for row, i in zip(change.add, rows.positions([row.ref for row in change.add]), strict=True):
@@ -106,7 +110,7 @@ def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow])
         existing = None if i < 0 else rows.row(i)
         if existing is None:
             planned.add.append(row)
-        elif all(getattr(existing, f) == getattr(row, f) for f in _IDENTITY_FIELDS):
+        elif all(getattr(existing, f) == getattr(row, f) for f in IDENTITY_COLUMNS):
             planned.already_added += 1
         else:
             raise CatalogStateError(f"{_name(row.ref)} is already registered for another object "
@@ -141,6 +145,7 @@ def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow])
     state[rows.positions(planned.remove)] = -1  # removed; every planned ref is in `rows`
     state[at[moves]] = target[moves]
     _check_no_overlap(rows, state, planned.add)
+    planned.after = _rows_after(rows, state, planned.add)
     return planned
 
 
@@ -155,6 +160,17 @@ def _state_codes(states: pa.ChunkedArray) -> np.ndarray:
     encoded = pc.dictionary_encode(states.combine_chunks() if states.num_chunks else pa.array([], pa.string()))
     codes = np.array([_STATES.index(SegmentState(s)) for s in encoded.dictionary.to_pylist()], np.int64)
     return np.r_[codes[encoded.indices.to_numpy(zero_copy_only=False)], len(_STATES)].astype(np.int64)
+
+
+def _rows_after(rows: CatalogRows, state: np.ndarray, added: list[SegmentRow]) -> CatalogRows:
+    """`rows` with the change applied (`state`: each row's state after it, -1 if removed), then the added rows."""
+    kept = state[:rows.table.num_rows] >= 0
+    codes = pa.array(state[:rows.table.num_rows][kept].astype(np.int32))
+    moved = pa.DictionaryArray.from_arrays(codes, pa.array([str(s) for s in _STATES], pa.string())).cast(pa.string())
+    table = rows.table.filter(pa.array(kept))
+    at = table.schema.get_field_index("state")
+    table = table.set_column(at, table.schema.field(at), moved)
+    return CatalogRows(pa.concat_tables([table, rows_to_table(added).select(list(CHECKED_COLUMNS))]))
 
 
 def _check_no_overlap(rows: CatalogRows, state: np.ndarray, added: list[SegmentRow]) -> None:
@@ -184,7 +200,7 @@ def _check_no_overlap(rows: CatalogRows, state: np.ndarray, added: list[SegmentR
                             f"(offsets {_span(second)})")
 
 
-def _span(row: SegmentRow) -> str:
+def _span(row: SegmentRow | CheckedRow) -> str:
     return f"{row.base_offset}-{row.next_offset - 1}"
 
 

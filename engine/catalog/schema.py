@@ -27,6 +27,7 @@ from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 FORMAT_VERSION = 1
 PARTITION_COLUMNS = ["topic"]
@@ -162,13 +163,39 @@ def table_to_rows(table: pa.Table) -> list[SegmentRow]:
     return [SegmentRow(**{name: row[name] for name in COLUMNS}) for row in table.select(list(COLUMNS)).to_pylist()]
 
 
-class CatalogRows(Mapping[SegmentRef, SegmentRow]):
-    """Catalog rows held as Arrow (the catalog's columns), read as a mapping by reference: a row object is
+IDENTITY_COLUMNS = ("log_key", "size_bytes", "base_offset", "next_offset")
+"""What makes a registered segment id the same object: a row added again under that id must have these
+values, or the change conflicts (`engine.catalog.changes.plan_change`)."""
+CHECKED_COLUMNS = ("topic", "partition", "segment_id", "state", *IDENTITY_COLUMNS)
+"""The columns a change is checked against: the reference, the state (transitions, removals, liveness) and
+the identity, whose offsets are also what the overlap check needs (spec 1.1). A commit reads only these."""
+
+
+@dataclass(frozen=True)
+class CheckedRow:
+    """The `CHECKED_COLUMNS` of one catalog row: what a change's check, and its error messages, use of it."""
+
+    topic: str
+    partition: int
+    segment_id: str
+    state: str
+    log_key: str
+    size_bytes: int
+    base_offset: int
+    next_offset: int
+
+    @property
+    def ref(self) -> SegmentRef:
+        return SegmentRef(self.topic, self.partition, self.segment_id)
+
+
+class CatalogRows(Mapping[SegmentRef, CheckedRow]):
+    """Catalog rows held as Arrow (their `CHECKED_COLUMNS`), read as a mapping by reference: a row object is
     built only for a row asked for, so checking a change against every row of its partitions
-    (`engine.catalog.changes.plan_change`) costs columns, not one object per row of the partitions."""
+    (`engine.catalog.changes.plan_change`) costs a few columns, not one object per row of the partitions."""
 
     def __init__(self, table: pa.Table) -> None:
-        self.table = table.select(list(COLUMNS)).combine_chunks()
+        self.table = table.select(list(CHECKED_COLUMNS)).combine_chunks()
 
     @classmethod
     def of(cls, rows: Iterable[SegmentRow]) -> CatalogRows:
@@ -191,10 +218,20 @@ class CatalogRows(Mapping[SegmentRef, SegmentRow]):
         found[at[order]] = row[order]
         return found
 
-    def row(self, i: int) -> SegmentRow:
-        return SegmentRow(**self.table.slice(int(i), 1).to_pylist()[0])
+    def of_partitions(self, partitions: Iterable[tuple[str, int]]) -> CatalogRows:
+        """The rows of `partitions` only, in the order they come."""
+        wanted = set(partitions)
+        topic = pc.dictionary_encode(self.table["topic"].chunk(0) if self.table.num_rows else pa.array([], pa.string()))
+        names = topic.dictionary.to_pylist()
+        keys = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 32 | self.table[
+            "partition"].to_numpy().astype(np.int64)
+        wanted_keys = [names.index(t) << 32 | p for t, p in wanted if t in names]
+        return CatalogRows(self.table.filter(pa.array(np.isin(keys, wanted_keys))))
 
-    def __getitem__(self, ref: SegmentRef) -> SegmentRow:
+    def row(self, i: int) -> CheckedRow:
+        return CheckedRow(**self.table.slice(int(i), 1).to_pylist()[0])
+
+    def __getitem__(self, ref: SegmentRef) -> CheckedRow:
         i = self.positions([ref])[0]
         if i < 0:
             raise KeyError(ref)

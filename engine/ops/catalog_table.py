@@ -29,6 +29,7 @@ from tenacity import (
 from engine.catalog.changes import CatalogChange, PlannedChange, plan_change
 from engine.catalog.schema import (
     CATALOG_SCHEMA,
+    CHECKED_COLUMNS,
     COLUMNS,
     LIVE_STATES,
     PARTITION_COLUMNS,
@@ -117,6 +118,26 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+@dataclass
+class _KnownLedger:
+    """What this handle looked up of one job id's ledger: at table `version`, the partitions `checked`, of
+    which `done` were committed."""
+
+    version: int
+    checked: set[TopicPartition]
+    done: set[TopicPartition]
+
+
+@dataclass(frozen=True)
+class _CommittedRows:
+    """The checked rows of the partitions this handle's last commit changed, as of the version it produced
+    (its read was the version just before: no other commit came between)."""
+
+    version: int
+    partitions: frozenset[tuple[str, int]]
+    rows: CatalogRows
+
+
 class Catalog:
     """A handle on the catalog table. Not shared between threads: open one per thread or process."""
 
@@ -124,6 +145,8 @@ class Catalog:
         self._table = table
         self.uri = uri
         self.max_commit_attempts = max_commit_attempts
+        self._ledgers: dict[str, _KnownLedger] = {}
+        self._committed: _CommittedRows | None = None
 
     # --- opening -------------------------------------------------------------------------------
 
@@ -171,9 +194,27 @@ class Catalog:
         The ledger is committed in the same Delta commit as the partition's rows, so a partition is
         either in both or in neither: a re-run with the same job id finishes exactly the others.
         """
-        tps = list(tps)
-        recorded = self.transaction_versions([ledger_app_id(job_id, tp) for tp in tps])
-        return {tp for tp in tps if ledger_app_id(job_id, tp) in recorded}
+        tps = set(tps)
+        if not tps:
+            return set()
+        self._table.update_incremental()
+        version = self._table.version()
+        known = self._ledgers.get(job_id)
+        if known is None or not tps <= known.checked or not self._untouched_by(job_id, known.version, version):
+            recorded = self.transaction_versions([ledger_app_id(job_id, tp) for tp in tps])
+            known = _KnownLedger(version, tps, {tp for tp in tps if ledger_app_id(job_id, tp) in recorded})
+        self._ledgers[job_id] = _KnownLedger(version, known.checked, known.done)
+        return known.done & tps
+
+    def _untouched_by(self, job_id: str, since: int, until: int) -> bool:
+        """Whether no commit after version `since` up to `until` is tagged with `job_id`: only such a
+        commit writes that job's ledger entries (`_commit_properties`), so what was looked up at `since`
+        still holds, and a commit checks the ledger with one read of the new commits' infos instead of
+        one lookup per partition. A commit untagged, or not found in the history, counts as touching it."""
+        if until == since:
+            return True
+        tags = {info.get("version"): info.get("klake.job_id", job_id) for info in self._table.history(until - since)}
+        return all(tags.get(v, job_id) != job_id for v in range(since + 1, until + 1))
 
     def transaction_versions(self, app_ids: Iterable[str]) -> dict[str, int]:
         """The latest version Delta's transaction identifiers (`txn` actions) record for `app_ids`, for those
@@ -240,8 +281,17 @@ class Catalog:
         return self._query([], _ORDER)
 
     def rows_of(self, partitions: Iterable[tuple[str, int]]) -> CatalogRows:
-        """Every row (any state) of the given partitions, by reference (held as Arrow)."""
-        return CatalogRows(self.rows_table(partitions))
+        """Every row (any state) of the given partitions, by reference: their `CHECKED_COLUMNS` as Arrow.
+
+        Read with only those columns; or, when the table is still at the version this handle's last
+        commit produced and that commit covered the partitions, taken from what that commit left (the
+        two-phase delete's second commit reads nothing)."""
+        wanted = set(partitions)
+        self._table.update_incremental()
+        if (last := self._committed) is not None and last.version == self._table.version() \
+                and wanted <= last.partitions:
+            return last.rows.of_partitions(wanted)
+        return CatalogRows(self.rows_table(wanted, columns=CHECKED_COLUMNS))
 
     def rows_table(self, partitions: Iterable[tuple[str, int]], states: Iterable[SegmentState] | None = None,
                    columns: Sequence[str] = COLUMNS) -> pa.Table:
@@ -313,12 +363,17 @@ class Catalog:
         if twice := self.committed_partitions(job_id, finished):
             raise AlreadyCommittedError(f"job {job_id!r} already committed {', '.join(map(str, sorted(twice)))} "
                                         "in another attempt; this attempt's work for it is dropped")
-        planned = plan_change(change, self.rows_of(change.partitions()))
+        partitions = change.partitions()
+        planned = plan_change(change, self.rows_of(partitions))
+        read_at = self._table.version()
         done = planned.already_added + planned.already_removed + planned.already_transitioned
         if planned.is_empty and not finished and not app_transactions:
             return CommitResult(version=None, already_done=done, attempts=attempt)
         properties = self._commit_properties(operation, job_id, finished, app_transactions)
-        metrics = self._commit(planned, change.partitions(), properties)
+        self._committed = None
+        metrics = self._commit(planned, partitions, properties)
+        if self._table.version() == read_at + 1 and planned.after is not None:
+            self._committed = _CommittedRows(read_at + 1, frozenset(partitions), planned.after)
         return CommitResult(version=self._table.version(), added=len(planned.add), removed=len(planned.remove),
                             transitioned=len(planned.transitions), already_done=done, attempts=attempt,
                             metrics=metrics)

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table, table_to_rows
+from engine.catalog.schema import COLUMNS, SegmentRow, SegmentState, rows_to_table, table_to_rows
 from engine.cleaner.cleaning import SourceSegment, clean_log
 from engine.cleaner.selection import (
     COMPACTION_INPUT_COLUMNS,
@@ -71,6 +71,7 @@ class CompactionPlanner:
     now_ms: int
     force: bool = False
     columns: tuple[str, ...] = COMPACTION_INPUT_COLUMNS
+    task_columns: tuple[str, ...] = COLUMNS  # a task reads and rewrites its segments' rows
 
     def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> CompactionPlan:
         return plan_compaction(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms, self.force)

@@ -33,6 +33,9 @@ class Cleanup:
 
 
 _KEYS = ("log_key", "index_key", "timeindex_key")
+DELETE_COLUMNS = ("topic", "partition", "segment_id", "state", "layout", *_KEYS)
+"""The catalog columns the two-phase delete reads of the rows it deletes (the state: which rows an earlier run
+left DELETE_STARTED)."""
 
 
 def delete_and_forget(catalog: Catalog, root: str, rows: pa.Table, options: StorageOptions | None,

@@ -31,7 +31,7 @@ from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, Re
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.deletion import Cleanup
+from engine.ops.deletion import DELETE_COLUMNS, Cleanup
 from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
 from layouts.store import StorageOptions, normalize_uri
@@ -58,6 +58,7 @@ class RetentionPlanner:
 
     now_ms: int
     columns: tuple[str, ...] = RETENTION_INPUT_COLUMNS
+    task_columns: tuple[str, ...] = DELETE_COLUMNS  # a task hands its doomed rows to the two-phase delete
 
     def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> RetentionPlan:
         return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.catalog.changes import CatalogChange
-from engine.catalog.schema import SegmentState, table_to_rows
+from engine.catalog.schema import COLUMNS, SegmentState, table_to_rows
 from engine.log.roll_plan import ROLL_INPUT_COLUMNS, PartitionRoll, RollAction, RollPlan, RollWhy, plan_roll
 from engine.log.segment_writer import ActiveSegment, Append
 from engine.log.topic_config import TopicConfig
@@ -61,6 +61,7 @@ class RollPlanner:
 
     now_ms: int
     columns: tuple[str, ...] = ROLL_INPUT_COLUMNS
+    task_columns: tuple[str, ...] = COLUMNS  # a task rebuilds the active segment's row
 
     def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> RollPlan:
         return plan_roll(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)

@@ -19,8 +19,9 @@ this process for the engine's single-partition functions, one Spark task per par
 6. every partition's `CatalogChange` goes into ONE commit tagged with the job id, with the ledger
    entries of the partitions it finishes and the transaction identifiers their steps carry (an
    operation's own progress, read back into the next run's `PartitionInput.app_versions`);
-7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys) and their rows
-   removed (one more commit); then the leases are released.
+7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys, several requests or
+   local unlinks at once: `layouts.store.delete_objects`) and their rows removed (one more commit, checked
+   against the rows the first one left when no other commit came between); then the leases are released.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import AlreadyCommittedError, AppTransaction, Catalog, CommitResult
-from engine.ops.deletion import Cleanup, delete_and_forget
+from engine.ops.deletion import DELETE_COLUMNS, Cleanup, delete_and_forget
 from engine.ops.lease import (
     DEFAULT_LEASE_TTL_MS,
     Lease,
@@ -96,9 +97,12 @@ class DriverPlan(Protocol):
 
 class Planner(Protocol):
     """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
-    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those)."""
+    order; `columns` are the catalog columns it reads (a run that changes nothing reads only those), and
+    `task_columns` those its tasks need of their rows when the run changes data (with the two-phase
+    delete's, `DELETE_COLUMNS`, they are all a run that changes data reads)."""
 
     columns: Sequence[str]
+    task_columns: Sequence[str]
 
     def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
 
@@ -259,15 +263,13 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
-            columns = COLUMNS if planner is None or mutate else planner.columns
+            columns = COLUMNS if planner is None else (
+                list(dict.fromkeys([*planner.columns, *planner.task_columns, *DELETE_COLUMNS])) if mutate
+                else planner.columns)
             if catalog is None:
                 live = empty_rows(columns)
             elif mutate:  # one read under the leases: the earlier run's unfinished deletes and the live rows
-                every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps])
-                state = every["state"]
-                _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))),
-                                        options, run)
-                live = every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
+                live = _live_after_earlier_deletes(catalog, root, tps, columns, options, run)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
@@ -346,6 +348,16 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
     topics, partitions = live["topic"].take(starts).to_pylist(), live["partition"].take(starts).to_pylist()
     return {TopicPartition(t, p): live.slice(int(a), int(b - a))
             for t, p, a, b in zip(topics, partitions, starts, ends, strict=True)}
+
+
+def _live_after_earlier_deletes(catalog: Catalog, root: str, tps: Sequence[TopicPartition], columns: Sequence[str],
+                                options: StorageOptions | None, run: JobRun) -> pa.Table:
+    """Read every row of `tps`, finish the deletes an earlier run left (DELETE_STARTED rows) and return the
+    live rows: only they outlive this read (the table of every row is a copy the run must not keep)."""
+    every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
+    state = every["state"]
+    _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))), options, run)
+    return every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
 
 
 def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,

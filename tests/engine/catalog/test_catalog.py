@@ -405,3 +405,55 @@ def test_writers_racing_on_an_older_catalog_add_the_columns_once_and_all_commit(
     operations = [h["operation"] for h in DeltaTable(uri, storage_options=Catalog._storage_options(
         uri, backend.options)).history()]
     assert operations.count("ADD COLUMN") == 1 and operations.count("MERGE") == len(catalogs)
+
+
+def _counting(obj: object, name: str) -> list[int]:
+    """Count the calls of `obj.name` (an instance attribute shadowing the method)."""
+    calls: list[int] = []
+    real = getattr(obj, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return calls
+
+
+def test_a_commit_looks_the_ledger_up_once_and_sees_another_attempts_commit(catalog: Catalog, backend) -> None:
+    """Once a handle has looked up a job id's partitions, a commit re-checks them by reading the commits
+    made since (one history read): no lookup per partition while none of them is tagged with the job id;
+    another attempt of the job committing a partition in between is still seen and refused."""
+    tps = [TopicPartition("orders", p) for p in range(6)]
+    other = Catalog.open(catalog.uri, backend.options)
+    assert catalog.committed_partitions("job-1", tps) == set()
+    add_segments(other, [make_row("audit", 0, 0, 10)], job_id="job-2")  # another job's commit meanwhile
+    lookups = _counting(catalog._table, "transaction_version")
+    done = catalog.apply(CatalogChange(add=(make_row("orders", 0, 0, 10),)), job_id="job-1", finished=tps[:1])
+    assert done.added == 1 and lookups == []
+    other.apply(CatalogChange(add=(make_row("orders", 1, 0, 10),)), job_id="job-1", finished=tps[1:2])
+    with pytest.raises(AlreadyCommittedError, match="job 'job-1' already committed orders-1"):
+        catalog.apply(CatalogChange(add=(make_row("orders", 1, 10, 20),)), job_id="job-1", finished=tps[1:2])
+    assert len(lookups) == 1  # the other attempt's commit is tagged job-1: looked up again, once per partition
+    assert catalog.committed_partitions("job-1", tps) == set(tps[:2])
+    assert [r.base_offset for r in catalog.live_segments("orders", 1)] == [0]
+
+
+def test_the_second_commit_of_a_two_phase_delete_reads_no_row_unless_another_commit_came_between(
+        catalog: Catalog, backend) -> None:
+    """Right after a commit, the rows it left are what a fresh read would give: removing the rows it moved
+    to DELETE_STARTED reads nothing; once another handle has committed, the catalog is read again."""
+    rows = [make_row("t", 0, b, b + 10) for b in range(0, 50, 10)] + [make_row("u", 0, 0, 10)]
+    add_segments(catalog, rows)
+    transition(catalog, [r.ref for r in rows[:3]], SegmentState.DELETE_STARTED)
+    reads = _counting(catalog, "rows_table")
+    assert catalog.remove_deleted([rows[0].ref, rows[1].ref]).removed == 2 and reads == []
+    assert catalog.rows_of([("t", 0)]).keys() == {r.ref for r in rows[2:5]} and reads == []
+    with pytest.raises(CatalogStateError, match="t-0/.* is ROLLED; only DELETE_STARTED rows may be removed"):
+        catalog.remove_deleted([rows[3].ref])
+    assert reads == []
+    add_segments(Catalog.open(catalog.uri, backend.options), [make_row("u", 0, 10, 20)])
+    assert catalog.remove_deleted([rows[2].ref]).removed == 1 and reads == [1]
+    assert sorted(r.base_offset for r in catalog.live_segments("t", 0)) == [30, 40]
+    assert [(r.topic, r.base_offset) for r in table_to_rows(catalog.all_rows())] == [
+        ("t", 30), ("t", 40), ("u", 0), ("u", 10)]

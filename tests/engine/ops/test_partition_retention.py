@@ -14,7 +14,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.retention import apply_retention
 from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
-from layouts.store import object_info
+from layouts.store import filesystem, object_info
 from tests.catalog_rows import add_segments, all_segments, transition
 from tests.conftest import Backend
 
@@ -97,3 +97,51 @@ def test_size_retention_keeps_at_least_retention_bytes(setup) -> None:
     config = TopicConfig.from_mapping({"retention.bytes": limit, "retention.ms": -1})
     apply_retention(catalog, backend.uri("root"), TP, config, T0, backend.options)
     assert [r.base_offset for r in catalog.live_segments("events", 0)] == [r.base_offset for r in rows[2:]]
+
+
+@pytest.mark.s3
+def test_a_key_s3_refuses_in_a_bulk_delete_keeps_its_row_delete_started(s3_backend) -> None:
+    """S3's DeleteObjects answers per key: the key it refuses is reported and its row stays DELETE_STARTED,
+    the others' rows go; the next run deletes it and removes the row. moto refuses no key of a plain
+    DeleteObjects (an object-locked version is refused only when the request names its version id, and
+    klake names none), so the refusal is put into moto's answer, as S3 returns it (`Errors`)."""
+    backend = s3_backend
+    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    rows = _build(backend, catalog)
+    refused = rows[1].index_key
+    fs, _ = filesystem(backend.base, backend.options)
+    real_call = fs.call_s3
+    requests: list[int] = []
+
+    def refusing_call(method: str, *args, **kwargs):
+        if method != "delete_objects":
+            return real_call(method, *args, **kwargs)
+        asked = kwargs["Delete"]["Objects"]
+        requests.append(len(asked))
+        refused_key = refused.split("/", 3)[3]
+        kwargs["Delete"] = {**kwargs["Delete"], "Objects": [o for o in asked if o["Key"] != refused_key]}
+        response = real_call(method, *args, **kwargs)
+        if len(kwargs["Delete"]["Objects"]) < len(asked):
+            response["Errors"] = [*response.get("Errors", []),
+                                  {"Key": refused_key, "Code": "AccessDenied", "Message": "Access Denied"}]
+        return response
+
+    config = TopicConfig.from_mapping({"retention.ms": 2 * DAY})
+    now = T0 + 5 * DAY + 12 * 3_600_000  # days 0, 1, 2 go
+    fs.call_s3 = refusing_call
+    try:
+        outcome = apply_retention(catalog, backend.uri("root"), TP, config, now, backend.options)
+    finally:
+        del fs.call_s3
+    assert requests == [9]  # one DeleteObjects for the nine objects
+    assert outcome.cleanup.failed_deletes == {refused: "AccessDenied: Access Denied"}
+    assert sorted(outcome.cleanup.deleted_objects) == sorted(
+        k for r in rows[:3] for k in (r.log_key, r.index_key, r.timeindex_key) if k != refused)
+    assert catalog.segments(states=[SegmentState.DELETE_STARTED])["segment_id"].to_pylist() == [rows[1].segment_id]
+    assert catalog.rows_of([("events", 0)]).keys() == {r.ref for r in rows[1:2] + rows[3:]}
+    assert [_exists(backend, r) for r in rows[:3]] == [[False] * 3, [False, True, False], [False] * 3]
+
+    again = apply_retention(catalog, backend.uri("root"), TP, config, now, backend.options)
+    assert again.finished_from_earlier_run == 1 and not again.cleanup.failed_deletes
+    assert _exists(backend, rows[1]) == [False] * 3
+    assert catalog.rows_of([("events", 0)]).keys() == {r.ref for r in rows[3:]}
