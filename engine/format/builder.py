@@ -126,14 +126,10 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     first = np.cumsum(lengths) - lengths
     batch_of = np.repeat(np.arange(lengths.shape[0]), lengths)
     base_ts = ts[first]
-    gap = V2_HEADER_SIZE if codec == compression.NONE else 0
-    offsets, data = codec_module.encode_records(keys, values, ts - base_ts[batch_of],
-                                                np.arange(len(keys), dtype=np.int64) - first[batch_of], headers,
-                                                first, gap)
+    ts_deltas = ts - base_ts[batch_of]
+    offset_deltas = np.arange(len(keys), dtype=np.int64) - first[batch_of]
     max_ts = _max_timestamp(timestamp_type, log_append_time, np.maximum.reduceat(ts, first))
     attributes = batch_attributes(codec, timestamp_type, transactional, False, False)
-    view = memoryview(data).cast("B")  # bytes-like views compare equal to the same bytes
-    ends = offsets[first + lengths] - np.append(np.full(lengths.shape[0] - 1, gap), 0)
 
     def fields(j: int, start: int, count: int) -> tuple:
         sequence = -1 if base_sequence < 0 else (base_sequence + start) % (2**31)
@@ -142,14 +138,24 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
 
     jobs = list(zip(range(lengths.shape[0]), first.tolist(), lengths.tolist(), strict=True))
     if codec == compression.NONE:
+        gap = V2_HEADER_SIZE
+        offsets, data = codec_module.encode_records(keys, values, ts_deltas, offset_deltas, headers, first, gap)
+        view = memoryview(data).cast("B")  # bytes-like views compare equal to the same bytes
+        ends = offsets[first + lengths] - np.append(np.full(lengths.shape[0] - 1, gap), 0)
         return [_finish_in_place(view, int(offsets[start]) - gap, int(ends[j]), *fields(j, start, count))
                 for j, start, count in jobs]
 
     def batch(j: int, start: int, count: int) -> memoryview:
-        packed = compression.compress_behind(codec, view[offsets[start]:ends[j]], V2_HEADER_SIZE)
+        # each batch is encoded just before it is compressed, so the compressor reads it from the cache
+        # (as kafka-clients' stream does), not the whole input's records from memory after they were all written
+        stop = start + count
+        offsets, data = codec_module.encode_records(
+            keys.slice(start, count), values.slice(start, count), ts_deltas[start:stop], offset_deltas[start:stop],
+            None if headers is None else headers.slice(start, count))
+        packed = compression.compress_behind(codec, memoryview(data).cast("B")[:int(offsets[-1])], V2_HEADER_SIZE)
         return _finish_in_place(packed, 0, len(packed), *fields(j, start, count))
 
-    return compression.map_batches(lambda job: batch(*job), jobs, int(ends[-1] - offsets[0]))
+    return compression.map_batches(lambda job: batch(*job), jobs, keys.nbytes + values.nbytes)
 
 
 def _finish_in_place(view: memoryview, start: int, end: int, base_offset: int, partition_leader_epoch: int,
