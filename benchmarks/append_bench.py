@@ -5,11 +5,15 @@ The input (keys k0..k99999, 100-byte values, timestamps over one day) is generat
 files, untimed. Timed: (a) Spark reads the input and writes it as Parquet (snappy, Spark's default);
 (b) the klake `append` job reads the same input, assigns partitions (murmur2 of the key), encodes v2
 batches, rolls segments (segment.bytes 256 MiB), writes `.log`/`.index`/`.timeindex` and commits once.
+Both run `--rounds` times (default 2), interleaved, each append into a fresh root and catalog; the best of
+each is kept, as the read and codec benchmarks do: the session's Parquet write is warm from generating the
+input, while the first append starts its Python workers and their imports (round 1's ratio is printed too).
 Prints MB/s of input for both and the ratio append/parquet (time), plus the append report's figures,
 and the peak RSS of the largest Spark Python worker during the append (each worker's VmHWM, sampled
 until the job ends) against issue 14's bound, 4 x segment.bytes + 300 MB.
 
-Run: .venv/bin/python benchmarks/append_bench.py [--mb 1024] [--partitions 8] [--segment-mb 256] [--workdir DIR]
+Run: .venv/bin/python benchmarks/append_bench.py [--mb 1024] [--partitions 8] [--segment-mb 256] [--rounds 2]
+[--workdir DIR]
 (issue 14's memory target: --mb 1024 --partitions 1 --segment-mb 128)
 """
 
@@ -147,39 +151,49 @@ def _python_worker_hwm_kib(pid: int) -> int:
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
-def run(mb: int, workdir: Path, partitions: int = 8, segment_mb: int = 256) -> dict:
+def run(mb: int, workdir: Path, partitions: int = 8, segment_mb: int = 256, rounds: int = 2) -> dict:
     records = mb * 1024 * 1024 // VALUE_BYTES
     conf = bench_config(workdir, f"segment.bytes: {segment_mb << 20}", partitions=partitions)
     spark = spark_session(load_config(conf))
     source = workdir / "input"
     generate_input(spark, source, records)
     input_bytes = records * VALUE_BYTES
-
-    started = time.perf_counter()
-    spark.read.parquet(str(source)).write.mode("overwrite").parquet(str(workdir / "parquet-out"))
-    parquet_s = time.perf_counter() - started
-
-    started = time.perf_counter()
-    with WorkerPeaks() as peaks:
-        figures = append_input(conf, source, workdir / "append.json")
-    append_s = time.perf_counter() - started
+    parquet_runs, append_runs, peak_kib, figures, out_mb = [], [], 0, {}, 0.0
+    for index in range(rounds):  # interleaved, best of each: round 1's append starts its Python workers cold
+        started = time.perf_counter()
+        spark.read.parquet(str(source)).write.mode("overwrite").parquet(str(workdir / "parquet-out"))
+        parquet_runs.append(time.perf_counter() - started)
+        store = workdir / f"round-{index}"  # a fresh root and catalog each round: the same append, not a no-op retry
+        store.mkdir()
+        round_conf = bench_config(store, f"segment.bytes: {segment_mb << 20}", partitions=partitions)
+        started = time.perf_counter()
+        with WorkerPeaks() as peaks:
+            figures = append_input(round_conf, source, store / "append.json")
+        append_runs.append(time.perf_counter() - started)
+        peak_kib = max(peak_kib, peaks.peak_kib)
+        out_mb = _dir_bytes(store / "store") / 2**20
+        shutil.rmtree(store, ignore_errors=True)
+    parquet_s, append_s = min(parquet_runs), min(append_runs)
     bound_mb = 4 * segment_mb + 300
     return {"records": records, "input_mb": round(input_bytes / 2**20, 1), "partitions": partitions,
-            "segment_mb": segment_mb, "worker_peak_rss_mb": round(peaks.peak_kib / 1024, 1),
-            "worker_peak_rss_bound_mb": bound_mb,
+            "segment_mb": segment_mb, "worker_peak_rss_mb": round(peak_kib / 1024, 1),
+            "worker_peak_rss_bound_mb": bound_mb, "rounds": rounds,
+            "parquet_runs_s": [round(s, 2) for s in parquet_runs], "append_runs_s": [round(s, 2) for s in append_runs],
             "parquet_s": round(parquet_s, 2), "parquet_mb_s": round(input_bytes / 2**20 / parquet_s, 1),
             "parquet_out_mb": round(_dir_bytes(workdir / "parquet-out") / 2**20, 1),
             "append_s": round(append_s, 2), "append_mb_s": round(input_bytes / 2**20 / append_s, 1),
-            "append_out_mb": round(_dir_bytes(workdir / "store") / 2**20, 1),
+            "append_out_mb": round(out_mb, 1),
             "ratio_append_time_over_parquet": round(append_s / parquet_s, 2),
+            "ratio_first_round": round(append_runs[0] / parquet_runs[0], 2),
             "records_appended": figures["results"]["records_appended"],
             "requests": figures["requests"], "commit": figures["commit"]}
 
 
 def main_bench() -> None:
-    result = run_cli(run, 1024, __doc__, {"partitions": 8, "segment_mb": 256})
+    result = run_cli(run, 1024, __doc__, {"partitions": 8, "segment_mb": 256, "rounds": 2})
     print(f"append {result['append_mb_s']} MB/s vs Spark Parquet write {result['parquet_mb_s']} MB/s: "
-          f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time (target <= 1.5x)")
+          f"append takes {result['ratio_append_time_over_parquet']}x the Parquet time (target <= 1.5x; best of "
+          f"{result['rounds']} interleaved rounds each; round 1 alone {result['ratio_first_round']}x)")
     peak, bound = result["worker_peak_rss_mb"], result["worker_peak_rss_bound_mb"]
     print(f"largest Python worker peak RSS {peak} MB; bound 4 x segment.bytes + 300 MB = {bound} MB: "
           f"{'ok' if 0 < peak <= bound else 'MISSED'}")
