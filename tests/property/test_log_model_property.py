@@ -43,6 +43,7 @@ from engine.ops.retention import apply_retention
 from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import read_bytes
 from tests.catalog_rows import partition_segments
+from tests.oracles.varint import varint_size
 
 TP = TopicPartition("model", 0)
 T0 = 1_790_000_000_000
@@ -104,16 +105,6 @@ class Segment:
 
 
 # ------------------------------------------------------------------------------------ Kafka's rules
-
-
-def varint_size(n: int) -> int:
-    """Bytes of a zig-zag LEB128 varint/varlong (spec 1.5)."""
-    z = (n << 1) ^ (n >> 63)
-    size = 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
 
 
 def lone_batch_size(r: In) -> int:

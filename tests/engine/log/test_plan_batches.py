@@ -7,17 +7,9 @@ import pytest
 
 from engine.format.batch import V2_HEADER_SIZE
 from engine.log.append import plan_batches
+from tests.oracles.varint import varint_size
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
-
-
-def _varint_size(value: int) -> int:
-    zigzag = (value << 1) ^ (value >> 63) if value < 0 else value << 1
-    size = 1
-    while zigzag >= 0x80:
-        zigzag >>= 7
-        size += 1
-    return size
 
 
 def _wrap(value: int) -> int:
@@ -33,8 +25,8 @@ def _brute_force(fixed: list[int], ts: list[int], limit: int, cut: bool) -> list
             delta = ts[i] - ts[start]
             if cut and not I64_MIN <= delta <= I64_MAX:
                 break
-            body = fixed[i] + _varint_size(_wrap(delta)) + _varint_size(i - start)
-            total += body + _varint_size(body)
+            body = fixed[i] + varint_size(_wrap(delta)) + varint_size(i - start)
+            total += body + varint_size(body)
             if total > limit:
                 break
             i += 1
