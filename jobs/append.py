@@ -8,16 +8,17 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
 - A missing partition is chosen as Kafka's default producer does: murmur2 of the key for keyed
   records; null keys stick to one partition until `jobs.sticky_batch_bytes` (the producer's
   `batch.size`, 16384) of records went there, then move on (KIP-480's sticky partitioner), starting
-  at a partition derived from the input split (the run carries over Arrow batches within a task), so
-  a re-run with the same input and Spark settings assigns identically. Keyed records are partitioned
-  in the JVM (the package's jar), so only records with neither key nor partition pass through Python
-  before the shuffle, and none when Parquet footers show there are none. An explicit partition outside
+  at a partition derived from the input split (the run carries over batches within an input task), so
+  a re-run with the same input and Spark settings assigns identically. An explicit partition outside
   the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
-- Input order is kept per partition: files in path order, rows in file order (`_metadata`), or
-  Spark's row order for tables. Spark sorts each partition's rows into that order (one task per
-  partition) and the task streams them through the engine in chunks of `APPEND_CHUNK_BYTES`, uploading
+- Input order is kept per partition: files in path order, rows in file order, or Spark's row order for
+  tables. No shuffle (issue 14): the input tasks (Parquet files read by pyarrow in the tasks, split by
+  row groups as Spark splits files; other input read by Spark) assign partitions and stage their rows
+  grouped by partition (`engine.ops.append_staging`); then one task per partition reads back its own
+  rows in input order and streams them through the engine in chunks of `APPEND_CHUNK_BYTES`, uploading
   each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
-  size (a chunk boundary ends a batch, as a produce request does).
+  size (a chunk boundary ends a batch, as a produce request does). The staged rows are deleted when
+  the attempt ends (scrub removes those of a killed one).
 - `s3://` input is read by the tasks with pyarrow through fsspec (Parquet, JSON lines, CSV), since
   Spark here has no S3 filesystem (hadoop-aws); other formats from S3 need a cluster that has one.
 - Records Kafka would refuse (timestamp outside `message.timestamp.before/after.max.ms`, larger than
@@ -42,8 +43,10 @@ import json
 import pickle
 import re
 import sys
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -53,17 +56,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from engine.format.partitioner import murmur2
+from engine.format.partitioner import murmur2, partition_for_keys
 from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import prepare_append
+from engine.ops.append_staging import PIECE_SCHEMA, RowStager, order_pieces, staged_batches
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.runtime.job_runner import JobContext, JobSpec, main
-from jobs.runtime.spark_session import KAFKA_PARTITION, counted_on_the_driver, run_with_progress
-from layouts.object_layout import REJECTS_DIR
+from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
+from layouts.metering import add_counted, metered
+from layouts.object_layout import REJECTS_DIR, STAGING_DIR
 from layouts.store import (
     ObjectInfo,
     StorageOptions,
     delete_object,
+    delete_tree,
     describe_error,
     filesystem,
     is_s3,
@@ -75,11 +81,10 @@ from layouts.store import (
     write_bytes,
 )
 
-ORDER_COLUMNS = ("_rank", "_block", "_seq")  # input order: the file's place in path order, split, row
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`_provenance`)
 RECORD_COLUMNS = ("partition", "key", "value", "headers", "timestamp")  # a task reads these, `_tp`, `_rank`, `_pos`
-ORDER_BITS = 63  # `_order` is a non-negative long: topic-partition index, file rank, row in the file
 APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
+STAGE_FLUSH_BYTES = 64 * 1024**2  # rows an input task buffers before staging them (sorted once, then written)
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"
@@ -145,16 +150,15 @@ def _checks_parquet(ctx: JobContext) -> bool:
     return ctx.args.input is not None and ctx.args.format == "parquet"
 
 
-def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
+def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, list[tuple[ObjectInfo, pq.FileMetaData]], pa.Schema]:
     """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
     named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
     `topic` column (each with a file holding it), read column-only, None if the input has no such column;
-    whether a record may have neither key nor partition (`may_need_sticky`); and the most rows a file
-    has (what a row's place in its file, `_pos`, can reach)."""
+    each file (in path order) with its footer; and the first file's schema."""
     found: dict[str, str] = {}
     with_topic: dict[bool, str] = {}
-    sticky = False
-    most_rows = 0
+    files: list[tuple[ObjectInfo, pq.FileMetaData]] = []
+    first: pa.Schema | None = None
     for info in _input_files(ctx):
         try:
             parquet = pq.ParquetFile(open_ranged(info.uri, info.size, ctx.options))
@@ -162,8 +166,8 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
         except (pa.ArrowException, OSError) as exc:
             raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
         check_input_schema(schema, info.uri)
-        sticky = sticky or may_need_sticky(parquet.metadata)
-        most_rows = max(most_rows, parquet.metadata.num_rows)
+        files.append((info, parquet.metadata))
+        first = first or schema
         with_topic.setdefault("topic" in schema.names, info.uri)
         if len(with_topic) > 1:
             raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
@@ -171,24 +175,29 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
             column = parquet.read_row_group(group, columns=["topic"]).column(0)
             for topic in pc.unique(column.combine_chunks()).to_pylist():
                 found.setdefault(topic, info.uri)
+    if None in found and not ctx.args.topics:
+        raise KlakeError(f"input {found[None]}: column `topic` has nulls: name the --topic(s) to append")
     found.pop(None, None)
-    return (found if with_topic.get(True) else None), sticky, most_rows
+    return (found if with_topic.get(True) else None), files, first
 
 
-def may_need_sticky(metadata: pq.FileMetaData) -> bool:
-    """Whether a Parquet file may hold a record with neither key nor partition (the sticky partitioner's):
-    some row group has nulls in both columns (a missing column is all nulls), or no null count to say."""
-    for group in range(metadata.num_row_groups):
-        row_group = metadata.row_group(group)
-        nulls = {"key": row_group.num_rows, "partition": row_group.num_rows}
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            if chunk.path_in_schema in nulls:
-                stats = chunk.statistics
-                nulls[chunk.path_in_schema] = stats.null_count if stats is not None and stats.has_null_count else None
-        if all(count is None or count > 0 for count in nulls.values()):
-            return True
-    return False
+def parquet_splits(files: Sequence[tuple[ObjectInfo, pq.FileMetaData]], split_bytes: int) -> list[InputSplit]:
+    """Each file's row groups in splits of about `split_bytes` (compressed), as Spark splits files."""
+    splits = []
+    for rank, (info, metadata) in enumerate(files):
+        groups: list[int] = []
+        size = first = row = 0
+        for group in range(metadata.num_row_groups):
+            if groups and size >= split_bytes:
+                splits.append(InputSplit(rank, info.uri, info.size, tuple(groups), first, size))
+                groups, size, first = [], 0, row
+            row_group = metadata.row_group(group)
+            groups.append(group)
+            size += sum(row_group.column(c).total_compressed_size for c in range(row_group.num_columns))
+            row += row_group.num_rows
+        if groups:
+            splits.append(InputSplit(rank, info.uri, info.size, tuple(groups), first, size))
+    return splits
 
 
 def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]:
@@ -209,9 +218,9 @@ def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]
 
 
 def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
-    """The input (this starts Spark) with its schema checked, Spark's Kafka sink columns normalised
-    and where each row comes from (`_file`, `_block`, `_seq`, and `_pos`: its row in the file for
-    Parquet, else `_seq`); its `topic` column only if the input has one. Also the values `_file` takes:
+    """Input other than Parquet files, through Spark (this starts it), with its schema checked, Spark's Kafka
+    sink columns normalised and where each row comes from (`_file`, `_block`, and `_pos`: Spark's row id,
+    increasing in each split); its `topic` column only if the input has one. Also the values `_file` takes:
     the input's files as Spark names them."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -232,19 +241,15 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
         df = reader.load(args.input)
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
-        if args.format == "parquet":  # Spark's row index in the file (Parquet's only), whatever the split
-            df = df.withColumn("_pos", F.col("_metadata.row_index"))
         files = df.inputFiles()
-    if not _checks_parquet(ctx):
-        sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
-        try:
-            schema = to_arrow_schema(StructType(sink))
-        except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
-            raise KlakeError(f"input {args.input or args.table}: {exc}") from None
-        check_input_schema(schema, args.input or f"table {args.table}")
-    df = df.withColumn("_seq", F.monotonically_increasing_id())
-    if "_pos" not in df.columns:
-        df = df.withColumn("_pos", F.col("_seq"))
+    sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
+    try:
+        schema = to_arrow_schema(StructType(sink))
+    except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
+        raise KlakeError(f"input {args.input or args.table}: {exc}") from None
+    check_input_schema(schema, args.input or f"table {args.table}")
+    if "_pos" not in df.columns:  # (s3:// input has its row in the file)
+        df = df.withColumn("_pos", F.monotonically_increasing_id())
     columns = set(df.columns)
     if "partition" not in columns:
         df = df.withColumn("partition", F.lit(None).cast("int"))
@@ -254,10 +259,10 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
     keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
-    return df.select(*keep, "_file", "_block", "_seq", "_pos"), files
+    return df.select(*keep, "_file", "_block", "_pos"), files
 
 
-ARROW_FORMATS = ("parquet", "json", "csv")
+ARROW_FORMATS = ("json", "csv")  # from s3:// through fsspec (Parquet: `parquet_splits`, any filesystem)
 
 
 def _input_files(ctx: JobContext) -> list[ObjectInfo]:
@@ -273,12 +278,12 @@ def _input_files(ctx: JobContext) -> list[ObjectInfo]:
 
 
 def read_arrow_file(uri: str, fmt: str, options: StorageOptions | None) -> pa.Table:
-    """One input file as Arrow (JSON = JSON lines)."""
+    """One JSON-lines or CSV input file as Arrow."""
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
 
     data = io.BytesIO(read_bytes(uri, options))
-    return {"parquet": pq.read_table, "json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
+    return {"json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
 
 
 def _input_over_fsspec(ctx: JobContext) -> tuple[Any, list[str]]:
@@ -331,65 +336,59 @@ def _is_dir(path: str, ctx: JobContext) -> bool:
     return fs.isdir(inner)
 
 
-def _assign_partitions(df: Any, counts: dict[str, int], sticky_bytes: int, sticky_rows: bool) -> Any:
-    """`df` with every missing partition filled (module docstring). Keyed records get Kafka's partition
-    in the JVM (`KAFKA_PARTITION`, the jar's murmur2): they never pass through a Python worker before the
-    shuffle (issue 14). Only records with neither key nor partition go through the per-task sticky pass
-    (`StickyAssigner`); each of its tasks reads the same input split, in the same order, as the task that
-    assigned every record did, so its runs are the same. No such record (`sticky_rows` False, from the
-    Parquet footers' null counts): no sticky pass, and the input is read once."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType
-
-    partitions = F.create_map(*[F.lit(x) for topic, n in sorted(counts.items()) for x in (topic, n)])
-    neither = F.col("partition").isNull() & F.col("key").isNull()
-    keyed = df.withColumn("partition", F.coalesce(
-        "partition", F.call_udf(KAFKA_PARTITION, F.col("key"), partitions[F.col("topic")])))
-    if not sticky_rows:
-        return keyed
-    unkeyed = df.where(neither).withColumn("partition", F.lit(None).cast(IntegerType()))
-    assigner = partial(_sticky_partitions, counts, sticky_bytes)
-    return keyed.where(~neither).unionByName(unkeyed.mapInArrow(assigner, unkeyed.schema))
-
-
-def _sticky_partitions(counts: dict[str, int], sticky_bytes: int,
-                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One Spark task's records with neither key nor partition, their partitions filled."""
-    yield from StickyAssigner(counts, sticky_bytes).assign(batches)
+def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky: StickyAssigner) -> pa.RecordBatch:
+    """`batch` with every missing partition filled (module docstring): keyed records get Kafka's murmur2
+    partition (`engine.format.partitioner`), records with neither key nor partition the task's sticky runs."""
+    partition = batch.column("partition")
+    if not partition.null_count:
+        return batch
+    missing = partition.is_null().to_numpy(zero_copy_only=False)
+    keyed = missing & batch.column("key").is_valid().to_numpy(zero_copy_only=False)
+    chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    topics = batch.column("topic")
+    for topic in pc.unique(topics.filter(pa.array(keyed))).to_pylist():
+        rows = np.flatnonzero(keyed & pc.equal(topics, topic).to_numpy(zero_copy_only=False))
+        chosen[rows] = partition_for_keys(batch.column("key").take(pa.array(rows)), counts[topic])
+    neither = np.flatnonzero(missing & ~keyed)
+    if neither.size:
+        chosen[neither] = sticky.choose(batch.take(pa.array(neither)))
+    at = batch.schema.get_field_index("partition")
+    return batch.set_column(at, "partition", pa.array(chosen).cast(partition.type))
 
 
 class StickyAssigner:
-    """The partitions of records with neither key nor partition, across all the Arrow batches of one Spark
-    task (KIP-480's sticky partitioner, module docstring): a run per topic that moves to the next partition
-    once `sticky_bytes` of values went to the current one, carried over batch boundaries, starting at a
-    partition derived from the input split of the topic's first such record."""
+    """The partitions of records with neither key nor partition, across all the batches of one input task
+    (KIP-480's sticky partitioner, module docstring): a run per topic that moves to the next partition once
+    `sticky_bytes` of values went to the current one, carried over batch boundaries, starting at a partition
+    derived from the input split (`files[_rank]`, `_block`) of the topic's first such record."""
 
-    def __init__(self, counts: dict[str, int], sticky_bytes: int) -> None:
-        self.counts, self.sticky_bytes = counts, max(sticky_bytes, 1)
+    def __init__(self, counts: dict[str, int], sticky_bytes: int, files: Sequence[str]) -> None:
+        self.counts, self.sticky_bytes, self.files = counts, max(sticky_bytes, 1), files
         self.runs: dict[str, tuple[int, int]] = {}  # topic -> (current partition, bytes sent to it)
 
-    def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            chosen = np.zeros(batch.num_rows, np.int32)
-            topics = batch.column("topic")
-            sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0).to_numpy(zero_copy_only=False)
-            for topic in pc.unique(topics).to_pylist():
-                rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-                chosen[rows] = self._run(topic, rows, sizes, batch)
-            yield batch.set_column(batch.schema.get_field_index("partition"), "partition", pa.array(chosen, pa.int32()))
+    def choose(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The partition of each record of `batch` (all with neither key nor partition), in order."""
+        chosen = np.zeros(batch.num_rows, np.int64)
+        topics = batch.column("topic")
+        sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0).to_numpy(zero_copy_only=False)
+        for topic in pc.unique(topics).to_pylist():
+            rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
+            chosen[rows] = self._run(topic, rows, sizes, batch)
+        return chosen
 
     def _run(self, topic: str, rows: np.ndarray, sizes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         n = self.counts[topic]
         if topic not in self.runs:
             first = int(rows[0])
-            seed = f"{batch.column('_file')[first].as_py()}@{batch.column('_block')[first].as_py()}:{topic}"
-            self.runs[topic] = (int(murmur2(pa.array([seed.encode()], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
+            split = f"{self.files[batch.column('_rank')[first].as_py()]}@{batch.column('_block')[first].as_py()}"
+            seed = f"{split}:{topic}".encode()
+            self.runs[topic] = (int(murmur2(pa.array([seed], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
         current, sent = self.runs[topic]
         run_sizes = sizes[rows].astype(np.int64)
         before = sent + np.cumsum(run_sizes) - run_sizes  # bytes of the run when each record arrives
         total = sent + int(run_sizes.sum())
         self.runs[topic] = ((current + total // self.sticky_bytes) % n, total % self.sticky_bytes)
-        return ((current + before // self.sticky_bytes) % n).astype(np.int32)
+        return (current + before // self.sticky_bytes) % n
 
 
 # Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
@@ -404,11 +403,10 @@ def file_order(files: Sequence[str]) -> list[str]:
 
 
 def with_file_rank(df: Any, order: Sequence[str]) -> Any:
-    """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
-    shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back into
-    the path only for a rejected record. Looked up in the JVM (a broadcast join on `_file` as it is: the
-    table has both spellings of a file, so no row's path is rewritten); a file not in `order` fails the
-    job naming it."""
+    """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int per row
+    instead of a path (issue 14), turned back into the path only for a rejected record or a sticky run's
+    seed. Looked up in the JVM (a broadcast join on `_file` as it is: the table has both spellings of a
+    file, so no row's path is rewritten); a file not in `order` fails the job naming it."""
     from pyspark.sql import functions as F
 
     spellings = [(rank, spelling) for rank, name in enumerate(order)
@@ -429,64 +427,184 @@ def tp_names(counts: dict[str, int]) -> list[tuple[str, int | None]]:
     return [(t, p) for t in sorted(counts) for p in range(counts[t])] + [(t, None) for t in sorted(counts)]
 
 
-def task_rows(df: Any, counts: dict[str, int], files: int, most_rows: int | None,
-              selected: Sequence[TopicPartition]) -> Any:
-    """`df`'s rows as the append tasks take them (issue 14): every record of a topic-partition in one task,
-    in input order: `_tp` (the record's place in `tp_names(counts)`), `RECORD_COLUMNS`, `_rank`, `_pos`.
-    Each `selected` partition has a task of its own (`task_keys`); other records share them.
-
-    Spark sorts by one long, `_order` (`_tp`, then the file's rank, then the row's place in the file),
-    when the rows' places are known to be below `most_rows` (Parquet footers) and the three fit in 63
-    bits: the sort then decides by the key's prefix alone (a radix sort, no row compared) and only that
-    long is shuffled besides the record; its parts are split again after the sort, in the JVM. Else by
-    the four columns `_tp`, `_rank`, `_block`, `_seq`."""
-    from pyspark.sql import functions as F
-
-    def lookup(mapping: dict[str, int]) -> Any:
-        return F.create_map(*[F.lit(x) for item in sorted(mapping.items()) for x in item])[F.col("topic")]
-
-    names = sorted(counts)
-    total = sum(counts.values())
-    first = dict(zip(names, np.cumsum([0, *(counts[t] for t in names)])[:-1].tolist(), strict=True))
-    inside = (F.col("partition") >= 0) & (F.col("partition") < lookup(counts))  # else UNKNOWN_PARTITION
-    tp = F.when(inside, lookup(first) + F.col("partition")) \
-        .otherwise(lookup({t: total + i for i, t in enumerate(names)})).cast("int")
-    record = [c for c in RECORD_COLUMNS if c in df.columns]
-    tasks = max(len(selected), 1)
-    place = {(tp.topic, tp.partition): i for i, tp in enumerate(selected)}
-    keys = task_keys(df.sparkSession, tasks)
-    task_key = F.array(*[F.lit(keys[place.get(name, i % tasks)]) for i, name in enumerate(tp_names(counts))])
-    tp_bits, rank_bits = (total + len(names) - 1).bit_length(), max(files - 1, 0).bit_length()
-    pos_bits = max(most_rows - 1, 0).bit_length() if most_rows is not None else ORDER_BITS
-    if tp_bits + rank_bits + pos_bits > ORDER_BITS:
-        return df.withColumn("_tp", tp).repartition(tasks, F.element_at(task_key, F.col("_tp") + 1)) \
-            .sortWithinPartitions("_tp", *ORDER_COLUMNS) \
-            .select("_tp", *record, "_rank", "_pos")
-    order = F.shiftleft(tp.cast("long"), rank_bits + pos_bits) \
-        .bitwiseOR(F.shiftleft(F.col("_rank").cast("long"), pos_bits)).bitwiseOR(F.col("_pos"))
-    key = F.col("_order")
-    return df.select(*record, order.alias("_order")) \
-        .repartition(tasks, F.element_at(task_key, F.shiftright(key, rank_bits + pos_bits).cast("int") + 1)) \
-        .sortWithinPartitions("_order") \
-        .select(F.shiftright(key, rank_bits + pos_bits).cast("int").alias("_tp"), *record,
-                F.shiftright(key, pos_bits).bitwiseAND((1 << rank_bits) - 1).cast("int").alias("_rank"),
-                key.bitwiseAND((1 << pos_bits) - 1).alias("_pos"))
+def topic_index(batch: pa.RecordBatch, counts: dict[str, int], files: Sequence[str]) -> np.ndarray:
+    """Each record's topic as its place in `sorted(counts)`; a record without one of them is bad input."""
+    topic = pc.index_in(batch.column("topic"), value_set=pa.array(sorted(counts), pa.string()))
+    if topic.null_count:
+        row = int(np.flatnonzero(topic.is_null().to_numpy(zero_copy_only=False))[0])
+        raise KlakeError(f"input {files[batch.column('_rank')[row].as_py()]}: row {batch.column('_pos')[row].as_py()}: "
+                         f"column `topic` is {batch.column('topic')[row].as_py()!r}, not one of this run's topics")
+    return topic.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def task_keys(spark: Any, tasks: int) -> list[int]:
-    """For each of `tasks` tasks, an int that Spark's hash partitioning (`pmod(hash(key), tasks)`, the
-    same Murmur3 as SQL's `hash`) sends to it: repartitioning by these puts one partition in each task,
-    where hashing the partitions themselves would put two in some tasks and none in others."""
-    from pyspark.sql import functions as F
+def with_tp(batch: pa.RecordBatch, counts: dict[str, int], topics: np.ndarray) -> pa.RecordBatch:
+    """`batch` (partitions assigned; `topics` from `topic_index`) with `_tp`, each record's place in
+    `tp_names(counts)`: its topic-partition, or its topic's "partition the topic lacks" run."""
+    sizes = np.array([counts[t] for t in sorted(counts)], np.int64)
+    first = np.cumsum(sizes) - sizes
+    p = batch.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
+    inside = (p >= 0) & (p < sizes[topics])
+    tp = np.where(inside, first[topics] + np.where(inside, p, 0), int(sizes.sum()) + topics)
+    return batch.append_column("_tp", pa.array(tp.astype(np.int32)))
 
-    keys: dict[int, int] = {}
-    tried = 0
-    while len(keys) < tasks:
-        more = spark.range(tried, tried + 16 * tasks).select(F.col("id").cast("int").alias("key"))
-        for row in more.select("key", F.pmod(F.hash("key"), F.lit(tasks)).alias("task")).collect():
-            keys.setdefault(row["task"], row["key"])
-        tried += 16 * tasks
-    return [keys[task] for task in range(tasks)]
+
+@dataclass(frozen=True)
+class InputSplit:
+    """Consecutive row groups of one Parquet input file, read by one task (`_block` is the first's index)."""
+
+    rank: int
+    uri: str
+    size: int  # the file's
+    row_groups: tuple[int, ...]
+    first_row: int
+    bytes: int  # the row groups' (compressed)
+
+
+@dataclass
+class ParquetInput:
+    """What the driver learnt from the input's Parquet footers before Spark starts (`_check_parquet`)."""
+
+    topics: dict[str, str] | None  # the `topic` column's values (each with a file holding it), None: no column
+    files: list[str]  # the input's files in path order: `_rank` indexes this list
+    schema: pa.Schema  # the first file's columns as the tasks stage them (`staging_schema`)
+    splits: list[InputSplit]
+
+
+def staging_schema(schema: pa.Schema) -> pa.Schema:
+    """The Kafka sink columns of `schema` as the append stages them: key and value binary (Spark's Kafka sink
+    takes strings as their UTF-8 bytes), missing `partition` and `key` as nulls, other columns dropped."""
+    fields = {f.name: f for f in schema if f.name in SINK_COLUMNS}
+    out = [pa.field("topic", pa.string())] if "topic" in fields else []
+    out.append(pa.field("partition", fields["partition"].type if "partition" in fields else pa.int32()))
+    out += [pa.field("key", pa.binary()), pa.field("value", pa.binary())]
+    out += [fields[name] for name in ("headers", "timestamp") if name in fields]
+    return pa.schema(out)
+
+
+def parquet_tasks(splits: Sequence[InputSplit], split_bytes: int, open_cost: int) -> list[list[InputSplit]]:
+    """Consecutive splits packed into tasks of about `split_bytes` (each split costs `open_cost` more, as
+    Spark packs files)."""
+    tasks: list[list[InputSplit]] = []
+    size = 0
+    for split in splits:
+        cost = split.bytes + open_cost
+        if tasks and size + cost <= split_bytes:
+            tasks[-1].append(split)
+            size += cost
+        else:
+            tasks.append([split])
+            size = cost
+    return tasks
+
+
+def _split_batches(split: InputSplit, schema: pa.Schema, options: StorageOptions | None,
+                   topic: str | None) -> Iterator[pa.RecordBatch]:
+    """A split's rows as `schema` (`staging_schema`), with `_rank`, `_block` and `_pos` (its row in the file);
+    `topic` fills the `topic` column of input that has none."""
+    parquet = pq.ParquetFile(open_ranged(split.uri, split.size, options))
+    present = [name for name in schema.names if name in parquet.schema_arrow.names]
+    position = split.first_row
+    for batch in parquet.iter_batches(batch_size=65_536, row_groups=list(split.row_groups), columns=present,
+                                      use_threads=False):
+        n = batch.num_rows
+        columns = []
+        for field in schema:
+            if field.name in present:
+                column = batch.column(field.name)
+                try:
+                    columns.append(column if column.type == field.type else column.cast(field.type))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise KlakeError(f"input {split.uri}: column `{field.name}` is {column.type}, not {field.type} "
+                                     f"as in the input's first file: {exc}") from None
+            elif field.name == "topic":
+                columns.append(pa.array([topic] * n, pa.string()))
+            else:
+                columns.append(pa.nulls(n, field.type))
+        yield pa.RecordBatch.from_arrays([*columns, pa.array(np.full(n, split.rank, np.int32)),
+                                          pa.array(np.full(n, split.row_groups[0], np.int64)),
+                                          pa.array(np.arange(position, position + n, dtype=np.int64))],
+                                         schema=schema.append(pa.field("_rank", pa.int32()))
+                                         .append(pa.field("_block", pa.int64())).append(pa.field("_pos", pa.int64())))
+        position += n
+
+
+STAGED_SCHEMA = "pieces binary, requests string, bytes string, error string"  # an input task's outcome
+
+
+@dataclass(frozen=True)
+class Stager:
+    """What an input task needs to stage its rows (`engine.ops.append_staging`): partition counts, the sticky
+    setting, the input's files, this run's topics (None: every topic) and where to write."""
+
+    counts: dict[str, int]
+    sticky_bytes: int
+    files: Sequence[str]
+    topics: frozenset[str] | None
+    prefix: str
+    options: StorageOptions | None
+    flush_bytes: int
+
+    def stage(self, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
+        """Stage one input task's batches (in input order): one row of its pieces (Arrow IPC) and traffic, or
+        the bad input it found (the driver reports it, exit code 2)."""
+        pieces, error = PIECE_SCHEMA.empty_table(), None
+        with metered() as meter:
+            try:
+                sticky = StickyAssigner(self.counts, self.sticky_bytes, self.files)
+                stager = RowStager(self.prefix, self.options, self.flush_bytes)
+                for batch in batches:
+                    if self.topics is not None:
+                        batch = batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics), pa.string())))
+                    if batch.num_rows:
+                        topics = topic_index(batch, self.counts, self.files)
+                        staged = with_tp(assign_partitions(batch, self.counts, sticky), self.counts, topics)
+                        stager.add(staged.drop_columns(["topic"]))
+                pieces = stager.finish()
+            except KlakeError as exc:
+                error = str(exc)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, pieces.schema) as writer:
+            writer.write_table(pieces)
+        return pa.RecordBatch.from_pydict({"pieces": [sink.getvalue().to_pybytes()],
+                                           "requests": [json.dumps(dict(meter.requests))],
+                                           "bytes": [json.dumps(dict(meter.bytes))], "error": [error]})
+
+    def parquet_tasks(self, tasks: Sequence[Sequence[InputSplit]], schema: pa.Schema, topic: str | None,
+                      ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Spark tasks over Parquet input (`mapInArrow` over the task numbers): each reads its splits (`topic`
+        for input without a `topic` column)."""
+        for batch in ids:
+            for task in batch.column(0).to_pylist():
+                yield self.stage(b for split in tasks[task]
+                                 for b in _split_batches(split, schema, self.options, topic))
+
+    def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A Spark task over any other input (`mapInArrow` over its rows, input order per split)."""
+        yield self.stage(batches)
+
+
+def staged_pieces(table: pa.Table) -> pa.Table:
+    """The pieces of every input task (`Stager.stage`'s rows), their traffic added to the driver's meters;
+    the first bad input a task found is raised."""
+    parts = []
+    for row in table.to_pylist():
+        add_counted(json.loads(row["requests"]), json.loads(row["bytes"]))
+        parts.append(pa.ipc.open_stream(row["pieces"]).read_all())
+    errors = sorted(e for e in table.column("error").to_pylist() if e is not None)
+    if errors:
+        raise KlakeError(errors[0])
+    return pa.concat_tables(parts) if parts else PIECE_SCHEMA.empty_table()
+
+
+def append_tasks(pieces: dict[int, pa.Table], selected: dict[int, TopicPartition]) -> list[list[pa.Table]]:
+    """The append tasks: each selected partition with staged rows has a task of its own; the other `_tp`s
+    (partitions not selected, or that the topic lacks: only rejected) are shared among them. A task's list
+    holds each of its `_tp`'s pieces in input order (`order_pieces`)."""
+    own = [tp for tp in sorted(pieces) if tp in selected]
+    tasks = [[pieces[tp]] for tp in own] or [[]]
+    for i, tp in enumerate(tp for tp in sorted(pieces) if tp not in selected):
+        tasks[i % len(tasks)].append(pieces[tp])
+    return [sorted(task, key=lambda t: t.column("tp")[0].as_py()) for task in tasks if task]
 
 
 class _Runs:
@@ -678,6 +796,25 @@ def rejects_dir(ctx: JobContext) -> str:
     return join(ctx.config.root, REJECTS_DIR, ctx.job_id)
 
 
+def _stage_input(ctx: JobContext, stager: Stager, parquet: tuple | None, df: Any) -> pa.Table:
+    """Run the input tasks (no shuffle): Parquet input read by pyarrow in the tasks, split by row groups as
+    Spark splits files; any other input read by Spark, one task per Spark split. Every staged piece."""
+    if parquet is None:
+        return staged_pieces(df.mapInArrow(stager.spark_task, STAGED_SCHEMA).toArrow())
+    files, schema, topic = parquet
+    conf = ctx.spark._jsparkSession.sessionState().conf()  # Spark's own split settings (FilePartition)
+    open_cost, most = int(conf.filesOpenCostInBytes()), int(conf.filesMaxPartitionBytes())
+    total = sum(info.size + open_cost for info, _ in files)
+    split_bytes = min(most, max(open_cost, total // max(ctx.spark.sparkContext.defaultParallelism, 1)))
+    tasks = parquet_tasks(parquet_splits(files, split_bytes), split_bytes, open_cost)
+    if not tasks:
+        return PIECE_SCHEMA.empty_table()
+    staging = staging_schema(schema if "topic" in schema.names else schema.append(pa.field("topic", pa.string())))
+    frame = ctx.spark.range(len(tasks), numPartitions=len(tasks))
+    run = partial(stager.parquet_tasks, tasks, staging, None if "topic" in schema.names else topic)
+    return staged_pieces(frame.mapInArrow(run, STAGED_SCHEMA).toArrow())
+
+
 def run(ctx: JobContext) -> None:
     from pyspark.sql import functions as F
 
@@ -685,29 +822,28 @@ def run(ctx: JobContext) -> None:
         _is_dir(ctx.args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
-    topics = counts = most_rows = None
-    sticky_rows = True  # unless Parquet footers say no record has neither key nor partition
+    df = parquet = None
     if _checks_parquet(ctx):  # bad input fails here, before Spark starts and before anything is written
-        found, sticky_rows, most_rows = _check_parquet(ctx)
+        found, parquet_files, schema = _check_parquet(ctx)
         topics = _selected_topics(ctx, found)
         counts = partition_counts(ctx, topics)
-    df, files = _read_input(ctx)
-    if topics is None:
+        order = [info.uri for info, _ in parquet_files]
+        parquet = (parquet_files, schema, topics[0])
+    else:
+        df, files = _read_input(ctx)
         found = ({r["topic"]: ctx.args.input or f"table {ctx.args.table}"
                   for r in df.select("topic").distinct().collect() if r["topic"] is not None}
                  if "topic" in df.columns else None)
         topics = _selected_topics(ctx, found)
         counts = partition_counts(ctx, topics)
-    if "topic" not in df.columns:
-        df = df.withColumn("topic", F.lit(topics[0]))
-    elif ctx.args.topics:
-        df = df.where(F.col("topic").isin(ctx.args.topics))
-    order = file_order(files)
-    assigned = with_file_rank(_assign_partitions(df, counts, int(ctx.config.jobs["sticky_batch_bytes"]),
-                                                 sticky_rows), order)
+        if "topic" not in df.columns:
+            df = df.withColumn("topic", F.lit(topics[0]))
+        order = file_order(files)
+        df = with_file_rank(df, order)
     names = tp_names(counts)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
+    selected = {names.index((tp.topic, tp.partition)): tp for tp in tps}
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None}
     where = rejects_dir(ctx)
@@ -715,13 +851,26 @@ def run(ctx: JobContext) -> None:
 
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}
-        # one task per partition (an explicit count: adaptive execution does not coalesce it), rows in
-        # input order; each task streams its partitions' rows through the engine chunk by chunk
-        ordered = task_rows(assigned, counts, len(order), most_rows, tps)
-        grouped = ordered.mapInArrow(
-            lambda batches: _append_stream(batches, names, by_tp, set(tps), counts, where, order, prepare_kwargs),
-            RESULT_SCHEMA)
-        rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
+        prefix = join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
+        stager = Stager(counts, int(ctx.config.jobs["sticky_batch_bytes"]), order,
+                        frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
+                        STAGE_FLUSH_BYTES)
+        try:
+            tasks = append_tasks(order_pieces(_stage_input(ctx, stager, parquet, df)), selected)
+
+            options = ctx.options
+
+            def task(numbered: tuple[int, list[pa.Table]]) -> list[dict]:
+                batches = staged_batches(numbered[1], options)
+                return [row for out in _append_stream(batches, names, by_tp, set(tps), counts, where, order,
+                                                      prepare_kwargs) for row in out.to_pylist()]
+
+            # one Spark task per partition (a fixed number of RDD partitions: nothing coalesces them), each
+            # reading its staged rows in input order and streaming them through the engine chunk by chunk
+            rdd = ctx.spark.sparkContext.parallelize(list(enumerate(tasks)), max(len(tasks), 1)).flatMap(task)
+            rows.extend(run_with_progress(ctx.spark, rdd.collect, len(items), ctx.progress()))
+        finally:
+            delete_tree(prefix, ctx.options)
         # a partition without input records has no result: it has nothing to append and nothing to finish
         return counted_on_the_driver([pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT])
 
