@@ -44,7 +44,11 @@ def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(config.spark_app_name)
     settings = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
-                "spark.sql.execution.arrow.pyspark.enabled": "true", **config.spark_conf}
+                "spark.sql.execution.arrow.pyspark.enabled": "true",
+                # glibc raises its mmap threshold after each large free, so the tasks' many-MB buffers (staged
+                # rows, segments) land on the heap, which it does not give back: a fixed 1 MiB threshold keeps
+                # a Python worker's memory to what it holds (issue 14's bound; Dask's workers set the same knob)
+                "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": str(1 << 20), **config.spark_conf}
     if not under_spark_submit():
         builder = builder.master(master)
         logging = (f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} "  # read by the JVM this process
