@@ -45,8 +45,7 @@ import re
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -56,14 +55,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from engine.format.partitioner import murmur2, partition_for_keys
 from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import prepare_append
-from engine.ops.append_staging import PIECE_SCHEMA, RowStager, order_pieces, staged_batches
+from engine.ops.append_staging import PIECE_SCHEMA, order_pieces, staged_batches
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
+from jobs.ingest.assign import tp_names
+from jobs.ingest.columns import SINK_COLUMNS, check_input_schema, staging_schema
+from jobs.ingest.parquet import parquet_splits, parquet_tasks
+from jobs.ingest.stage import STAGED_SCHEMA, Stager, append_tasks, staged_pieces
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
-from layouts.metering import add_counted, metered
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR
 from layouts.store import (
     ObjectInfo,
@@ -103,48 +104,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else {root}/_rejects/{job id}/)")
 
 
-def _is_text(type_: pa.DataType) -> bool:
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_)
-
-
-def _is_bytes(type_: pa.DataType) -> bool:
-    return pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or _is_text(type_)
-
-
-def _is_headers(type_: pa.DataType) -> bool:
-    if not (pa.types.is_list(type_) or pa.types.is_large_list(type_)) or not pa.types.is_struct(type_.value_type):
-        return False
-    fields = {f.name: f.type for f in type_.value_type}
-    return set(fields) == {"key", "value"} and _is_text(fields["key"]) and _is_bytes(fields["value"])
-
-
-# Spark's Kafka sink columns and the Arrow types each may have (the module docstring's input rule, its one
-# home): checked on Parquet footers before Spark starts, and on any other input's schema once Spark has it.
-SINK_COLUMNS: dict[str, tuple[str, Callable[[pa.DataType], bool]]] = {
-    "topic": ("string", _is_text),
-    "partition": ("an integer", pa.types.is_integer),
-    "key": ("binary or string", _is_bytes),
-    "value": ("binary or string", _is_bytes),
-    "headers": ("array<struct<key: string, value: binary>>", _is_headers),
-    "timestamp": ("a timestamp or epoch ms (an integer)", lambda t: pa.types.is_timestamp(t) or pa.types.is_integer(t)),
-}
-
-
-def check_input_schema(schema: pa.Schema, where: str) -> None:
-    """Raise, naming `where` and the column, unless `schema` has a `value` column and every Kafka sink
-    column it has is of a usable type (all-null columns are; other columns are ignored)."""
-    if "value" not in schema.names:
-        raise KlakeError(f"input {where}: no `value` column (found {sorted(schema.names)}); it needs Spark's "
-                         "Kafka sink columns")
-    for field in schema:
-        if field.name in SINK_COLUMNS:
-            expected, accepts = SINK_COLUMNS[field.name]
-            type_ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-            if not (pa.types.is_null(type_) or accepts(type_)):
-                raise KlakeError(f"input {where}: column `{field.name}` is {field.type}; Spark's Kafka sink needs "
-                                 f"{expected}")
-
-
 def _checks_parquet(ctx: JobContext) -> bool:
     """Parquet files are checked on the driver before Spark starts (footers and the `topic` column)."""
     return ctx.args.input is not None and ctx.args.format == "parquet"
@@ -179,25 +138,6 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, list[tuple[O
         raise KlakeError(f"input {found[None]}: column `topic` has nulls: name the --topic(s) to append")
     found.pop(None, None)
     return (found if with_topic.get(True) else None), files, first
-
-
-def parquet_splits(files: Sequence[tuple[ObjectInfo, pq.FileMetaData]], split_bytes: int) -> list[InputSplit]:
-    """Each file's row groups in splits of about `split_bytes` (compressed), as Spark splits files."""
-    splits = []
-    for rank, (info, metadata) in enumerate(files):
-        groups: list[int] = []
-        size = first = row = 0
-        for group in range(metadata.num_row_groups):
-            if groups and size >= split_bytes:
-                splits.append(InputSplit(rank, info.uri, info.size, tuple(groups), first, size))
-                groups, size, first = [], 0, row
-            row_group = metadata.row_group(group)
-            groups.append(group)
-            size += sum(row_group.column(c).total_compressed_size for c in range(row_group.num_columns))
-            row += row_group.num_rows
-        if groups:
-            splits.append(InputSplit(rank, info.uri, info.size, tuple(groups), first, size))
-    return splits
 
 
 def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]:
@@ -336,61 +276,6 @@ def _is_dir(path: str, ctx: JobContext) -> bool:
     return fs.isdir(inner)
 
 
-def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky: StickyAssigner) -> pa.RecordBatch:
-    """`batch` with every missing partition filled (module docstring): keyed records get Kafka's murmur2
-    partition (`engine.format.partitioner`), records with neither key nor partition the task's sticky runs."""
-    partition = batch.column("partition")
-    if not partition.null_count:
-        return batch
-    missing = partition.is_null().to_numpy(zero_copy_only=False)
-    keyed = missing & batch.column("key").is_valid().to_numpy(zero_copy_only=False)
-    chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    topics = batch.column("topic")
-    for topic in pc.unique(topics.filter(pa.array(keyed))).to_pylist():
-        rows = np.flatnonzero(keyed & pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-        chosen[rows] = partition_for_keys(batch.column("key").take(pa.array(rows)), counts[topic])
-    neither = np.flatnonzero(missing & ~keyed)
-    if neither.size:
-        chosen[neither] = sticky.choose(batch.take(pa.array(neither)))
-    at = batch.schema.get_field_index("partition")
-    return batch.set_column(at, "partition", pa.array(chosen).cast(partition.type))
-
-
-class StickyAssigner:
-    """The partitions of records with neither key nor partition, across all the batches of one input task
-    (KIP-480's sticky partitioner, module docstring): a run per topic that moves to the next partition once
-    `sticky_bytes` of values went to the current one, carried over batch boundaries, starting at a partition
-    derived from the input split (`files[_rank]`, `_block`) of the topic's first such record."""
-
-    def __init__(self, counts: dict[str, int], sticky_bytes: int, files: Sequence[str]) -> None:
-        self.counts, self.sticky_bytes, self.files = counts, max(sticky_bytes, 1), files
-        self.runs: dict[str, tuple[int, int]] = {}  # topic -> (current partition, bytes sent to it)
-
-    def choose(self, batch: pa.RecordBatch) -> np.ndarray:
-        """The partition of each record of `batch` (all with neither key nor partition), in order."""
-        chosen = np.zeros(batch.num_rows, np.int64)
-        topics = batch.column("topic")
-        sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0).to_numpy(zero_copy_only=False)
-        for topic in pc.unique(topics).to_pylist():
-            rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-            chosen[rows] = self._run(topic, rows, sizes, batch)
-        return chosen
-
-    def _run(self, topic: str, rows: np.ndarray, sizes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
-        n = self.counts[topic]
-        if topic not in self.runs:
-            first = int(rows[0])
-            split = f"{self.files[batch.column('_rank')[first].as_py()]}@{batch.column('_block')[first].as_py()}"
-            seed = f"{split}:{topic}".encode()
-            self.runs[topic] = (int(murmur2(pa.array([seed], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
-        current, sent = self.runs[topic]
-        run_sizes = sizes[rows].astype(np.int64)
-        before = sent + np.cumsum(run_sizes) - run_sizes  # bytes of the run when each record arrives
-        total = sent + int(run_sizes.sum())
-        self.runs[topic] = ((current + total // self.sticky_bytes) % n, total % self.sticky_bytes)
-        return (current + before // self.sticky_bytes) % n
-
-
 # Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
 _EMPTY_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):///"
 _NO_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):/(?!/)"  # the other way round: `file:/p` as `file:///p`
@@ -419,193 +304,6 @@ def with_file_rank(df: Any, order: Sequence[str]) -> Any:
     missing = F.raise_error(F.concat(F.lit("input file "), F.col("_file"), F.lit(" is not among the input's files")))
     return joined.withColumn("_rank", F.when(F.col("_rank").isNull(), missing).otherwise(F.col("_rank"))) \
         .drop("_file", "_name")
-
-
-def tp_names(counts: dict[str, int]) -> list[tuple[str, int | None]]:
-    """What each `_tp` value names: every partition of every topic (topics in name order), then, one per
-    topic, the records that name a partition the topic lacks (partition None: a run split by partition)."""
-    return [(t, p) for t in sorted(counts) for p in range(counts[t])] + [(t, None) for t in sorted(counts)]
-
-
-def topic_index(batch: pa.RecordBatch, counts: dict[str, int], files: Sequence[str]) -> np.ndarray:
-    """Each record's topic as its place in `sorted(counts)`; a record without one of them is bad input."""
-    topic = pc.index_in(batch.column("topic"), value_set=pa.array(sorted(counts), pa.string()))
-    if topic.null_count:
-        row = int(np.flatnonzero(topic.is_null().to_numpy(zero_copy_only=False))[0])
-        raise KlakeError(f"input {files[batch.column('_rank')[row].as_py()]}: row {batch.column('_pos')[row].as_py()}: "
-                         f"column `topic` is {batch.column('topic')[row].as_py()!r}, not one of this run's topics")
-    return topic.to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def with_tp(batch: pa.RecordBatch, counts: dict[str, int], topics: np.ndarray) -> pa.RecordBatch:
-    """`batch` (partitions assigned; `topics` from `topic_index`) with `_tp`, each record's place in
-    `tp_names(counts)`: its topic-partition, or its topic's "partition the topic lacks" run."""
-    sizes = np.array([counts[t] for t in sorted(counts)], np.int64)
-    first = np.cumsum(sizes) - sizes
-    p = batch.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
-    inside = (p >= 0) & (p < sizes[topics])
-    tp = np.where(inside, first[topics] + np.where(inside, p, 0), int(sizes.sum()) + topics)
-    return batch.append_column("_tp", pa.array(tp.astype(np.int32)))
-
-
-@dataclass(frozen=True)
-class InputSplit:
-    """Consecutive row groups of one Parquet input file, read by one task (`_block` is the first's index)."""
-
-    rank: int
-    uri: str
-    size: int  # the file's
-    row_groups: tuple[int, ...]
-    first_row: int
-    bytes: int  # the row groups' (compressed)
-
-
-@dataclass
-class ParquetInput:
-    """What the driver learnt from the input's Parquet footers before Spark starts (`_check_parquet`)."""
-
-    topics: dict[str, str] | None  # the `topic` column's values (each with a file holding it), None: no column
-    files: list[str]  # the input's files in path order: `_rank` indexes this list
-    schema: pa.Schema  # the first file's columns as the tasks stage them (`staging_schema`)
-    splits: list[InputSplit]
-
-
-def staging_schema(schema: pa.Schema) -> pa.Schema:
-    """The Kafka sink columns of `schema` as the append stages them: key and value binary (Spark's Kafka sink
-    takes strings as their UTF-8 bytes), missing `partition` and `key` as nulls, other columns dropped."""
-    fields = {f.name: f for f in schema if f.name in SINK_COLUMNS}
-    out = [pa.field("topic", pa.string())] if "topic" in fields else []
-    out.append(pa.field("partition", fields["partition"].type if "partition" in fields else pa.int32()))
-    out += [pa.field("key", pa.binary()), pa.field("value", pa.binary())]
-    out += [fields[name] for name in ("headers", "timestamp") if name in fields]
-    return pa.schema(out)
-
-
-def parquet_tasks(splits: Sequence[InputSplit], split_bytes: int, open_cost: int) -> list[list[InputSplit]]:
-    """Consecutive splits packed into tasks of about `split_bytes` (each split costs `open_cost` more, as
-    Spark packs files)."""
-    tasks: list[list[InputSplit]] = []
-    size = 0
-    for split in splits:
-        cost = split.bytes + open_cost
-        if tasks and size + cost <= split_bytes:
-            tasks[-1].append(split)
-            size += cost
-        else:
-            tasks.append([split])
-            size = cost
-    return tasks
-
-
-def _split_batches(split: InputSplit, schema: pa.Schema, options: StorageOptions | None,
-                   topic: str | None) -> Iterator[pa.RecordBatch]:
-    """A split's rows as `schema` (`staging_schema`), with `_rank`, `_block` and `_pos` (its row in the file);
-    `topic` fills the `topic` column of input that has none."""
-    parquet = pq.ParquetFile(open_ranged(split.uri, split.size, options))
-    present = [name for name in schema.names if name in parquet.schema_arrow.names]
-    position = split.first_row
-    for batch in parquet.iter_batches(batch_size=65_536, row_groups=list(split.row_groups), columns=present,
-                                      use_threads=False):
-        n = batch.num_rows
-        columns = []
-        for field in schema:
-            if field.name in present:
-                column = batch.column(field.name)
-                try:
-                    columns.append(column if column.type == field.type else column.cast(field.type))
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise KlakeError(f"input {split.uri}: column `{field.name}` is {column.type}, not {field.type} "
-                                     f"as in the input's first file: {exc}") from None
-            elif field.name == "topic":
-                columns.append(pa.array([topic] * n, pa.string()))
-            else:
-                columns.append(pa.nulls(n, field.type))
-        yield pa.RecordBatch.from_arrays([*columns, pa.array(np.full(n, split.rank, np.int32)),
-                                          pa.array(np.full(n, split.row_groups[0], np.int64)),
-                                          pa.array(np.arange(position, position + n, dtype=np.int64))],
-                                         schema=schema.append(pa.field("_rank", pa.int32()))
-                                         .append(pa.field("_block", pa.int64())).append(pa.field("_pos", pa.int64())))
-        position += n
-
-
-STAGED_SCHEMA = "pieces binary, requests string, bytes string, error string"  # an input task's outcome
-
-
-@dataclass(frozen=True)
-class Stager:
-    """What an input task needs to stage its rows (`engine.ops.append_staging`): partition counts, the sticky
-    setting, the input's files, this run's topics (None: every topic) and where to write."""
-
-    counts: dict[str, int]
-    sticky_bytes: int
-    files: Sequence[str]
-    topics: frozenset[str] | None
-    prefix: str
-    options: StorageOptions | None
-    flush_bytes: int
-
-    def stage(self, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
-        """Stage one input task's batches (in input order): one row of its pieces (Arrow IPC) and traffic, or
-        the bad input it found (the driver reports it, exit code 2)."""
-        pieces, error = PIECE_SCHEMA.empty_table(), None
-        with metered() as meter:
-            try:
-                sticky = StickyAssigner(self.counts, self.sticky_bytes, self.files)
-                stager = RowStager(self.prefix, self.options, self.flush_bytes)
-                for batch in batches:
-                    if self.topics is not None:
-                        batch = batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics), pa.string())))
-                    if batch.num_rows:
-                        topics = topic_index(batch, self.counts, self.files)
-                        staged = with_tp(assign_partitions(batch, self.counts, sticky), self.counts, topics)
-                        stager.add(staged.drop_columns(["topic"]))
-                pieces = stager.finish()
-            except KlakeError as exc:
-                error = str(exc)
-        pa.default_memory_pool().release_unused()  # Spark reuses this worker for a partition's task next
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, pieces.schema) as writer:
-            writer.write_table(pieces)
-        return pa.RecordBatch.from_pydict({"pieces": [sink.getvalue().to_pybytes()],
-                                           "requests": [json.dumps(dict(meter.requests))],
-                                           "bytes": [json.dumps(dict(meter.bytes))], "error": [error]})
-
-    def parquet_tasks(self, tasks: Sequence[Sequence[InputSplit]], schema: pa.Schema, topic: str | None,
-                      ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Spark tasks over Parquet input (`mapInArrow` over the task numbers): each reads its splits (`topic`
-        for input without a `topic` column)."""
-        for batch in ids:
-            for task in batch.column(0).to_pylist():
-                yield self.stage(b for split in tasks[task]
-                                 for b in _split_batches(split, schema, self.options, topic))
-
-    def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """A Spark task over any other input (`mapInArrow` over its rows, input order per split)."""
-        yield self.stage(batches)
-
-
-def staged_pieces(table: pa.Table) -> pa.Table:
-    """The pieces of every input task (`Stager.stage`'s rows), their traffic added to the driver's meters;
-    the first bad input a task found is raised."""
-    parts = []
-    for row in table.to_pylist():
-        add_counted(json.loads(row["requests"]), json.loads(row["bytes"]))
-        parts.append(pa.ipc.open_stream(row["pieces"]).read_all())
-    errors = sorted(e for e in table.column("error").to_pylist() if e is not None)
-    if errors:
-        raise KlakeError(errors[0])
-    return pa.concat_tables(parts) if parts else PIECE_SCHEMA.empty_table()
-
-
-def append_tasks(pieces: dict[int, pa.Table], selected: dict[int, TopicPartition]) -> list[list[pa.Table]]:
-    """The append tasks: each selected partition with staged rows has a task of its own; the other `_tp`s
-    (partitions not selected, or that the topic lacks: only rejected) are shared among them. A task's list
-    holds each of its `_tp`'s pieces in input order (`order_pieces`)."""
-    own = [tp for tp in sorted(pieces) if tp in selected]
-    tasks = [[pieces[tp]] for tp in own] or [[]]
-    for i, tp in enumerate(tp for tp in sorted(pieces) if tp not in selected):
-        tasks[i % len(tasks)].append(pieces[tp])
-    return [sorted(task, key=lambda t: t.column("tp")[0].as_py()) for task in tasks if task]
 
 
 class _Runs:
