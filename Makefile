@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench bench-spark dist clean crash-sweep cluster-test
 
-$(STAMP): pyproject.toml constraints.txt setup.py engine/format/_codec.pyx $(wildcard jobs/runtime/jvm/*.java)
+$(STAMP): pyproject.toml constraints.txt setup.py engine/format/_codec.pyx
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade "pip==25.3"

@@ -8,16 +8,17 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
 - A missing partition is chosen as Kafka's default producer does: murmur2 of the key for keyed
   records; null keys stick to one partition until `jobs.sticky_batch_bytes` (the producer's
   `batch.size`, 16384) of records went there, then move on (KIP-480's sticky partitioner), starting
-  at a partition derived from the input split (the run carries over Arrow batches within a task), so
-  a re-run with the same input and Spark settings assigns identically. Keyed records are partitioned
-  in the JVM (the package's jar), so only records with neither key nor partition pass through Python
-  before the shuffle, and none when Parquet footers show there are none. An explicit partition outside
+  at a partition derived from the input split (the run carries over batches within an input task), so
+  a re-run with the same input and Spark settings assigns identically. An explicit partition outside
   the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
-- Input order is kept per partition: files in path order, rows in file order (`_metadata`), or
-  Spark's row order for tables. Spark sorts each partition's rows into that order (one task per
-  partition) and the task streams them through the engine in chunks of `APPEND_CHUNK_BYTES`, uploading
+- Input order is kept per partition: files in path order, rows in file order, or Spark's row order for
+  tables. No shuffle (issue 14): the input tasks (Parquet files read by pyarrow in the tasks, split by
+  row groups as Spark splits files; other input read by Spark) assign partitions and stage their rows
+  grouped by partition (`engine.ops.append_staging`); then one task per partition reads back its own
+  rows in input order and streams them through the engine in chunks of `APPEND_CHUNK_BYTES`, uploading
   each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
-  size (a chunk boundary ends a batch, as a produce request does).
+  size (a chunk boundary ends a batch, as a produce request does). The staged rows are deleted when
+  the attempt ends (scrub removes those of a killed one).
 - `s3://` input is read by the tasks with pyarrow through fsspec (Parquet, JSON lines, CSV), since
   Spark here has no S3 filesystem (hadoop-aws); other formats from S3 need a cluster that has one.
 - Records Kafka would refuse (timestamp outside `message.timestamp.before/after.max.ms`, larger than
@@ -42,8 +43,9 @@ import json
 import pickle
 import re
 import sys
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -53,17 +55,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from engine.format.partitioner import murmur2
 from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import prepare_append
+from engine.ops.append_staging import PIECE_SCHEMA, order_pieces, staged_batches
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
+from jobs.ingest.assign import tp_names
+from jobs.ingest.columns import SINK_COLUMNS, check_input_schema, staging_schema
+from jobs.ingest.parquet import parquet_splits, parquet_tasks
+from jobs.ingest.stage import STAGED_SCHEMA, Stager, append_tasks, staged_pieces
 from jobs.runtime.job_runner import JobContext, JobSpec, main
-from jobs.runtime.spark_session import KAFKA_PARTITION, counted_on_the_driver, run_with_progress
-from layouts.object_layout import REJECTS_DIR
+from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
+from layouts.object_layout import REJECTS_DIR, STAGING_DIR
 from layouts.store import (
     ObjectInfo,
     StorageOptions,
     delete_object,
+    delete_tree,
     describe_error,
     filesystem,
     is_s3,
@@ -75,11 +82,10 @@ from layouts.store import (
     write_bytes,
 )
 
-ORDER_COLUMNS = ("_rank", "_block", "_seq")  # input order: the file's place in path order, split, row
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`_provenance`)
 RECORD_COLUMNS = ("partition", "key", "value", "headers", "timestamp")  # a task reads these, `_tp`, `_rank`, `_pos`
-ORDER_BITS = 63  # `_order` is a non-negative long: topic-partition index, file rank, row in the file
 APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
+STAGE_FLUSH_BYTES = 16 * 1024**2  # rows an input task buffers before staging them (sorted once, then written)
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"
@@ -98,63 +104,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else {root}/_rejects/{job id}/)")
 
 
-def _is_text(type_: pa.DataType) -> bool:
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_)
-
-
-def _is_bytes(type_: pa.DataType) -> bool:
-    return pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or _is_text(type_)
-
-
-def _is_headers(type_: pa.DataType) -> bool:
-    if not (pa.types.is_list(type_) or pa.types.is_large_list(type_)) or not pa.types.is_struct(type_.value_type):
-        return False
-    fields = {f.name: f.type for f in type_.value_type}
-    return set(fields) == {"key", "value"} and _is_text(fields["key"]) and _is_bytes(fields["value"])
-
-
-# Spark's Kafka sink columns and the Arrow types each may have (the module docstring's input rule, its one
-# home): checked on Parquet footers before Spark starts, and on any other input's schema once Spark has it.
-SINK_COLUMNS: dict[str, tuple[str, Callable[[pa.DataType], bool]]] = {
-    "topic": ("string", _is_text),
-    "partition": ("an integer", pa.types.is_integer),
-    "key": ("binary or string", _is_bytes),
-    "value": ("binary or string", _is_bytes),
-    "headers": ("array<struct<key: string, value: binary>>", _is_headers),
-    "timestamp": ("a timestamp or epoch ms (an integer)", lambda t: pa.types.is_timestamp(t) or pa.types.is_integer(t)),
-}
-
-
-def check_input_schema(schema: pa.Schema, where: str) -> None:
-    """Raise, naming `where` and the column, unless `schema` has a `value` column and every Kafka sink
-    column it has is of a usable type (all-null columns are; other columns are ignored)."""
-    if "value" not in schema.names:
-        raise KlakeError(f"input {where}: no `value` column (found {sorted(schema.names)}); it needs Spark's "
-                         "Kafka sink columns")
-    for field in schema:
-        if field.name in SINK_COLUMNS:
-            expected, accepts = SINK_COLUMNS[field.name]
-            type_ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-            if not (pa.types.is_null(type_) or accepts(type_)):
-                raise KlakeError(f"input {where}: column `{field.name}` is {field.type}; Spark's Kafka sink needs "
-                                 f"{expected}")
-
-
 def _checks_parquet(ctx: JobContext) -> bool:
     """Parquet files are checked on the driver before Spark starts (footers and the `topic` column)."""
     return ctx.args.input is not None and ctx.args.format == "parquet"
 
 
-def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
+def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, list[tuple[ObjectInfo, pq.FileMetaData]], pa.Schema]:
     """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
     named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
     `topic` column (each with a file holding it), read column-only, None if the input has no such column;
-    whether a record may have neither key nor partition (`may_need_sticky`); and the most rows a file
-    has (what a row's place in its file, `_pos`, can reach)."""
+    each file (in path order) with its footer; and the first file's schema."""
     found: dict[str, str] = {}
     with_topic: dict[bool, str] = {}
-    sticky = False
-    most_rows = 0
+    files: list[tuple[ObjectInfo, pq.FileMetaData]] = []
+    first: pa.Schema | None = None
     for info in _input_files(ctx):
         try:
             parquet = pq.ParquetFile(open_ranged(info.uri, info.size, ctx.options))
@@ -162,8 +125,8 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
         except (pa.ArrowException, OSError) as exc:
             raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
         check_input_schema(schema, info.uri)
-        sticky = sticky or may_need_sticky(parquet.metadata)
-        most_rows = max(most_rows, parquet.metadata.num_rows)
+        files.append((info, parquet.metadata))
+        first = first or schema
         with_topic.setdefault("topic" in schema.names, info.uri)
         if len(with_topic) > 1:
             raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
@@ -171,24 +134,10 @@ def _check_parquet(ctx: JobContext) -> tuple[dict[str, str] | None, bool, int]:
             column = parquet.read_row_group(group, columns=["topic"]).column(0)
             for topic in pc.unique(column.combine_chunks()).to_pylist():
                 found.setdefault(topic, info.uri)
+    if None in found and not ctx.args.topics:
+        raise KlakeError(f"input {found[None]}: column `topic` has nulls: name the --topic(s) to append")
     found.pop(None, None)
-    return (found if with_topic.get(True) else None), sticky, most_rows
-
-
-def may_need_sticky(metadata: pq.FileMetaData) -> bool:
-    """Whether a Parquet file may hold a record with neither key nor partition (the sticky partitioner's):
-    some row group has nulls in both columns (a missing column is all nulls), or no null count to say."""
-    for group in range(metadata.num_row_groups):
-        row_group = metadata.row_group(group)
-        nulls = {"key": row_group.num_rows, "partition": row_group.num_rows}
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            if chunk.path_in_schema in nulls:
-                stats = chunk.statistics
-                nulls[chunk.path_in_schema] = stats.null_count if stats is not None and stats.has_null_count else None
-        if all(count is None or count > 0 for count in nulls.values()):
-            return True
-    return False
+    return (found if with_topic.get(True) else None), files, first
 
 
 def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]:
@@ -209,9 +158,9 @@ def _selected_topics(ctx: JobContext, found: dict[str, str] | None) -> list[str]
 
 
 def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
-    """The input (this starts Spark) with its schema checked, Spark's Kafka sink columns normalised
-    and where each row comes from (`_file`, `_block`, `_seq`, and `_pos`: its row in the file for
-    Parquet, else `_seq`); its `topic` column only if the input has one. Also the values `_file` takes:
+    """Input other than Parquet files, through Spark (this starts it), with its schema checked, Spark's Kafka
+    sink columns normalised and where each row comes from (`_file`, `_block`, and `_pos`: Spark's row id,
+    increasing in each split); its `topic` column only if the input has one. Also the values `_file` takes:
     the input's files as Spark names them."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -232,19 +181,15 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
         df = reader.load(args.input)
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
-        if args.format == "parquet":  # Spark's row index in the file (Parquet's only), whatever the split
-            df = df.withColumn("_pos", F.col("_metadata.row_index"))
         files = df.inputFiles()
-    if not _checks_parquet(ctx):
-        sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
-        try:
-            schema = to_arrow_schema(StructType(sink))
-        except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
-            raise KlakeError(f"input {args.input or args.table}: {exc}") from None
-        check_input_schema(schema, args.input or f"table {args.table}")
-    df = df.withColumn("_seq", F.monotonically_increasing_id())
-    if "_pos" not in df.columns:
-        df = df.withColumn("_pos", F.col("_seq"))
+    sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
+    try:
+        schema = to_arrow_schema(StructType(sink))
+    except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
+        raise KlakeError(f"input {args.input or args.table}: {exc}") from None
+    check_input_schema(schema, args.input or f"table {args.table}")
+    if "_pos" not in df.columns:  # (s3:// input has its row in the file)
+        df = df.withColumn("_pos", F.monotonically_increasing_id())
     columns = set(df.columns)
     if "partition" not in columns:
         df = df.withColumn("partition", F.lit(None).cast("int"))
@@ -254,10 +199,10 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
     keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
-    return df.select(*keep, "_file", "_block", "_seq", "_pos"), files
+    return df.select(*keep, "_file", "_block", "_pos"), files
 
 
-ARROW_FORMATS = ("parquet", "json", "csv")
+ARROW_FORMATS = ("json", "csv")  # from s3:// through fsspec (Parquet: `parquet_splits`, any filesystem)
 
 
 def _input_files(ctx: JobContext) -> list[ObjectInfo]:
@@ -273,12 +218,12 @@ def _input_files(ctx: JobContext) -> list[ObjectInfo]:
 
 
 def read_arrow_file(uri: str, fmt: str, options: StorageOptions | None) -> pa.Table:
-    """One input file as Arrow (JSON = JSON lines)."""
+    """One JSON-lines or CSV input file as Arrow."""
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
 
     data = io.BytesIO(read_bytes(uri, options))
-    return {"parquet": pq.read_table, "json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
+    return {"json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
 
 
 def _input_over_fsspec(ctx: JobContext) -> tuple[Any, list[str]]:
@@ -331,67 +276,6 @@ def _is_dir(path: str, ctx: JobContext) -> bool:
     return fs.isdir(inner)
 
 
-def _assign_partitions(df: Any, counts: dict[str, int], sticky_bytes: int, sticky_rows: bool) -> Any:
-    """`df` with every missing partition filled (module docstring). Keyed records get Kafka's partition
-    in the JVM (`KAFKA_PARTITION`, the jar's murmur2): they never pass through a Python worker before the
-    shuffle (issue 14). Only records with neither key nor partition go through the per-task sticky pass
-    (`StickyAssigner`); each of its tasks reads the same input split, in the same order, as the task that
-    assigned every record did, so its runs are the same. No such record (`sticky_rows` False, from the
-    Parquet footers' null counts): no sticky pass, and the input is read once."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType
-
-    partitions = F.create_map(*[F.lit(x) for topic, n in sorted(counts.items()) for x in (topic, n)])
-    neither = F.col("partition").isNull() & F.col("key").isNull()
-    keyed = df.withColumn("partition", F.coalesce(
-        "partition", F.call_udf(KAFKA_PARTITION, F.col("key"), partitions[F.col("topic")])))
-    if not sticky_rows:
-        return keyed
-    unkeyed = df.where(neither).withColumn("partition", F.lit(None).cast(IntegerType()))
-    assigner = partial(_sticky_partitions, counts, sticky_bytes)
-    return keyed.where(~neither).unionByName(unkeyed.mapInArrow(assigner, unkeyed.schema))
-
-
-def _sticky_partitions(counts: dict[str, int], sticky_bytes: int,
-                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One Spark task's records with neither key nor partition, their partitions filled."""
-    yield from StickyAssigner(counts, sticky_bytes).assign(batches)
-
-
-class StickyAssigner:
-    """The partitions of records with neither key nor partition, across all the Arrow batches of one Spark
-    task (KIP-480's sticky partitioner, module docstring): a run per topic that moves to the next partition
-    once `sticky_bytes` of values went to the current one, carried over batch boundaries, starting at a
-    partition derived from the input split of the topic's first such record."""
-
-    def __init__(self, counts: dict[str, int], sticky_bytes: int) -> None:
-        self.counts, self.sticky_bytes = counts, max(sticky_bytes, 1)
-        self.runs: dict[str, tuple[int, int]] = {}  # topic -> (current partition, bytes sent to it)
-
-    def assign(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            chosen = np.zeros(batch.num_rows, np.int32)
-            topics = batch.column("topic")
-            sizes = pc.fill_null(pc.binary_length(batch.column("value")), 0).to_numpy(zero_copy_only=False)
-            for topic in pc.unique(topics).to_pylist():
-                rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-                chosen[rows] = self._run(topic, rows, sizes, batch)
-            yield batch.set_column(batch.schema.get_field_index("partition"), "partition", pa.array(chosen, pa.int32()))
-
-    def _run(self, topic: str, rows: np.ndarray, sizes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
-        n = self.counts[topic]
-        if topic not in self.runs:
-            first = int(rows[0])
-            seed = f"{batch.column('_file')[first].as_py()}@{batch.column('_block')[first].as_py()}:{topic}"
-            self.runs[topic] = (int(murmur2(pa.array([seed.encode()], pa.binary()))[0] & np.uint32(0x7FFFFFFF)) % n, 0)
-        current, sent = self.runs[topic]
-        run_sizes = sizes[rows].astype(np.int64)
-        before = sent + np.cumsum(run_sizes) - run_sizes  # bytes of the run when each record arrives
-        total = sent + int(run_sizes.sum())
-        self.runs[topic] = ((current + total // self.sticky_bytes) % n, total % self.sticky_bytes)
-        return ((current + before // self.sticky_bytes) % n).astype(np.int32)
-
-
 # Spark spells a local file `file:/p` in `_metadata.file_path` but `file:///p` in `inputFiles()`: one spelling
 _EMPTY_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):///"
 _NO_AUTHORITY = r"^([A-Za-z][A-Za-z0-9+.-]*):/(?!/)"  # the other way round: `file:/p` as `file:///p`
@@ -404,11 +288,10 @@ def file_order(files: Sequence[str]) -> list[str]:
 
 
 def with_file_rank(df: Any, order: Sequence[str]) -> Any:
-    """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int to
-    shuffle, sort by and hand to the append tasks instead of a path per row (issue 14), turned back into
-    the path only for a rejected record. Looked up in the JVM (a broadcast join on `_file` as it is: the
-    table has both spellings of a file, so no row's path is rewritten); a file not in `order` fails the
-    job naming it."""
+    """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int per row
+    instead of a path (issue 14), turned back into the path only for a rejected record or a sticky run's
+    seed. Looked up in the JVM (a broadcast join on `_file` as it is: the table has both spellings of a
+    file, so no row's path is rewritten); a file not in `order` fails the job naming it."""
     from pyspark.sql import functions as F
 
     spellings = [(rank, spelling) for rank, name in enumerate(order)
@@ -421,72 +304,6 @@ def with_file_rank(df: Any, order: Sequence[str]) -> Any:
     missing = F.raise_error(F.concat(F.lit("input file "), F.col("_file"), F.lit(" is not among the input's files")))
     return joined.withColumn("_rank", F.when(F.col("_rank").isNull(), missing).otherwise(F.col("_rank"))) \
         .drop("_file", "_name")
-
-
-def tp_names(counts: dict[str, int]) -> list[tuple[str, int | None]]:
-    """What each `_tp` value names: every partition of every topic (topics in name order), then, one per
-    topic, the records that name a partition the topic lacks (partition None: a run split by partition)."""
-    return [(t, p) for t in sorted(counts) for p in range(counts[t])] + [(t, None) for t in sorted(counts)]
-
-
-def task_rows(df: Any, counts: dict[str, int], files: int, most_rows: int | None,
-              selected: Sequence[TopicPartition]) -> Any:
-    """`df`'s rows as the append tasks take them (issue 14): every record of a topic-partition in one task,
-    in input order: `_tp` (the record's place in `tp_names(counts)`), `RECORD_COLUMNS`, `_rank`, `_pos`.
-    Each `selected` partition has a task of its own (`task_keys`); other records share them.
-
-    Spark sorts by one long, `_order` (`_tp`, then the file's rank, then the row's place in the file),
-    when the rows' places are known to be below `most_rows` (Parquet footers) and the three fit in 63
-    bits: the sort then decides by the key's prefix alone (a radix sort, no row compared) and only that
-    long is shuffled besides the record; its parts are split again after the sort, in the JVM. Else by
-    the four columns `_tp`, `_rank`, `_block`, `_seq`."""
-    from pyspark.sql import functions as F
-
-    def lookup(mapping: dict[str, int]) -> Any:
-        return F.create_map(*[F.lit(x) for item in sorted(mapping.items()) for x in item])[F.col("topic")]
-
-    names = sorted(counts)
-    total = sum(counts.values())
-    first = dict(zip(names, np.cumsum([0, *(counts[t] for t in names)])[:-1].tolist(), strict=True))
-    inside = (F.col("partition") >= 0) & (F.col("partition") < lookup(counts))  # else UNKNOWN_PARTITION
-    tp = F.when(inside, lookup(first) + F.col("partition")) \
-        .otherwise(lookup({t: total + i for i, t in enumerate(names)})).cast("int")
-    record = [c for c in RECORD_COLUMNS if c in df.columns]
-    tasks = max(len(selected), 1)
-    place = {(tp.topic, tp.partition): i for i, tp in enumerate(selected)}
-    keys = task_keys(df.sparkSession, tasks)
-    task_key = F.array(*[F.lit(keys[place.get(name, i % tasks)]) for i, name in enumerate(tp_names(counts))])
-    tp_bits, rank_bits = (total + len(names) - 1).bit_length(), max(files - 1, 0).bit_length()
-    pos_bits = max(most_rows - 1, 0).bit_length() if most_rows is not None else ORDER_BITS
-    if tp_bits + rank_bits + pos_bits > ORDER_BITS:
-        return df.withColumn("_tp", tp).repartition(tasks, F.element_at(task_key, F.col("_tp") + 1)) \
-            .sortWithinPartitions("_tp", *ORDER_COLUMNS) \
-            .select("_tp", *record, "_rank", "_pos")
-    order = F.shiftleft(tp.cast("long"), rank_bits + pos_bits) \
-        .bitwiseOR(F.shiftleft(F.col("_rank").cast("long"), pos_bits)).bitwiseOR(F.col("_pos"))
-    key = F.col("_order")
-    return df.select(*record, order.alias("_order")) \
-        .repartition(tasks, F.element_at(task_key, F.shiftright(key, rank_bits + pos_bits).cast("int") + 1)) \
-        .sortWithinPartitions("_order") \
-        .select(F.shiftright(key, rank_bits + pos_bits).cast("int").alias("_tp"), *record,
-                F.shiftright(key, pos_bits).bitwiseAND((1 << rank_bits) - 1).cast("int").alias("_rank"),
-                key.bitwiseAND((1 << pos_bits) - 1).alias("_pos"))
-
-
-def task_keys(spark: Any, tasks: int) -> list[int]:
-    """For each of `tasks` tasks, an int that Spark's hash partitioning (`pmod(hash(key), tasks)`, the
-    same Murmur3 as SQL's `hash`) sends to it: repartitioning by these puts one partition in each task,
-    where hashing the partitions themselves would put two in some tasks and none in others."""
-    from pyspark.sql import functions as F
-
-    keys: dict[int, int] = {}
-    tried = 0
-    while len(keys) < tasks:
-        more = spark.range(tried, tried + 16 * tasks).select(F.col("id").cast("int").alias("key"))
-        for row in more.select("key", F.pmod(F.hash("key"), F.lit(tasks)).alias("task")).collect():
-            keys.setdefault(row["task"], row["key"])
-        tried += 16 * tasks
-    return [keys[task] for task in range(tasks)]
 
 
 class _Runs:
@@ -678,6 +495,25 @@ def rejects_dir(ctx: JobContext) -> str:
     return join(ctx.config.root, REJECTS_DIR, ctx.job_id)
 
 
+def _stage_input(ctx: JobContext, stager: Stager, parquet: tuple | None, df: Any) -> pa.Table:
+    """Run the input tasks (no shuffle): Parquet input read by pyarrow in the tasks, split by row groups as
+    Spark splits files; any other input read by Spark, one task per Spark split. Every staged piece."""
+    if parquet is None:
+        return staged_pieces(df.mapInArrow(stager.spark_task, STAGED_SCHEMA).toArrow())
+    files, schema, topic = parquet
+    conf = ctx.spark._jsparkSession.sessionState().conf()  # Spark's own split settings (FilePartition)
+    open_cost, most = int(conf.filesOpenCostInBytes()), int(conf.filesMaxPartitionBytes())
+    total = sum(info.size + open_cost for info, _ in files)
+    split_bytes = min(most, max(open_cost, total // max(ctx.spark.sparkContext.defaultParallelism, 1)))
+    tasks = parquet_tasks(parquet_splits(files, split_bytes), split_bytes, open_cost)
+    if not tasks:
+        return PIECE_SCHEMA.empty_table()
+    staging = staging_schema(schema if "topic" in schema.names else schema.append(pa.field("topic", pa.string())))
+    frame = ctx.spark.range(len(tasks), numPartitions=len(tasks))
+    run = partial(stager.parquet_tasks, tasks, staging, None if "topic" in schema.names else topic)
+    return staged_pieces(frame.mapInArrow(run, STAGED_SCHEMA).toArrow())
+
+
 def run(ctx: JobContext) -> None:
     from pyspark.sql import functions as F
 
@@ -685,29 +521,28 @@ def run(ctx: JobContext) -> None:
         _is_dir(ctx.args.input, ctx)  # a missing input is an input error (exit 2) naming the path, also with --job-id
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_job_id(ctx)
-    topics = counts = most_rows = None
-    sticky_rows = True  # unless Parquet footers say no record has neither key nor partition
+    df = parquet = None
     if _checks_parquet(ctx):  # bad input fails here, before Spark starts and before anything is written
-        found, sticky_rows, most_rows = _check_parquet(ctx)
+        found, parquet_files, schema = _check_parquet(ctx)
         topics = _selected_topics(ctx, found)
         counts = partition_counts(ctx, topics)
-    df, files = _read_input(ctx)
-    if topics is None:
+        order = [info.uri for info, _ in parquet_files]
+        parquet = (parquet_files, schema, topics[0])
+    else:
+        df, files = _read_input(ctx)
         found = ({r["topic"]: ctx.args.input or f"table {ctx.args.table}"
                   for r in df.select("topic").distinct().collect() if r["topic"] is not None}
                  if "topic" in df.columns else None)
         topics = _selected_topics(ctx, found)
         counts = partition_counts(ctx, topics)
-    if "topic" not in df.columns:
-        df = df.withColumn("topic", F.lit(topics[0]))
-    elif ctx.args.topics:
-        df = df.where(F.col("topic").isin(ctx.args.topics))
-    order = file_order(files)
-    assigned = with_file_rank(_assign_partitions(df, counts, int(ctx.config.jobs["sticky_batch_bytes"]),
-                                                 sticky_rows), order)
+        if "topic" not in df.columns:
+            df = df.withColumn("topic", F.lit(topics[0]))
+        order = file_order(files)
+        df = with_file_rank(df, order)
     names = tp_names(counts)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
+    selected = {names.index((tp.topic, tp.partition)): tp for tp in tps}
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None}
     where = rejects_dir(ctx)
@@ -715,13 +550,26 @@ def run(ctx: JobContext) -> None:
 
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}
-        # one task per partition (an explicit count: adaptive execution does not coalesce it), rows in
-        # input order; each task streams its partitions' rows through the engine chunk by chunk
-        ordered = task_rows(assigned, counts, len(order), most_rows, tps)
-        grouped = ordered.mapInArrow(
-            lambda batches: _append_stream(batches, names, by_tp, set(tps), counts, where, order, prepare_kwargs),
-            RESULT_SCHEMA)
-        rows.extend(run_with_progress(ctx.spark, grouped.collect, len(items), ctx.progress()))
+        prefix = join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
+        stager = Stager(counts, int(ctx.config.jobs["sticky_batch_bytes"]), order,
+                        frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
+                        STAGE_FLUSH_BYTES)
+        try:
+            tasks = append_tasks(order_pieces(_stage_input(ctx, stager, parquet, df)), selected)
+
+            options = ctx.options
+
+            def task(numbered: tuple[int, list[pa.Table]]) -> list[dict]:
+                batches = staged_batches(numbered[1], options)
+                return [row for out in _append_stream(batches, names, by_tp, set(tps), counts, where, order,
+                                                      prepare_kwargs) for row in out.to_pylist()]
+
+            # one Spark task per partition (a fixed number of RDD partitions: nothing coalesces them), each
+            # reading its staged rows in input order and streaming them through the engine chunk by chunk
+            rdd = ctx.spark.sparkContext.parallelize(list(enumerate(tasks)), max(len(tasks), 1)).flatMap(task)
+            rows.extend(run_with_progress(ctx.spark, rdd.collect, len(items), ctx.progress()))
+        finally:
+            delete_tree(prefix, ctx.options)
         # a partition without input records has no result: it has nothing to append and nothing to finish
         return counted_on_the_driver([pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT])
 

@@ -18,6 +18,9 @@ from layouts.store import StorageOptions, ensure_object, join
 SEGMENT_SUFFIXES = ("log", "index", "timeindex")
 REJECTS_DIR = "_rejects"
 """`{root}/_rejects/{job id}/` holds an append job's rejected records, one Parquet file per partition."""
+STAGING_DIR = "_staging"
+"""`{root}/_staging/{job id}/{attempt}/` holds an append attempt's input rows on their way to the partitions'
+tasks (`engine.ops.append_staging`), deleted when the attempt ends."""
 _OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,64})\.(?P<suffix>log|index|timeindex)")
 
 

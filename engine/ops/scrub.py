@@ -4,8 +4,9 @@ It finds (1) orphans: object-layout segment objects under the root that no live 
 references, older than a grace period, (2) live rows whose objects are missing or of another size
 than the row records (the `.log`'s, and the sidecars' where the row has them), and (3) debris of
 killed jobs older than the grace period: lease temporaries and takeover markers under `_leases/`,
-and rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
-committed (a later attempt writes its own). It reports all three and deletes orphans and debris
+rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
+committed (a later attempt writes its own), and an append attempt's staged input rows under
+`_staging/` (read only while that attempt runs, and deleted when it ends). It reports all three and deletes orphans and debris
 (README, "The jobs": a killed job leaves at worst unreferenced objects, which scrub removes; it never
 leaves a live row without its objects). Rules that keep it from deleting anything it should not:
 
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 from engine.catalog.schema import LIVE_STATES
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
-from layouts.object_layout import REJECTS_DIR, parse_object_segment_name
+from layouts.object_layout import REJECTS_DIR, STAGING_DIR, parse_object_segment_name
 from layouts.store import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
 
 DEFAULT_GRACE_MS = 3_600_000
@@ -54,7 +55,7 @@ class Orphan:
 @dataclass
 class Debris:
     uri: str
-    kind: str  # lease-temporary | superseded-rejects
+    kind: str  # lease-temporary | superseded-rejects | append-staging
     size: int
     age_ms: int
 
@@ -142,15 +143,18 @@ def is_klake_object(root: str, info: ObjectInfo) -> bool:
 
 
 def _debris(root: str, old: list[ObjectInfo], catalog: Catalog, now: int) -> list[Debris]:
-    """Of unreferenced objects past the grace period: lease temporaries and takeover markers, and rejects
+    """Of unreferenced objects past the grace period: lease temporaries and takeover markers, rejects
     files of partitions their job id never committed (the attempt that wrote them died before its
-    commit); the job ledger is asked once per job id."""
+    commit; the job ledger is asked once per job id), and staged append rows (their attempt is over: the
+    grace period exceeds any job's run)."""
     found: list[Debris] = []
     rejects: dict[str, list[tuple[TopicPartition, ObjectInfo]]] = {}
     for info in old:
         folder, _, rest = info.uri[len(root) + 1:].partition("/")
         if folder == "_leases" and _LEASE_DEBRIS_RE.fullmatch(rest):
             found.append(Debris(info.uri, "lease-temporary", info.size, now - info.mtime_ms))
+        elif folder == STAGING_DIR:
+            found.append(Debris(info.uri, "append-staging", info.size, now - info.mtime_ms))
         elif (folder == REJECTS_DIR and (match := _REJECTS_RE.fullmatch(rest))
               and (tp := parse_partition_dir(match["partition"])) is not None):
             rejects.setdefault(match["job"], []).append((tp, info))

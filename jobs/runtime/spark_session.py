@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import KlakeError
 from engine.ops.run import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
 from jobs.runtime.config import KlakeConfig
 from layouts.metering import add_counted
@@ -33,26 +32,6 @@ def under_spark_submit() -> bool:
 
 
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
-# klake's JVM functions (`jobs/runtime/jvm/*.java`, compiled into the package by its build, setup.py)
-KLAKE_JAR = Path(__file__).with_name("klake-jvm.jar")
-KAFKA_PARTITION = "klake_kafka_partition"  # SQL function (key binary, partitions int): Kafka's partition of a key
-
-
-def add_jvm_functions(spark: SparkSession) -> None:
-    """Ship the package's jar to the session (driver and executors, also under spark-submit, whose driver
-    JVM started without it) and register its functions. No jar, no job: a klake built without javac
-    would otherwise have to partition in Python, a second home for Kafka's rule."""
-    if not KLAKE_JAR.is_file():
-        raise KlakeError(f"{KLAKE_JAR} is missing: rebuild klake with a JDK's javac (17+) on PATH "
-                         "(make .venv/.installed, or pip install the package)")
-    if spark.catalog.functionExists(KAFKA_PARTITION):  # this session's (its jar was added with it)
-        return
-    session = spark._jsparkSession
-    session.sessionState().resourceLoader().addJar(str(KLAKE_JAR))  # what ADD JAR does
-    partitioner = session.sharedState().jarClassLoader().loadClass("klake.KafkaPartition").newInstance()
-    session.udf().register(KAFKA_PARTITION, partitioner, spark._jvm.org.apache.spark.sql.types.DataTypes.IntegerType)
-
-
 def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool = False) -> SparkSession:
     """The job's session: `spark.master`/`app_name`/`conf` from the config (spark-submit's own
     options win when run under it); local masters bind to loopback and run tasks in this venv's Python.
@@ -65,7 +44,11 @@ def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(config.spark_app_name)
     settings = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
-                "spark.sql.execution.arrow.pyspark.enabled": "true", **config.spark_conf}
+                "spark.sql.execution.arrow.pyspark.enabled": "true",
+                # glibc raises its mmap threshold after each large free, so the tasks' many-MB buffers (staged
+                # rows, segments) land on the heap, which it does not give back: a fixed 1 MiB threshold keeps
+                # a Python worker's memory to what it holds (issue 14's bound; Dask's workers set the same knob)
+                "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": str(1 << 20), **config.spark_conf}
     if not under_spark_submit():
         builder = builder.master(master)
         logging = (f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} "  # read by the JVM this process
@@ -77,7 +60,6 @@ def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool 
     spark = builder.getOrCreate()
     if not verbose:  # also quiets a session that was already running, and one spark-submit configured
         spark.sparkContext.setLogLevel(os.environ.get("KLAKE_SPARK_LOG_LEVEL", "WARN"))
-    add_jvm_functions(spark)
     return spark
 
 

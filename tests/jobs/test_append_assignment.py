@@ -1,6 +1,6 @@
-"""Which Parquet inputs the append job sends through its sticky (null-key) pass: `may_need_sticky` reads
-only footers, so it must never say "none" for a file that has a record with neither key nor partition
-(checked against the rows themselves), and should say so for files that have none."""
+"""How the append job places records and keeps their input order across its input tasks: keyed records where
+kafka-python's partitioner sends them, explicit partitions as given, null keys in sticky runs, and each
+partition's records in input order (files in path order, rows in file order) however the input is split."""
 
 from __future__ import annotations
 
@@ -8,50 +8,8 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-
-from jobs.append import may_need_sticky
-
-N = 40
-
-
-def _table(keys: list[bytes | None], partitions: list[int | None] | None) -> pa.Table:
-    table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array([b"v"] * len(keys), pa.binary())})
-    return table if partitions is None else table.append_column("partition", pa.array(partitions, pa.int32()))
-
-
-def _has_sticky_rows(table: pa.Table) -> bool:
-    neither = table["key"].is_null()
-    if "partition" in table.column_names:
-        neither = pc.and_(neither, table["partition"].is_null())
-    return pc.any(neither).as_py() or False
-
-
-CASES = {
-    "all keyed, no partition column": (_table([b"k"] * N, None), False),
-    "one null key, no partition column": (_table([b"k"] * (N - 1) + [None], None), True),
-    "null keys, every partition given": (_table([None] * N, list(range(N))), False),
-    "null keys and null partitions on other rows of one row group": (
-        _table([None] * (N // 2) + [b"k"] * (N // 2), [0] * (N // 2) + [None] * (N // 2)), True),
-    "null keys and null partitions in different row groups": (
-        _table([None] * (N // 2) + [b"k"] * (N // 2), [0] * (N // 2) + [None] * (N // 2)), False),
-    "a null key with a null partition": (_table([b"k"] * (N - 1) + [None], [1] * (N - 1) + [None]), True),
-}
-
-
-@pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("statistics", [True, False])
-def test_footers_never_hide_a_record_that_needs_the_sticky_partitioner(name: str, statistics: bool,
-                                                                       tmp_path: Path) -> None:
-    table, expected = CASES[name]
-    path = tmp_path / "in.parquet"
-    row_group_size = N // 2 if "different row groups" in name else N
-    pq.write_table(table, path, row_group_size=row_group_size, write_statistics=statistics)
-    says = may_need_sticky(pq.ParquetFile(path).metadata)
-    assert says or not _has_sticky_rows(table)  # never a false "none"
-    assert says == (expected or not statistics)  # without null counts, it cannot rule the pass out
 
 
 @pytest.mark.spark
@@ -78,32 +36,16 @@ def test_json_input_with_null_keys_appends_every_record_where_the_producer_would
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("tasks", [1, 3, 8, 13])
-def test_task_keys_send_each_to_its_own_task_under_sparks_hash_partitioning(spark, tasks: int) -> None:
-    """`task_keys` against Spark itself: repartitioned into `tasks` by hash, key i lands in task i."""
-    from pyspark.sql import functions as F
-
-    from jobs.append import task_keys
-
-    keys = task_keys(spark, tasks)
-    df = spark.createDataFrame([(i, key) for i, key in enumerate(keys)], "i int, key int")
-    placed = dict(df.repartition(tasks, "key").select("i", F.spark_partition_id().alias("task")).collect())
-    assert placed == {i: i for i in range(tasks)}
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("sort", ["one long key", "four columns"])
-def test_parquet_split_across_many_tasks_appends_in_input_order(spark, tmp_path: Path, monkeypatch,
-                                                                 sort: str) -> None:
-    """Files of many row groups, each read by several Spark tasks (small `maxPartitionBytes`): every
-    partition holds exactly its keyed records (kafka-python's partitioner) in input order, files in path
-    order, rows in file order; explicit partitions the topic lacks are rejected. Both sort forms: the
-    packed `_order` long and, when it would not fit, the four columns."""
+def test_parquet_split_across_many_tasks_appends_in_input_order(spark, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files of many row groups, each read by several input tasks (small `maxPartitionBytes`), whose rows
+    are staged in several flushes (a small flush size): every partition holds exactly its keyed records
+    (kafka-python's partitioner) in input order, files in path order, rows in file order; explicit
+    partitions the topic lacks are rejected."""
     from jobs import append
     from tests.jobs.test_jobs import Jobs, kafka_partition, local_backend
 
-    if sort == "four columns":
-        monkeypatch.setattr(append, "ORDER_BITS", 5)
+    monkeypatch.setattr(append, "STAGE_FLUSH_BYTES", 30_000)
     rows = {(f, i): (f"k{(i * 7 + f) % 97}".encode(), 9 if i % 250 == 3 else None) for f in range(3) for i in range(3000)}
     for f in range(3):
         path = tmp_path / "in" / f"part-{f}.parquet"
@@ -128,3 +70,21 @@ def test_parquet_split_across_many_tasks_appends_in_input_order(spark, tmp_path:
         got = [tuple(map(int, r[3].split(b"|")[0].split(b"-"))) for r in jobs.records("t", p)]
         assert got == sorted((f, i) for (f, i), (key, given) in rows.items()
                              if given is None and kafka_partition(key, 5) == p)
+
+
+@pytest.mark.spark
+def test_a_record_without_a_topic_is_bad_input_named_by_file_and_row(spark, tmp_path: Path) -> None:
+    """Found by an input task (JSON, read by Spark): exit code 2, one error naming the file and the row,
+    nothing appended and nothing left staged."""
+    from jobs import append
+    from tests.jobs.test_jobs import Jobs, local_backend
+
+    jobs = Jobs(tmp_path, local_backend(tmp_path), {"t": {"partitions": 2}})
+    rows = [{"topic": None if i == 3 else "t", "key": f"k{i}", "value": f"v{i}"} for i in range(5)]
+    (tmp_path / "in.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, report = jobs.run(append.SPEC, "--input", str(tmp_path / "in.json"), "--format", "json")
+    assert code == 2
+    [failure] = report["failures"]
+    assert "in.json" in failure["error"] and "row 3" in failure["error"] and "`topic`" in failure["error"]
+    assert report["results"].get("records_appended", 0) == 0
+    assert not (tmp_path / "root" / "_staging").exists() or not any((tmp_path / "root" / "_staging").rglob("*.arrow"))

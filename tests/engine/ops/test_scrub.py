@@ -138,15 +138,17 @@ def test_scrub_checks_rows_that_point_outside_the_root_and_never_deletes_there(b
 
 def test_scrub_reclaims_lease_temporaries_and_rejects_of_partitions_their_job_never_committed(backend,
                                                                                              kafka_fixtures) -> None:
-    """Debris of killed jobs (issue: crash-safe re-runs): a lease temporary or takeover marker, and a
-    rejects file whose (job id, partition) is not in the job ledger, go once older than the grace period;
-    a live lease, the rejects of a committed partition and the unplaced rejects stay."""
+    """Debris of killed jobs (issue: crash-safe re-runs): a lease temporary or takeover marker, a rejects
+    file whose (job id, partition) is not in the job ledger, and a killed append's staged rows go once
+    older than the grace period; a live lease, the rejects of a committed partition and the unplaced
+    rejects stay."""
     catalog = _imported(backend, kafka_fixtures, copy=True, catalog_at="root/_catalog")
     committed = TopicPartition("_confluent-command", 0)
     catalog.apply(CatalogChange(), operation="append", job_id="job-1", finished=[committed])
     debris = {backend.uri("root", "_leases", f".orders-0.lease.tmp-{'a' * 32}"): "lease-temporary",
               backend.uri("root", "_leases", f"orders-0.lease.takeover-{'b' * 32}"): "lease-temporary",
-              backend.uri("root", "_rejects", "job-1", "docker-connect-status-0.parquet"): "superseded-rejects"}
+              backend.uri("root", "_rejects", "job-1", "docker-connect-status-0.parquet"): "superseded-rejects",
+              backend.uri("root", "_staging", "job-2", "c" * 32, f"{'d' * 32}.arrow"): "append-staging"}
     kept = [backend.uri("root", "_leases", "orders-1.lease"),
             backend.uri("root", "_rejects", "job-1", "_confluent-command-0.parquet"),
             backend.uri("root", "_rejects", "job-1", "unplaced", "orders-7.parquet")]

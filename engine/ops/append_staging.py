@@ -1,0 +1,114 @@
+"""An append's rows on their way from the input's tasks to the partitions' tasks, through storage.
+
+Kafka appends a partition's records in the order they were produced; the `append` job's input order is
+the input's (files in path order, rows in file order). Spark would bring each partition's rows together
+with a shuffle and a sort: every row serialised by the JVM, written, read, compared and sent to Python
+again, which costs twice a Parquet write of the same data (issue 14, benchmarks/RESULTS.md "Append:
+what a shuffle of rows costs by itself"). Instead, each input task stages its rows here, grouped by
+topic-partition, and the partition's task reads back exactly its own:
+
+- `RowStager` (input side): buffers a task's rows up to `flush_bytes`, sorts them stably by `_tp` (the
+  rows of one input split arrive in input order, so a stable sort keeps it) and writes them as one Arrow
+  IPC file under the job attempt's staging prefix, a record batch per *piece*: the rows of one
+  topic-partition from one input split (`_rank`, `_block`) within that flush. It returns one row per
+  piece (`PIECE_SCHEMA`): where it is and where it belongs in input order.
+- `staged_batches` (partition side): a partition's pieces in input order (`order_pieces`: split by
+  split, and within a split by its first row), read back batch by batch, so a task holds one piece
+  batch at a time, never a partition.
+
+Staged files live under `{root}/_staging/{job id}/{attempt}/` (`layouts.object_layout.STAGING_DIR`) and are
+deleted when the attempt ends; those of an attempt that died are debris the scrubber removes after its
+grace period.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from layouts.store import StorageOptions, join, object_info, open_ranged, open_write
+
+PIECE_SCHEMA = pa.schema([("tp", pa.int32()), ("rank", pa.int32()), ("block", pa.int64()), ("first", pa.int64()),
+                          ("uri", pa.string()), ("batch", pa.int32()), ("rows", pa.int64())])
+"""A staged piece: its topic-partition index (`_tp`), input split (`_rank`, `_block`) and first row's place
+(`_pos`), the IPC file holding it and its record batch there, and its row count."""
+PIECE_ROWS = 262_144  # a piece larger than this is written as several record batches (one staged row each)
+
+
+class RowStager:
+    """One input task's rows, staged by topic-partition (module docstring). `add` takes record batches
+    with `_tp`, `_rank`, `_block`, `_pos` and the columns to stage; `finish` writes what is buffered and
+    returns every piece written, as a table of `PIECE_SCHEMA`."""
+
+    def __init__(self, prefix: str, options: StorageOptions | None, flush_bytes: int) -> None:
+        self.prefix, self.options, self.flush_bytes = prefix, options, flush_bytes
+        self._buffered: list[pa.RecordBatch] = []
+        self._size = 0
+        self._pieces: list[pa.Table] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._buffered.append(batch)
+            self._size += batch.nbytes
+            if self._size >= self.flush_bytes:
+                self._flush()
+
+    def finish(self) -> pa.Table:
+        self._flush()
+        return pa.concat_tables(self._pieces) if self._pieces else PIECE_SCHEMA.empty_table()
+
+    def _flush(self) -> None:
+        if not self._buffered:
+            return
+        table = pa.Table.from_batches(self._buffered).combine_chunks()
+        self._buffered, self._size = [], 0
+        order = np.argsort(table.column("_tp").to_numpy(), kind="stable")
+        table = table.take(pa.array(order))
+        keys = np.stack([table.column(c).to_numpy().astype(np.int64) for c in ("_tp", "_rank", "_block")])
+        starts = np.concatenate([[0], np.flatnonzero((keys[:, 1:] != keys[:, :-1]).any(axis=0)) + 1])
+        ends = np.append(starts[1:], table.num_rows)
+        # pieces larger than PIECE_ROWS become several batches, each a piece of its own (its first row says where)
+        cuts = [(s, min(s + PIECE_ROWS, e)) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+                for s in range(s, e, PIECE_ROWS)]
+        uri = join(self.prefix, f"{uuid.uuid4().hex}.arrow")
+        stored = table.drop_columns(["_block"])
+        with open_write(uri, self.options) as out, pa.ipc.new_file(out, stored.schema) as writer:
+            for start, stop in cuts:
+                writer.write_batch(stored.slice(start, stop - start).combine_chunks().to_batches()[0])
+        firsts = np.array([s for s, _ in cuts], np.int64)
+        self._pieces.append(pa.table({
+            "tp": pa.array(keys[0, firsts], pa.int32()), "rank": pa.array(keys[1, firsts], pa.int32()),
+            "block": pa.array(keys[2, firsts], pa.int64()),
+            "first": table.column("_pos").take(pa.array(firsts)).cast(pa.int64()),
+            "uri": pa.array([uri] * len(cuts), pa.string()), "batch": pa.array(np.arange(len(cuts)), pa.int32()),
+            "rows": pa.array([e - s for s, e in cuts], pa.int64())}, schema=PIECE_SCHEMA))
+
+
+def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
+    """Each `_tp`'s pieces in input order: by input split (`rank`, `block`), then by first row (a split's
+    rows may span flushes, whose pieces cover consecutive rows)."""
+    ordered = pieces.sort_by([("tp", "ascending"), ("rank", "ascending"), ("block", "ascending"),
+                              ("first", "ascending")])
+    tps = ordered.column("tp").to_numpy()
+    if not len(tps):
+        return {}
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(tps)) + 1])
+    ends = np.append(starts[1:], len(tps))
+    return {int(tps[s]): ordered.slice(s, e - s) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)}
+
+
+def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -> Iterator[pa.RecordBatch]:
+    """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order,
+    one record batch at a time; an IPC file is opened once (its footer read once) for consecutive pieces."""
+    current: tuple[str, pa.ipc.RecordBatchFileReader] | None = None
+    for table in pieces:
+        for uri, batch in zip(table.column("uri").to_pylist(), table.column("batch").to_pylist(), strict=True):
+            if current is None or current[0] != uri:
+                info = object_info(uri, options)
+                if info is None:
+                    raise FileNotFoundError(f"staged rows {uri} are gone (was the staging prefix deleted?)")
+                current = (uri, pa.ipc.open_file(open_ranged(uri, info.size, options)))
+            yield current[1].get_batch(batch)

@@ -1,0 +1,94 @@
+"""Parquet input read by the input tasks with pyarrow (local or `s3://`, through fsspec): the files' row groups
+in splits sized as Spark sizes file splits, packed into tasks as Spark packs files, each split read with
+its rows' input order (`_rank`: the file's place in path order, `_block`: the split's first row group,
+`_pos`: the row in the file)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.errors import KlakeError
+from layouts.store import ObjectInfo, StorageOptions, open_ranged
+
+
+@dataclass(frozen=True)
+class InputSplit:
+    """Consecutive row groups of one Parquet input file, read by one task (`_block` is the first's index)."""
+
+    rank: int
+    uri: str
+    size: int  # the file's
+    row_groups: tuple[int, ...]
+    first_row: int
+    bytes: int  # the row groups' (compressed)
+
+
+def parquet_splits(files: Sequence[tuple[ObjectInfo, pq.FileMetaData]], split_bytes: int) -> list[InputSplit]:
+    """Each file's row groups in splits of about `split_bytes` (compressed), as Spark splits files."""
+    splits = []
+    for rank, (info, metadata) in enumerate(files):
+        groups: list[int] = []
+        size = first = row = 0
+        for group in range(metadata.num_row_groups):
+            if groups and size >= split_bytes:
+                splits.append(InputSplit(rank, info.uri, info.size, tuple(groups), first, size))
+                groups, size, first = [], 0, row
+            row_group = metadata.row_group(group)
+            groups.append(group)
+            size += sum(row_group.column(c).total_compressed_size for c in range(row_group.num_columns))
+            row += row_group.num_rows
+        if groups:
+            splits.append(InputSplit(rank, info.uri, info.size, tuple(groups), first, size))
+    return splits
+
+
+def parquet_tasks(splits: Sequence[InputSplit], split_bytes: int, open_cost: int) -> list[list[InputSplit]]:
+    """Consecutive splits packed into tasks of about `split_bytes` (each split costs `open_cost` more, as
+    Spark packs files)."""
+    tasks: list[list[InputSplit]] = []
+    size = 0
+    for split in splits:
+        cost = split.bytes + open_cost
+        if tasks and size + cost <= split_bytes:
+            tasks[-1].append(split)
+            size += cost
+        else:
+            tasks.append([split])
+            size = cost
+    return tasks
+
+
+def split_batches(split: InputSplit, schema: pa.Schema, options: StorageOptions | None,
+                   topic: str | None) -> Iterator[pa.RecordBatch]:
+    """A split's rows as `schema` (`staging_schema`), with `_rank`, `_block` and `_pos` (its row in the file);
+    `topic` fills the `topic` column of input that has none."""
+    parquet = pq.ParquetFile(open_ranged(split.uri, split.size, options))
+    present = [name for name in schema.names if name in parquet.schema_arrow.names]
+    position = split.first_row
+    for batch in parquet.iter_batches(batch_size=65_536, row_groups=list(split.row_groups), columns=present,
+                                      use_threads=False):
+        n = batch.num_rows
+        columns = []
+        for field in schema:
+            if field.name in present:
+                column = batch.column(field.name)
+                try:
+                    columns.append(column if column.type == field.type else column.cast(field.type))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise KlakeError(f"input {split.uri}: column `{field.name}` is {column.type}, not {field.type} "
+                                     f"as in the input's first file: {exc}") from None
+            elif field.name == "topic":
+                columns.append(pa.array([topic] * n, pa.string()))
+            else:
+                columns.append(pa.nulls(n, field.type))
+        yield pa.RecordBatch.from_arrays([*columns, pa.array(np.full(n, split.rank, np.int32)),
+                                          pa.array(np.full(n, split.row_groups[0], np.int64)),
+                                          pa.array(np.arange(position, position + n, dtype=np.int64))],
+                                         schema=schema.append(pa.field("_rank", pa.int32()))
+                                         .append(pa.field("_block", pa.int64())).append(pa.field("_pos", pa.int64())))
+        position += n

@@ -1,0 +1,98 @@
+"""An append's input tasks staging their rows by topic-partition (`engine.ops.append_staging`), and the
+append tasks that read them back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.errors import KlakeError
+from engine.names import TopicPartition
+from engine.ops.append_staging import PIECE_SCHEMA, RowStager
+from jobs.ingest.assign import StickyAssigner, assign_partitions, topic_index, with_tp
+from jobs.ingest.parquet import InputSplit, split_batches
+from layouts.metering import add_counted, metered
+from layouts.store import StorageOptions
+
+STAGED_SCHEMA = "pieces binary, requests string, bytes string, error string"  # an input task's outcome
+
+
+@dataclass(frozen=True)
+class Stager:
+    """What an input task needs to stage its rows (`engine.ops.append_staging`): partition counts, the sticky
+    setting, the input's files, this run's topics (None: every topic) and where to write."""
+
+    counts: dict[str, int]
+    sticky_bytes: int
+    files: Sequence[str]
+    topics: frozenset[str] | None
+    prefix: str
+    options: StorageOptions | None
+    flush_bytes: int
+
+    def stage(self, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
+        """Stage one input task's batches (in input order): one row of its pieces (Arrow IPC) and traffic, or
+        the bad input it found (the driver reports it, exit code 2)."""
+        pieces, error = PIECE_SCHEMA.empty_table(), None
+        with metered() as meter:
+            try:
+                sticky = StickyAssigner(self.counts, self.sticky_bytes, self.files)
+                stager = RowStager(self.prefix, self.options, self.flush_bytes)
+                for batch in batches:
+                    if self.topics is not None:
+                        batch = batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics), pa.string())))
+                    if batch.num_rows:
+                        topics = topic_index(batch, self.counts, self.files)
+                        staged = with_tp(assign_partitions(batch, self.counts, sticky), self.counts, topics)
+                        stager.add(staged.drop_columns(["topic"]))
+                pieces = stager.finish()
+            except KlakeError as exc:
+                error = str(exc)
+        pa.default_memory_pool().release_unused()  # Spark reuses this worker for a partition's task next
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, pieces.schema) as writer:
+            writer.write_table(pieces)
+        return pa.RecordBatch.from_pydict({"pieces": [sink.getvalue().to_pybytes()],
+                                           "requests": [json.dumps(dict(meter.requests))],
+                                           "bytes": [json.dumps(dict(meter.bytes))], "error": [error]})
+
+    def parquet_tasks(self, tasks: Sequence[Sequence[InputSplit]], schema: pa.Schema, topic: str | None,
+                      ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Spark tasks over Parquet input (`mapInArrow` over the task numbers): each reads its splits (`topic`
+        for input without a `topic` column)."""
+        for batch in ids:
+            for task in batch.column(0).to_pylist():
+                yield self.stage(b for split in tasks[task]
+                                 for b in split_batches(split, schema, self.options, topic))
+
+    def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """A Spark task over any other input (`mapInArrow` over its rows, input order per split)."""
+        yield self.stage(batches)
+
+
+def staged_pieces(table: pa.Table) -> pa.Table:
+    """The pieces of every input task (`Stager.stage`'s rows), their traffic added to the driver's meters;
+    the first bad input a task found is raised."""
+    parts = []
+    for row in table.to_pylist():
+        add_counted(json.loads(row["requests"]), json.loads(row["bytes"]))
+        parts.append(pa.ipc.open_stream(row["pieces"]).read_all())
+    errors = sorted(e for e in table.column("error").to_pylist() if e is not None)
+    if errors:
+        raise KlakeError(errors[0])
+    return pa.concat_tables(parts) if parts else PIECE_SCHEMA.empty_table()
+
+
+def append_tasks(pieces: dict[int, pa.Table], selected: dict[int, TopicPartition]) -> list[list[pa.Table]]:
+    """The append tasks: each selected partition with staged rows has a task of its own; the other `_tp`s
+    (partitions not selected, or that the topic lacks: only rejected) are shared among them. A task's list
+    holds each of its `_tp`'s pieces in input order (`order_pieces`)."""
+    own = [tp for tp in sorted(pieces) if tp in selected]
+    tasks = [[pieces[tp]] for tp in own] or [[]]
+    for i, tp in enumerate(tp for tp in sorted(pieces) if tp not in selected):
+        tasks[i % len(tasks)].append(pieces[tp])
+    return [sorted(task, key=lambda t: t.column("tp")[0].as_py()) for task in tasks if task]
