@@ -50,7 +50,7 @@ def _payloads(rng: random.Random) -> list[bytes]:
 
 def _lz4_frames(payload: bytes) -> list[bytes]:
     f = lz4.frame
-    return [compression.compress(compression.LZ4, payload),
+    return [bytes(compression.compress(compression.LZ4, payload)),
             f.compress(payload, block_size=f.BLOCKSIZE_MAX64KB, block_linked=False, store_size=False),
             f.compress(payload, block_linked=True, content_checksum=True, block_checksum=True),
             f.compress(payload, block_size=f.BLOCKSIZE_MAX4MB, store_size=True)]
