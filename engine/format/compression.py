@@ -185,13 +185,14 @@ def _writable(size: int) -> memoryview:
 
 def _lz4_compress(data: bytes | memoryview, room: int, content_size: bool) -> memoryview:
     """An LZ4 frame of independent blocks without checksums, as KafkaLZ4BlockOutputStream writes, behind
-    `room` free bytes: the header (FLG: version 01, independent blocks, [content size, unless 0]; BD: 256 KiB blocks,
-    64 KiB for at most 64 KiB of data; HC: second byte of the descriptor's xxHash-32), each block compressed by liblz4's `LZ4_compress_default`
-    (cramjam) straight into its place, a block that does not shrink stored as it is (top bit of its size),
-    then the end mark. Byte-identical to python-lz4's `lz4.frame.compress` with these settings, which
-    returns a new `bytes` that would be copied again. 256 KiB blocks, not Kafka's 64 KiB (Kafka reads any
-    standard size): 64 KiB blocks (liblz4's 16-bit table; 484 bytes a 1 KB record of codec_bench.py's
-    workload instead of 513) measured no faster on 1 KB records and ~7% slower on 100 B ones."""
+    `room` free bytes: the header (FLG: version 01, independent blocks, [content size, unless 0]; BD: 256
+    KiB blocks, 64 KiB for at most 64 KiB of data; HC: second byte of the descriptor's xxHash-32), each
+    block compressed by liblz4's `LZ4_compress_default` (cramjam) straight into its place, a block that
+    does not shrink stored as it is (top bit of its size), then the end mark. Byte-identical to
+    python-lz4's `lz4.frame.compress` with these settings, which returns a new `bytes` that would be
+    copied again. 256 KiB blocks, not Kafka's 64 KiB (Kafka reads any standard size): 64 KiB blocks
+    (liblz4's 16-bit table; 484 bytes a 1 KB record of codec_bench.py's workload instead of 513)
+    measured no faster on 1 KB records and ~7% slower on 100 B ones."""
     view = memoryview(data).cast("B")
     size = len(view)
     block_id = 0x40 if size <= 64 * 1024 else 0x50  # as liblz4's frame writer: the smallest that holds it all
@@ -352,11 +353,12 @@ def _zstd_compress(data: bytes | memoryview, room: int) -> memoryview:
 def _zstd_cctx() -> object:
     """A libzstd compression context (zstandard's cffi binding of its bundled libzstd) for Kafka's default
     level 3; frames declare their content size (`ZSTD_c_contentSizeFlag`, on by default). libzstd 1.5.7
-    added a block pre-splitter that, at level 3, hashes every full 128 KiB block to look for a split
-    point: on codec_bench.py's batches it found none (output byte-identical with and without it) and cost
-    ~4% of the compression time, which zstd-jni's libzstd 1.5.6 (kafka-clients') does not spend; it is switched
-    off through `ZSTD_c_blockSplitterLevel` (an experimental parameter, 1 = never split) only where the
-    bundled libzstd documents it (1.5.7 up to 1.6), since experimental parameter ids may be renumbered."""
+    added a block pre-splitter that, at level 3, scans every full 128 KiB block after the first for a
+    split point: on codec_bench.py's batches it split none (output byte-identical with and without it)
+    and cost ~4% of the compression time, which zstd-jni's libzstd 1.5.6 (kafka-clients') does not
+    spend. It is switched off through `ZSTD_c_blockSplitterLevel` (an experimental parameter, 1 = never
+    split) only where the bundled libzstd documents it (1.5.7 up to 1.6), since experimental parameter
+    ids may be renumbered."""
     cctx = zstd_ffi.gc(zstd_lib.ZSTD_createCCtx(), zstd_lib.ZSTD_freeCCtx)
     settings = [(zstd_lib.ZSTD_c_compressionLevel, 3)]
     if 10507 <= zstd_lib.ZSTD_versionNumber() < 10600:
