@@ -8,7 +8,9 @@
   snappy blocks); some old clients wrote bare raw snappy, which snappy-java also reads.
 - lz4: LZ4 frame format. Magic-0 data carries Kafka's historical wrong header checksum (KAFKA-3160):
   the checksum byte was computed over the magic number too, so it is recomputed before decoding.
-- zstd: a standard zstd frame (zstd-jni's stream, which Kafka's producer uses, writes no content size).
+- zstd: a standard zstd frame (zstd-jni's stream, which Kafka's producer uses, writes no content size),
+  level 3 (Kafka's default), written by libzstd's one-shot compressor without its 1.5.7 block pre-splitter
+  (see `_zstd_cctx`).
 
 klake's v2 LZ4 and zstd frames carry their content size (an optional field of both frame formats, which
 kafka-clients' readers accept): a reader then decompresses into a buffer of exactly that size, in one pass
@@ -32,6 +34,8 @@ import pyarrow as pa
 import xxhash
 import zstandard
 from zlib_ng import gzip_ng, zlib_ng
+from zstandard.backend_cffi import ffi as zstd_ffi
+from zstandard.backend_cffi import lib as zstd_lib
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -41,6 +45,7 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size, as Kafka uses it
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_BLOCK = 256 * 1024
 _GZIP_LEVEL = 6  # Kafka's default `compression.gzip.level` (KIP-390)
 
 
@@ -66,21 +71,22 @@ def compress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes | me
     if codec == SNAPPY:
         return _xerial_compress(data, 0)
     if codec == LZ4:
-        # Independent blocks, as KafkaLZ4BlockOutputStream writes; 256 KiB blocks (Kafka reads any
-        # standard size) because python-lz4 is several times slower with independent 64 KiB blocks.
-        return lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX256KB, block_linked=False,
-                                  content_checksum=False, store_size=magic == 2)
+        return _lz4_compress(data, 0, magic == 2)
     if codec == ZSTD:
-        return _zstd().compressor.compress(data)
+        return _zstd_compress(data, 0)
     raise ValueError(f"unknown compression codec id {codec}")
 
 
 def compress_behind(codec: int, data: bytes | memoryview, room: int) -> memoryview:
     """`compress(codec, data)` in a writable buffer behind `room` free bytes, for the caller to write a
-    batch header in place (no copy of the compressed records to join them). xerial snappy is compressed
-    straight into it; the other codecs' libraries return their own buffer, copied in once."""
+    batch header in place (no copy of the compressed records to join them). snappy, LZ4 and zstd are
+    compressed straight into it; gzip's library returns its own buffer, copied in once."""
     if codec == SNAPPY:
         return _xerial_compress(data, room)
+    if codec == ZSTD:
+        return _zstd_compress(data, room)
+    if codec == LZ4:
+        return _lz4_compress(data, room, True)
     packed = memoryview(compress(codec, data)).cast("B")
     out = _writable(room + len(packed))
     out[room:] = packed
@@ -175,6 +181,37 @@ def _writable(size: int) -> memoryview:
     """An uninitialised byte buffer from Arrow's memory pool, which keeps freed memory for the next
     call (fresh pages from the OS cost a page fault per 4 KiB)."""
     return memoryview(pa.allocate_buffer(size)).cast("B")
+
+
+def _lz4_compress(data: bytes | memoryview, room: int, content_size: bool) -> memoryview:
+    """An LZ4 frame of independent blocks without checksums, as KafkaLZ4BlockOutputStream writes, behind
+    `room` free bytes: the header (FLG: version 01, independent blocks, [content size, unless 0]; BD: 256
+    KiB blocks, 64 KiB for at most 64 KiB of data; HC: second byte of the descriptor's xxHash-32), each
+    block compressed by liblz4's `LZ4_compress_default` (cramjam) straight into its place, a block that
+    does not shrink stored as it is (top bit of its size), then the end mark. Byte-identical to
+    python-lz4's `lz4.frame.compress` with these settings, which returns a new `bytes` that would be
+    copied again. 256 KiB blocks, not Kafka's 64 KiB (Kafka reads any standard size): 64 KiB blocks
+    (liblz4's 16-bit table; 484 bytes a 1 KB record of codec_bench.py's workload instead of 513)
+    measured no faster on 1 KB records and ~7% slower on 100 B ones."""
+    view = memoryview(data).cast("B")
+    size = len(view)
+    block_id = 0x40 if size <= 64 * 1024 else 0x50  # as liblz4's frame writer: the smallest that holds it all
+    descriptor = struct.pack("<BBQ", 0x68, block_id, size) if content_size and size else bytes([0x60, block_id])
+    header = _LZ4_MAGIC + descriptor + bytes([(xxhash.xxh32_intdigest(descriptor) >> 8) & 0xFF])
+    blocks = range(0, size, _LZ4_BLOCK)
+    out = _writable(room + len(header) + size + size // 255 + 20 * len(blocks) + 4)
+    at = room + len(header)
+    out[room:at] = header
+    for start in blocks:
+        block = view[start:start + _LZ4_BLOCK]
+        packed = cramjam.lz4.compress_block_into(block, out[at + 4:], store_size=False)
+        if packed >= len(block):
+            out[at + 4:at + 4 + len(block)] = block
+            packed = len(block) | 0x80000000
+        struct.pack_into("<I", out, at, packed)
+        at += 4 + (packed & 0x7FFFFFFF)
+    struct.pack_into("<I", out, at, 0)
+    return out[:at + 4]
 
 
 def _fix_kafka_3160_checksum(frame: bytes) -> bytes:
@@ -299,6 +336,40 @@ def _zstd_decompress(data: bytes | memoryview) -> bytes | memoryview:
     return out
 
 
+def _zstd_compress(data: bytes | memoryview, room: int) -> memoryview:
+    """One zstd frame at Kafka's default level 3 with its content size, compressed by libzstd's one-shot
+    `ZSTD_compress2` through this thread's context straight into a buffer behind `room` free bytes
+    (zstandard's `ZstdCompressor.compress` returns a new `bytes`, which would be copied again)."""
+    size = len(data)
+    bound = zstd_lib.ZSTD_compressBound(size)
+    out = _writable(room + bound)
+    written = zstd_lib.ZSTD_compress2(_zstd().cctx, zstd_ffi.from_buffer(out, require_writable=True) + room, bound,
+                                      zstd_ffi.from_buffer(data), size)
+    if zstd_lib.ZSTD_isError(written):
+        raise ValueError(f"zstd compression failed: {zstd_ffi.string(zstd_lib.ZSTD_getErrorName(written)).decode()}")
+    return out[:room + written]
+
+
+def _zstd_cctx() -> object:
+    """A libzstd compression context (zstandard's cffi binding of its bundled libzstd) for Kafka's default
+    level 3; frames declare their content size (`ZSTD_c_contentSizeFlag`, on by default). libzstd 1.5.7
+    added a block pre-splitter that, at level 3, scans every full 128 KiB block after the first for a
+    split point: on codec_bench.py's batches it split none (output byte-identical with and without it)
+    and cost ~4% of the compression time, which zstd-jni's libzstd 1.5.6 (kafka-clients') does not
+    spend. It is switched off through `ZSTD_c_blockSplitterLevel` (an experimental parameter, 1 = never
+    split) only where the bundled libzstd documents it (1.5.7 up to 1.6), since experimental parameter
+    ids may be renumbered."""
+    cctx = zstd_ffi.gc(zstd_lib.ZSTD_createCCtx(), zstd_lib.ZSTD_freeCCtx)
+    settings = [(zstd_lib.ZSTD_c_compressionLevel, 3)]
+    if 10507 <= zstd_lib.ZSTD_versionNumber() < 10600:
+        settings.append((_ZSTD_C_BLOCK_SPLITTER_LEVEL, 1))
+    for parameter, value in settings:
+        if zstd_lib.ZSTD_isError(zstd_lib.ZSTD_CCtx_setParameter(cctx, parameter, value)):
+            raise RuntimeError(f"libzstd {zstd_lib.ZSTD_versionNumber()} rejects compression parameter {parameter}")
+    return cctx
+
+
+_ZSTD_C_BLOCK_SPLITTER_LEVEL = 1017  # ZSTD_c_experimentalParam20 in zstd.h 1.5.7
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_BLOCK_MAX = 128 * 1024
 
@@ -345,8 +416,8 @@ _ZSTD_CONTEXTS = threading.local()
 def _zstd() -> threading.local:
     """This thread's zstd contexts: creating one costs more than a batch's worth of work, and a
     context must not be shared between threads."""
-    if not hasattr(_ZSTD_CONTEXTS, "compressor"):
-        _ZSTD_CONTEXTS.compressor = zstandard.ZstdCompressor(level=3, write_content_size=True)
+    if not hasattr(_ZSTD_CONTEXTS, "cctx"):
+        _ZSTD_CONTEXTS.cctx = _zstd_cctx()
         _ZSTD_CONTEXTS.decompressor = zstandard.ZstdDecompressor()
         _ZSTD_CONTEXTS.past_room = bytearray(1)  # written only by a frame that decodes past its bound
     return _ZSTD_CONTEXTS

@@ -50,7 +50,7 @@ def _payloads(rng: random.Random) -> list[bytes]:
 
 def _lz4_frames(payload: bytes) -> list[bytes]:
     f = lz4.frame
-    return [compression.compress(compression.LZ4, payload),
+    return [bytes(compression.compress(compression.LZ4, payload)),
             f.compress(payload, block_size=f.BLOCKSIZE_MAX64KB, block_linked=False, store_size=False),
             f.compress(payload, block_linked=True, content_checksum=True, block_checksum=True),
             f.compress(payload, block_size=f.BLOCKSIZE_MAX4MB, store_size=True)]
@@ -125,3 +125,18 @@ def test_a_wrong_declared_content_size_is_judged_as_the_reference_judges_it(code
             assert bytes(compression.decompress(codec, bytes(forged))) == expected
         checked += 1
     assert checked == 5
+
+
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_lz4_frames_are_python_lz4s(magic) -> None:
+    """klake writes its LZ4 frames itself (blocks straight into the batch buffer); python-lz4's frame writer,
+    with the same settings, is the reference for every byte: header, block size choice, stored blocks."""
+    rng = random.Random(3160)
+    text = bytes(rng.choice(b"abcdefgh ") for _ in range(600_000))
+    for payload in [b"", b"x", text[:65_536], text[:65_537], text, rng.randbytes(300_000), bytes(262_144),
+                    rng.randbytes(262_144 * 2) + text[:1000]]:
+        expected = lz4.frame.compress(payload, block_size=lz4.frame.BLOCKSIZE_MAX256KB, block_linked=False,
+                                      content_checksum=False, store_size=magic == 2)
+        assert bytes(compression.compress(compression.LZ4, payload, magic)) == expected
+        if magic == 2:
+            assert bytes(compression.compress_behind(compression.LZ4, payload, 61)[61:]) == expected
