@@ -10,11 +10,11 @@ topic-partition, and the partition's task reads back exactly its own:
 - `RowStager` (input side): buffers a task's rows up to `flush_bytes`, sorts them stably by `_tp` (the
   rows of one input split arrive in input order, so a stable sort keeps it) and writes them as one Arrow
   IPC file under the job attempt's staging prefix, a record batch per *piece*: the rows of one
-  topic-partition from one input split (`_rank`, `_block`) within that flush. It returns one row per
-  piece (`PIECE_SCHEMA`): where it is and where it belongs in input order.
+  topic-partition from one input split (`_rank`, `_block`) within that flush, each an IPC stream of its
+  own. It returns one row per piece (`PIECE_SCHEMA`): its byte range and where it belongs in input order.
 - `staged_batches` (partition side): a partition's pieces in input order (`order_pieces`: split by
-  split, and within a split by its first row), read back batch by batch, so a task holds one piece
-  batch at a time, never a partition.
+  split, and within a split by its first row), each read back with one ranged read and decoded in place,
+  so a task holds one piece at a time, never a partition.
 
 Staged files live under `{root}/_staging/{job id}/{attempt}/` (`layouts.object_layout.STAGING_DIR`) and are
 deleted when the attempt ends; those of an attempt that died are debris the scrubber removes after its
@@ -29,13 +29,13 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from layouts.store import StorageOptions, join, object_info, open_ranged, open_write
+from layouts.store import StorageOptions, join, open_write, read_bytes
 
 PIECE_SCHEMA = pa.schema([("tp", pa.int32()), ("rank", pa.int32()), ("block", pa.int64()), ("first", pa.int64()),
-                          ("uri", pa.string()), ("batch", pa.int32()), ("rows", pa.int64())])
+                          ("uri", pa.string()), ("offset", pa.int64()), ("length", pa.int64()), ("rows", pa.int64())])
 """A staged piece: its topic-partition index (`_tp`), input split (`_rank`, `_block`) and first row's place
-(`_pos`), the IPC file holding it and its record batch there, and its row count."""
-PIECE_ROWS = 262_144  # a piece larger than this is written as several record batches (one staged row each)
+(`_pos`), the object holding it and its IPC stream's byte range there, and its row count."""
+PIECE_ROWS = 262_144  # a piece larger than this is written as several pieces
 
 
 class RowStager:
@@ -65,8 +65,9 @@ class RowStager:
             return
         table = pa.Table.from_batches(self._buffered).combine_chunks()
         self._buffered, self._size = [], 0
-        order = np.argsort(table.column("_tp").to_numpy(), kind="stable")
-        table = table.take(pa.array(order))
+        tps = table.column("_tp").to_numpy()
+        if (tps[1:] < tps[:-1]).any():
+            table = table.take(pa.array(np.argsort(tps, kind="stable")))
         keys = np.stack([table.column(c).to_numpy().astype(np.int64) for c in ("_tp", "_rank", "_block")])
         starts = np.concatenate([[0], np.flatnonzero((keys[:, 1:] != keys[:, :-1]).any(axis=0)) + 1])
         ends = np.append(starts[1:], table.num_rows)
@@ -75,15 +76,21 @@ class RowStager:
                 for s in range(s, e, PIECE_ROWS)]
         uri = join(self.prefix, f"{uuid.uuid4().hex}.arrow")
         stored = table.drop_columns(["_block"])
-        with open_write(uri, self.options) as out, pa.ipc.new_file(out, stored.schema) as writer:
+        lengths = []
+        with open_write(uri, self.options) as out:
             for start, stop in cuts:
-                writer.write_batch(stored.slice(start, stop - start).combine_chunks().to_batches()[0])
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, stored.schema) as writer:
+                    writer.write_table(stored.slice(start, stop - start), max_chunksize=stop - start)
+                lengths.append(sink.tell())
+                out.write(sink.getvalue())
         firsts = np.array([s for s, _ in cuts], np.int64)
         self._pieces.append(pa.table({
             "tp": pa.array(keys[0, firsts], pa.int32()), "rank": pa.array(keys[1, firsts], pa.int32()),
             "block": pa.array(keys[2, firsts], pa.int64()),
             "first": table.column("_pos").take(pa.array(firsts)).cast(pa.int64()),
-            "uri": pa.array([uri] * len(cuts), pa.string()), "batch": pa.array(np.arange(len(cuts)), pa.int32()),
+            "uri": pa.array([uri] * len(cuts), pa.string()),
+            "offset": pa.array(np.cumsum(lengths) - lengths, pa.int64()), "length": pa.array(lengths, pa.int64()),
             "rows": pa.array([e - s for s, e in cuts], pa.int64())}, schema=PIECE_SCHEMA))
 
 
@@ -101,14 +108,13 @@ def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
 
 
 def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -> Iterator[pa.RecordBatch]:
-    """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order,
-    one record batch at a time; an IPC file is opened once (its footer read once) for consecutive pieces."""
-    current: tuple[str, pa.ipc.RecordBatchFileReader] | None = None
+    """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order:
+    each piece one ranged read, its record batches decoded in place (no copy)."""
     for table in pieces:
-        for uri, batch in zip(table.column("uri").to_pylist(), table.column("batch").to_pylist(), strict=True):
-            if current is None or current[0] != uri:
-                info = object_info(uri, options)
-                if info is None:
-                    raise FileNotFoundError(f"staged rows {uri} are gone (was the staging prefix deleted?)")
-                current = (uri, pa.ipc.open_file(open_ranged(uri, info.size, options)))
-            yield current[1].get_batch(batch)
+        for uri, offset, length in zip(*(table.column(c).to_pylist() for c in ("uri", "offset", "length")),
+                                       strict=True):
+            try:
+                data = read_bytes(uri, options, offset, offset + length)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"staged rows {uri} are gone (was the staging prefix deleted?)") from None
+            yield from pa.ipc.open_stream(pa.py_buffer(data))
