@@ -60,9 +60,9 @@ on keys, values and headers no reader prunes by them, and on the topic name they
 encoding for a column that is constant in most files."""
 DEFAULT_SPLIT_BYTES = 64 * 1024**2
 DEFAULT_PACK_BYTES = 256 * 1024**2
-"""Log bytes a task reads at most from several small segments (`pack_items`): with the compiled decoder a task
-decodes ~1 GB/s per core, so a Python task's fixed cost in Spark (~50-150 ms from launch to result on local
-Spark, RESULTS.md "Full-scan reads: tasks sized to the cores") would be a third of a 128 MiB task's time."""
+"""Log bytes a task reads at most from several small segments (`pack_items`): the compiled decoder reads ~1 GB/s
+per core, so 128 MiB is ~0.1-0.13 s of work, about the fixed cost of a wave of Python tasks in local Spark
+(~0.05-0.1 s; RESULTS.md "Full-scan reads: tasks sized to the cores")."""
 READ_WINDOW = 4 * 1024**2
 _TIMESTAMP = KAFKA_ARROW_SCHEMA.field("timestamp").type
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
