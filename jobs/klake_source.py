@@ -8,7 +8,7 @@
 Options: `root` (required), `catalog` (default `{root}/_catalog`), `topic` (required),
 `startingTimestamp` / `endingTimestamp` (epoch ms or ISO-8601; inclusive / exclusive),
 `startingOffset` / `endingOffset` (inclusive / exclusive), `partitions` ("0,3"), `splitBytes`, `endpoint`
-(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 128 MiB). Credentials are never options: `register` binds the driver's storage
+(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 256 MiB). Credentials are never options: `register` binds the driver's storage
 settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the registered class, so the
 Python workers that plan and read need no environment of their own. Range semantics, pruning,
 seeking, splitting and packing are the `read` job's (`jobs/read.py`): one Spark partition per pack.

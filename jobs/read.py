@@ -25,7 +25,7 @@ on KIP-228 topics): `from <= timestamp < to`, each record by its own timestamp (
 instead turns `startingTimestamp` into an offset and returns everything after it, out-of-order
 timestamps included; here such records are left out); `--from-offset`/`--to-offset`:
 `from <= offset < to`. The rules and how the work is cut (prune, seek, split, pack small segments
-into tasks of ~128 MiB, read) are `engine.ops.read`'s.
+into tasks of ~256 MiB, read) are `engine.ops.read`'s.
 The report counts live, pruned and read segments, work items, bytes read, GET requests and records.
 
     spark-submit jobs/read.py --conf conf/s3.example.yaml --topic orders --from 2026-11-21T10:00:00Z \\
@@ -220,7 +220,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
                         help="cut segments larger than this into byte ranges read by separate tasks")
     parser.add_argument("--pack-bytes", type=at_least(1), default=DEFAULT_PACK_BYTES, metavar="N",
-                        help="log bytes one task reads at most from several small segments (default 128 MiB; "
+                        help="log bytes one task reads at most from several small segments (default 256 MiB; "
                              "fewer when that leaves cores idle)")
 
 

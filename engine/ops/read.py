@@ -59,7 +59,10 @@ offsets and timestamps rise by small steps, so they are delta-encoded (~0 and ~2
 on keys, values and headers no reader prunes by them, and on the topic name they cost ~10% of a file's
 encoding for a column that is constant in most files."""
 DEFAULT_SPLIT_BYTES = 64 * 1024**2
-DEFAULT_PACK_BYTES = 128 * 1024**2
+DEFAULT_PACK_BYTES = 256 * 1024**2
+"""Log bytes a task reads at most from several small segments (`pack_items`): the compiled decoder reads ~1 GB/s
+per core, so 128 MiB is ~0.1-0.13 s of work, about the fixed cost of a wave of Python tasks in local Spark
+(~0.05-0.1 s; RESULTS.md "Full-scan reads: tasks sized to the cores")."""
 READ_WINDOW = 4 * 1024**2
 _TIMESTAMP = KAFKA_ARROW_SCHEMA.field("timestamp").type
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
@@ -158,7 +161,7 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
         return plan
     start_offsets = _log_start_offsets(live)
     with metered() as meter:
-        for row in _catalog_candidates(catalog, topic, rng, wanted):
+        for row in _catalog_candidates(catalog, topic, rng, wanted, live):
             bounds = replace(rng, from_offset=max(rng.from_offset or 0, start_offsets[row.partition]))
             if row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0:
                 continue
@@ -202,12 +205,15 @@ def _log_start_offsets(live: list[SegmentRow]) -> dict[int, int]:
     return {p: partition_log_start_offset(rows) or 0 for p, rows in by_partition.items()}
 
 
-def _catalog_candidates(catalog: Catalog, topic: str, rng: ReadRange, wanted: Callable[[int], bool]
-                        ) -> list[SegmentRow]:
-    """Live segments that can hold a record in range; the catalog's bounds are inclusive, ours exclusive."""
-    table = catalog.segments(topic=topic, from_ms=rng.lowest_timestamp,
-                             to_ms=None if rng.to_ms is None else rng.to_ms - 1, from_offset=rng.from_offset,
-                             to_offset=None if rng.to_offset is None else rng.to_offset - 1, min_timestamp=rng.floor)
+def _catalog_candidates(catalog: Catalog, topic: str, rng: ReadRange, wanted: Callable[[int], bool],
+                        live: list[SegmentRow]) -> list[SegmentRow]:
+    """Live segments that can hold a record in range; the catalog's bounds are inclusive, ours exclusive.
+    Without any bound that is the catalog's query for `live` itself, so those rows are not read again."""
+    bounds = {"from_ms": rng.lowest_timestamp, "to_ms": None if rng.to_ms is None else rng.to_ms - 1,
+              "from_offset": rng.from_offset, "to_offset": None if rng.to_offset is None else rng.to_offset - 1}
+    if all(bound is None for bound in bounds.values()):
+        return live
+    table = catalog.segments(topic=topic, **bounds, min_timestamp=rng.floor)
     return [r for r in table_to_rows(table) if wanted(r.partition)]
 
 
