@@ -83,13 +83,11 @@ from layouts.store import (
 )
 
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`_provenance`)
-RECORD_COLUMNS = ("partition", "key", "value", "headers", "timestamp")  # a task reads these, `_tp`, `_rank`, `_pos`
 APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
 STAGE_FLUSH_BYTES = 16 * 1024**2  # rows an input task buffers before staging them (sorted once, then written)
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"
-RESULT_SCHEMA = "topic string, partition int, kind string, result binary"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
