@@ -52,7 +52,6 @@ class Stager:
                 pieces = stager.finish()
             except KlakeError as exc:
                 error = str(exc)
-        pa.default_memory_pool().release_unused()  # Spark reuses this worker for a partition's task next
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, pieces.schema) as writer:
             writer.write_table(pieces)
