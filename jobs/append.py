@@ -246,7 +246,7 @@ def _input_over_fsspec(ctx: JobContext) -> tuple[Any, list[str]]:
                     table = table.select(schema.names).cast(schema)
                 except (KeyError, pa.ArrowInvalid) as exc:
                     raise KlakeError(f"input {files[index]}: its columns differ from {files[0]}'s: {exc}") from None
-                table = table.append_column("_file", pa.array([files[index]] * table.num_rows, pa.string()))
+                table = table.append_column("_file", pa.repeat(pa.scalar(files[index], pa.string()), table.num_rows))
                 table = table.append_column("_block", pa.array(np.zeros(table.num_rows, np.int64)))
                 yield from table.append_column("_pos", pa.array(np.arange(table.num_rows, dtype=np.int64))).to_batches()
 

@@ -83,7 +83,7 @@ def split_batches(split: InputSplit, schema: pa.Schema, options: StorageOptions 
                     raise KlakeError(f"input {split.uri}: column `{field.name}` is {column.type}, not {field.type} "
                                      f"as in the input's first file: {exc}") from None
             elif field.name == "topic":
-                columns.append(pa.array([topic] * n, pa.string()))
+                columns.append(pa.repeat(pa.scalar(topic, pa.string()), n))
             else:
                 columns.append(pa.nulls(n, field.type))
         yield pa.RecordBatch.from_arrays([*columns, pa.array(np.full(n, split.rank, np.int32)),
