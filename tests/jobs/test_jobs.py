@@ -501,6 +501,32 @@ def test_append_reads_its_input_from_s3(spark, s3_backend: Backend, tmp_path: Pa
     assert sum(len(jobs.records("t", p)) for p in range(2)) == 50
 
 
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_append_reads_json_and_csv_input_from_s3_in_file_and_row_order(
+        spark, s3_backend: Backend, tmp_path: Path, fmt: str) -> None:
+    """s3:// JSON lines and CSV are read by the tasks through fsspec (Spark here has no S3 filesystem): each
+    partition's records are the input's rows in path order, then row order, with strings as their bytes."""
+    files = {}
+    for index, name in enumerate(["b-part.", "a-part.", "_SUCCESS", ".hidden."]):  # listed out of order
+        rows = [{"key": f"k{index}-{i % 7}", "value": f"{name}{i:04d}", "timestamp": NOW - HOUR + 1000 * i,
+                 "partition": (i * 5 + index) % 3} for i in range(40 + index)]
+        if fmt == "json":
+            text = "".join(json.dumps(row) + "\n" for row in rows)
+        else:
+            text = "key,value,timestamp,partition\n" + "".join(
+                f"{r['key']},{r['value']},{r['timestamp']},{r['partition']}\n" for r in rows)
+        s3_backend.put(s3_backend.uri("landing", name + fmt if name[-1] == "." else name), text.encode())
+        files[name] = rows
+    jobs = Jobs(tmp_path, s3_backend, {"t": {"partitions": 3}})
+    code, report = jobs.run(append.SPEC, "--input", s3_backend.uri("landing"), "--format", fmt, "--topic", "t")
+    assert code == 0, report.get("failures")
+    read = [r for name in ("a-part.", "b-part.") for r in files[name]]  # `_`/`.` files are not data, as in Spark
+    for p in range(3):
+        expected = [(o, r["timestamp"], r["key"].encode(), r["value"].encode(), [])
+                    for o, r in enumerate(r for r in read if r["partition"] == p)]
+        assert jobs.records("t", p) == expected
+
+
 # --- 6. the other jobs -------------------------------------------------------------------------------
 
 
