@@ -187,7 +187,7 @@ def _keyed_setup(topic: str) -> Callable[[Store], list[list[str]]]:
 
 SCENARIOS = {
     "append": Scenario("append", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
-                       _append_setup, _append_phases, ("segment-write", "commit-after")),
+                       _append_setup, _append_phases, ("staging-write", "segment-write", "commit-after")),
     "append-partial-lease": Scenario(
         "append-partial-lease", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
         _append_setup, _partial_phases, ("commit-after",)),
@@ -270,14 +270,17 @@ def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: P
 
 
 def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
-    """The points CI kills at: `segment-write` the middle write of a segment object, `commit-before` /
-    `commit-after` the first catalog commit of the run (after it: its deletes and lease releases)."""
+    """The points CI kills at: `segment-write` the middle write of a segment object, `staging-write` an
+    append's input task writing its staged rows, `commit-before` / `commit-after` the first catalog commit of
+    the run (after it: its deletes and lease releases)."""
     chosen = []
     for name in wanted:
-        if name == "segment-write":
+        if name == "staging-write":
+            chosen.append(next(i for i, p in enumerate(points, 1) if "/_staging/" in p.split()[3]))
+        elif name == "segment-write":
             writes = [i for i, p in enumerate(points, 1)
                       if p.split()[2] in ("local:link", "s3:put_object", "s3:complete_multipart_upload")
-                      and not any(f"_{d}/" in p.split()[3] for d in ("leases", "rejects", "topics"))]
+                      and not any(f"_{d}/" in p.split()[3] for d in ("leases", "rejects", "staging", "topics"))]
             chosen.append(writes[len(writes) // 2])
         else:
             chosen.append(next(i for i, p in enumerate(points, 1) if f"delta:_commit:{name.split('-')[1]}" in p))
