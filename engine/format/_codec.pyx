@@ -12,7 +12,7 @@ raised from C) as (kind, batch, record, position, field, message) for the caller
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 cdef extern from *:
     """
@@ -131,11 +131,78 @@ cdef extern from *:
         __builtin_cpu_init();
         return __builtin_cpu_supports("sse4.2");
     }
+
+    /* With VPCLMULQDQ (AVX-512): 16 lanes of 128 bits folded forward by 256 bytes per step (carry-less
+       multiplications by x^(8 * 256 + 31) and x^(8 * 256 - 33) mod P, reflected), then onto one lane, whose
+       16 bytes go through the crc32 instruction from 0: it is congruent to the message (the starting
+       register xored into its first 4 bytes) modulo P, so it has its CRC. 3x the crc32 loop on data in
+       the cache (68 vs 22 GB/s here); not faster on data coming from memory. */
+    static uint64_t klake_fold[5][2];  /* by 256, 64, 48, 32 and 16 bytes: (first, second 8 bytes of a lane) */
+    static int klake_crc_fold = 0;
+
+    static uint32_t klake_xpow(uint64_t e) {  /* x^e mod P */
+        uint32_t result = (uint32_t)1 << 31, base = (uint32_t)1 << 30;
+        while (e) {
+            if (e & 1) result = klake_multmodp(base, result);
+            base = klake_multmodp(base, base);
+            e >>= 1;
+        }
+        return result;
+    }
+
+    #include <immintrin.h>
+    #define KLAKE_FOLD(a, k, d) _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, k, 0x00), \
+                                                           _mm512_clmulepi64_epi128(a, k, 0x11), d, 0x96)
+    __attribute__((target("avx512f,vpclmulqdq,sse4.2")))
+    static uint32_t klake_crc32c_fold(uint32_t crc, const uint8_t* p, size_t len) {  /* len >= 256 */
+        __m512i k256 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)klake_fold[0]));
+        __m512i k64 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)klake_fold[1]));
+        __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64), a2 = _mm512_loadu_si512(p + 128),
+                a3 = _mm512_loadu_si512(p + 192), k, f;
+        __m128i x;
+        uint64_t r;
+        a0 = _mm512_xor_si512(a0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)~crc)));
+        p += 256;
+        len -= 256;
+        while (len >= 256) {
+            a0 = KLAKE_FOLD(a0, k256, _mm512_loadu_si512(p));
+            a1 = KLAKE_FOLD(a1, k256, _mm512_loadu_si512(p + 64));
+            a2 = KLAKE_FOLD(a2, k256, _mm512_loadu_si512(p + 128));
+            a3 = KLAKE_FOLD(a3, k256, _mm512_loadu_si512(p + 192));
+            p += 256;
+            len -= 256;
+        }
+        a1 = KLAKE_FOLD(a0, k64, a1);
+        a2 = KLAKE_FOLD(a1, k64, a2);
+        a3 = KLAKE_FOLD(a2, k64, a3);
+        k = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(
+                _mm_loadu_si128((const __m128i*)klake_fold[2])),
+                _mm_loadu_si128((const __m128i*)klake_fold[3]), 1), _mm_loadu_si128((const __m128i*)klake_fold[4]), 2);
+        f = _mm512_xor_si512(_mm512_clmulepi64_epi128(a3, k, 0x00), _mm512_clmulepi64_epi128(a3, k, 0x11));
+        x = _mm_xor_si128(_mm512_extracti32x4_epi32(a3, 3), _mm512_castsi512_si128(f));
+        x = _mm_xor_si128(x, _mm_xor_si128(_mm512_extracti32x4_epi32(f, 1), _mm512_extracti32x4_epi32(f, 2)));
+        r = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+        r = _mm_crc32_u64(r, (uint64_t)_mm_extract_epi64(x, 1));
+        return klake_crc32c_hw(~(uint32_t)r, p, len);
+    }
+
+    static void klake_crc_fold_init(void) {
+        static const uint64_t by[5] = {256, 64, 48, 32, 16};
+        int i;
+        for (i = 0; i < 5; i++) {
+            klake_fold[i][0] = klake_xpow(8 * by[i] + 31);
+            klake_fold[i][1] = klake_xpow(8 * by[i] - 33);
+        }
+        klake_crc_fold = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
+    }
     #else
     static uint32_t klake_crc32c_hw(uint32_t crc, const uint8_t* next, size_t len) {
         return klake_crc32c_sw(crc, next, len);
     }
     static int klake_crc_hw_supported(void) { return 0; }
+    static int klake_crc_fold = 0;
+    static uint32_t klake_crc32c_fold(uint32_t crc, const uint8_t* p, size_t len) { return klake_crc32c_sw(crc, p, len); }
+    static void klake_crc_fold_init(void) {}
     #endif
 
     static void klake_crc_init(void) {
@@ -149,10 +216,29 @@ cdef extern from *:
         klake_crc_shift_table(klake_crc_long, KLAKE_CRC_LONG);
         klake_crc_shift_table(klake_crc_short, KLAKE_CRC_SHORT);
         klake_crc_hw = klake_crc_hw_supported();
+        if (klake_crc_hw)
+            klake_crc_fold_init();
+    }
+
+    /* the CRC-32C of (what gave `crc`) followed by `data` */
+    static inline uint32_t klake_crc32c_update(uint32_t crc, const uint8_t* data, size_t len) {
+        return klake_crc_hw ? klake_crc32c_hw(crc, data, len) : klake_crc32c_sw(crc, data, len);
+    }
+
+    /* the same, for data just written (in the cache): the folding loop where the CPU has it */
+    static inline uint32_t klake_crc32c_cached(uint32_t crc, const uint8_t* data, size_t len) {
+        if (klake_crc_fold && len >= 512)
+            return klake_crc32c_fold(crc, data, len);
+        return klake_crc32c_update(crc, data, len);
     }
 
     static inline uint32_t klake_crc32c(const uint8_t* data, size_t len) {
-        return klake_crc_hw ? klake_crc32c_hw(0, data, len) : klake_crc32c_sw(0, data, len);
+        return klake_crc32c_update(0, data, len);
+    }
+
+    /* the CRC-32C of A followed by B from crc(A), crc(B) and B's length (zlib's crc32_combine) */
+    static uint32_t klake_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+        return klake_multmodp(klake_x8n(len_b), crc_a) ^ crc_b;
     }
 
     /* Streaming (non-temporal) writes of a column's data, for outputs larger than the cache: an ordinary
@@ -217,6 +303,8 @@ cdef extern from *:
     """
     void klake_crc_init() nogil
     uint32_t klake_crc32c(const uint8_t* data, size_t len) nogil
+    uint32_t klake_crc32c_cached(uint32_t crc, const uint8_t* data, size_t len) nogil
+    uint32_t klake_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) nogil
     int klake_crc_hw
     ctypedef struct klake_stream:
         uint8_t line[64]
@@ -240,6 +328,9 @@ cdef enum:
     # stores (`klake_stream`): they are larger than this machine's 4 MiB L2 and leave the cache before anyone
     # reads them; a smaller output stays in the cache for its reader
     STREAM_FROM = 8 << 20
+    # an encode that streams its output writes the records into a buffer of this size first (in the cache:
+    # the CRC-32C reads them there), then streams the buffer to the output
+    SCRATCH = 256 << 10
 
 cdef int64_t INT32_MAX = 2147483647
 
@@ -596,6 +687,12 @@ def crc32c(data) -> int:
     return out
 
 
+def crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) -> int:
+    """CRC-32C of A followed by B, from A's CRC, B's CRC and B's length in bytes (zlib's `crc32_combine`):
+    a batch's CRC from its header's and its records' (spec 1.3), the records' computed as they were written."""
+    return klake_crc32c_combine(crc_a, crc_b, length_b)
+
+
 def crc32c_hardware() -> bool:
     """Whether `crc32c` runs on the CPU's CRC-32C instruction (SSE4.2) rather than a byte-table loop."""
     return bool(klake_crc_hw)
@@ -816,7 +913,7 @@ cdef class _BinaryColumn:
 
 def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64_t[::1] offset_delta,
                    headers=None, const int64_t[::1] batch_firsts=None, int64_t gap=0):
-    """Records in v2 wire form (spec 1.5): (offsets int64 n+1, data) with record i at
+    """Records in v2 wire form (spec 1.5): (offsets int64 n+1, data, crcs) with record i at
     `data[offsets[i]:offsets[i+1]]`: length, attributes 0, timestampDelta, offsetDelta, key, value, headers.
 
     `keys`/`values` are Arrow binary arrays (null = length -1); `headers` an Arrow
@@ -824,9 +921,13 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
     `DefaultRecord.writeTo`. Sizes are computed first, then the records are written once, in C.
 
     `batch_firsts` (ascending record indices) with `gap`: `gap` bytes are left free before each of those
-    records, so that a batch header can be written in place in front of its records (no second copy).
+    records, so that a batch header can be written in place in front of its records (no second copy);
+    `crcs` (uint32, one per batch first, else None) holds the CRC-32C of each such batch's records (up to
+    the next batch first), computed as they are written (in the cache), for the batch CRC (spec 1.3;
+    `crc32c_combine` adds the header's). An output of `STREAM_FROM` bytes or more is written with streaming
+    stores (`klake_stream`); its gaps are zeros.
     """
-    cdef int64_t n = len(keys), i, h, total = 0, body, at, hk, hv, first, last, next_gap = 0, gaps = 0
+    cdef int64_t n = len(keys), i, h, total = 0, body, at, hk, hv, first, last, next_gap = 0, gaps = 0, longest = 0
     cdef const int64_t* firsts = NULL
     if len(values) != n or timestamp_delta.shape[0] != n or offset_delta.shape[0] != n:
         raise ValueError("keys, values and deltas differ in length")
@@ -882,6 +983,7 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
                 body += 1
             body_sizes[i] = body
             total += varint_size(body) + body
+            longest = max(longest, varint_size(body) + body)
             if next_gap < gaps and firsts[next_gap] == i + 1:
                 total += gap
                 next_gap += 1
@@ -892,11 +994,83 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
     if total:
         out_view = np.frombuffer(data, np.uint8)
         out = &out_view[0]
+    crcs = _empty(gaps, np.uint32) if gaps else None
+    cdef uint32_t[::1] crc_view
+    cdef uint32_t* crc_out = NULL
+    if gaps:
+        crc_view = crcs
+        crc_out = &crc_view[0]
+    cdef klake_stream stream
+    cdef klake_stream* streaming = NULL
+    cdef uint8_t* scratch = NULL
+    scratch_buffer = None
+    cdef int64_t cap = max(longest, SCRATCH)
+    if klake_stream_ok and total >= STREAM_FROM and (<uintptr_t>out) % 64 == 0:
+        streaming = &stream
+        scratch_buffer = pa.allocate_buffer(cap)
+        scratch = <uint8_t*><uintptr_t>scratch_buffer.address
     with nogil:
-        for i in range(n):
-            at = write_varint(out, out_offsets[i], body_sizes[i])
-            _write_body(out, at, k, v, hkeys, hvalues, lists, i, timestamp_delta[i], offset_delta[i])
-    return offsets, data
+        _write_records(out, &out_offsets[0], &body_sizes[0] if n else NULL, n, k, v, hkeys, hvalues, lists,
+                       &timestamp_delta[0] if n else NULL, &offset_delta[0] if n else NULL, firsts, gaps, crc_out,
+                       streaming, scratch, cap)
+    return offsets, data, crcs
+
+
+cdef void _write_records(uint8_t* out, const int64_t* offsets, const int64_t* bodies, int64_t n, Binary* k,
+                         Binary* v, Binary* hkeys, Binary* hvalues, const int32_t* lists, const int64_t* ts,
+                         const int64_t* od, const int64_t* firsts, int64_t gaps, uint32_t* crcs,
+                         klake_stream* stream, uint8_t* scratch, int64_t cap) noexcept nogil:
+    """Record i at `out + offsets[i]`, and each batch's records' CRC-32C into `crcs` (see `encode_records`).
+    Without `stream`, records are written in place and a batch's CRC read back just after its last
+    record (from the cache). With it, records are written into `scratch` (`cap` bytes, at least the
+    largest record), whose content is added to its batch's CRC and streamed to the output when it is
+    full and at each batch's end; the output is written in order, its gaps included (as zeros)."""
+    cdef int64_t i, at, size, j = -1, next_first = 0, done = 0, used = 0
+    cdef uint32_t crc = 0
+    cdef uint8_t zeros[64]
+    memset(zeros, 0, 64)
+    for i in range(n + 1):
+        if i == n or (next_first < gaps and firsts[next_first] == i):
+            # the previous batch (or the records before the first batch, j = -1) ends before record i
+            if stream != NULL:
+                if used:
+                    if j >= 0:
+                        crc = klake_crc32c_cached(crc, scratch, <size_t>used)
+                    klake_stream_put(stream, out + done, scratch, <size_t>used)
+                    done += used
+                    used = 0
+            elif j >= 0:
+                at = offsets[i - 1] + varint_size(bodies[i - 1]) + bodies[i - 1]  # the batch's end
+                crc = klake_crc32c_cached(0, out + done, <size_t>(at - done))
+            if j >= 0:
+                crcs[j] = crc
+            if i == n:
+                break
+            j = next_first
+            next_first += 1
+            crc = 0
+            if stream != NULL:
+                while done < offsets[i]:
+                    size = min(offsets[i] - done, 64)
+                    klake_stream_put(stream, out + done, zeros, <size_t>size)
+                    done += size
+            else:
+                done = offsets[i]
+        if stream == NULL:
+            at = write_varint(out, offsets[i], bodies[i])
+            _write_body(out, at, k, v, hkeys, hvalues, lists, i, ts[i], od[i])
+        else:
+            size = varint_size(bodies[i]) + bodies[i]
+            if used + size > cap:
+                if j >= 0:
+                    crc = klake_crc32c_cached(crc, scratch, <size_t>used)
+                klake_stream_put(stream, out + done, scratch, <size_t>used)
+                done += used
+                used = 0
+            at = write_varint(scratch, used, bodies[i])
+            used = _write_body(scratch, at, k, v, hkeys, hvalues, lists, i, ts[i], od[i])
+    if stream != NULL:
+        klake_stream_end(stream, out + done)
 
 
 cdef inline int64_t _write_bytes(uint8_t* out, int64_t at, Binary* b, int64_t i, int64_t length) noexcept nogil:
