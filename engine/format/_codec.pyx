@@ -246,59 +246,55 @@ cdef extern from *:
        so copying 1 KB values into a 100 MB buffer moved each byte three times; stores that bypass the cache
        move it once. Consecutive puts fill the output in order; a line is stored once all its 64 bytes are
        known (the partial one waits in `line`), so lines are never written twice. The buffer must be
-       64-byte aligned (Arrow's are) and end with `klake_stream_end`. AVX-512BW masked loads read only
-       the bytes they are asked for (no read past `src + n`). */
+       64-byte aligned (Arrow's are) and end with `klake_stream_end`. SSE2 streaming stores (every x86-64;
+       AVX-512 ones measured no faster here); elsewhere the decoder and encoder use ordinary copies. */
     typedef struct { uint8_t line[64]; } klake_stream;
-    static int klake_stream_ok = 0;
 
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     #include <immintrin.h>
-    __attribute__((target("avx512f,avx512bw")))
+    static const int klake_stream_ok = 1;
+
+    static inline void klake_stream_line(uint8_t* dst, const uint8_t* src) {
+        __m128i a = _mm_loadu_si128((const __m128i*)src), b = _mm_loadu_si128((const __m128i*)(src + 16)),
+                c = _mm_loadu_si128((const __m128i*)(src + 32)), d = _mm_loadu_si128((const __m128i*)(src + 48));
+        _mm_stream_si128((__m128i*)dst, a);
+        _mm_stream_si128((__m128i*)(dst + 16), b);
+        _mm_stream_si128((__m128i*)(dst + 32), c);
+        _mm_stream_si128((__m128i*)(dst + 48), d);
+    }
+
     static void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) {
         size_t r = (uintptr_t)dst & 63, take;
-        __mmask64 mask;
-        __m512i line;
         if (r) {
             take = n < 64 - r ? n : 64 - r;
-            mask = (((__mmask64)1 << take) - 1) << r;
-            line = _mm512_mask_mov_epi8(_mm512_loadu_si512(s->line), mask, _mm512_maskz_loadu_epi8(mask, src - r));
+            memcpy(s->line + r, src, take);
             dst += take;
             src += take;
             n -= take;
-            if ((uintptr_t)dst & 63) {
-                _mm512_storeu_si512(s->line, line);
+            if ((uintptr_t)dst & 63)
                 return;
-            }
-            _mm512_stream_si512((void*)(dst - 64), line);
+            klake_stream_line(dst - 64, s->line);
         }
         while (n >= 64) {
-            _mm512_stream_si512((void*)dst, _mm512_loadu_si512(src));
+            klake_stream_line(dst, src);
             dst += 64;
             src += 64;
             n -= 64;
         }
         if (n)
-            _mm512_storeu_si512(s->line, _mm512_maskz_loadu_epi8(((__mmask64)1 << n) - 1, src));
+            memcpy(s->line, src, n);
     }
 
-    /* the partial last line (ordinary stores, only its bytes), then a fence: the data is in memory for
-       any thread that reads it next */
-    __attribute__((target("avx512f,avx512bw")))
     static void klake_stream_end(klake_stream* s, uint8_t* end) {
         size_t r = (uintptr_t)end & 63;
         if (r)
-            _mm512_mask_storeu_epi8(end - r, ((__mmask64)1 << r) - 1, _mm512_loadu_si512(s->line));
+            memcpy(end - r, s->line, r);
         _mm_sfence();
     }
-
-    static void klake_stream_init(void) {
-        __builtin_cpu_init();
-        klake_stream_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    }
     #else
+    static const int klake_stream_ok = 0;
     static void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) { memcpy(dst, src, n); }
     static void klake_stream_end(klake_stream* s, uint8_t* end) {}
-    static void klake_stream_init(void) {}
     #endif
     """
     void klake_crc_init() nogil
@@ -309,12 +305,10 @@ cdef extern from *:
     ctypedef struct klake_stream:
         uint8_t line[64]
     int klake_stream_ok
-    void klake_stream_init() nogil
     void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) nogil
     void klake_stream_end(klake_stream* s, uint8_t* end) nogil
 
 klake_crc_init()
-klake_stream_init()
 
 import numpy as np
 import pyarrow as pa
