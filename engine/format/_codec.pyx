@@ -246,55 +246,61 @@ cdef extern from *:
        so copying 1 KB values into a 100 MB buffer moved each byte three times; stores that bypass the cache
        move it once. Consecutive puts fill the output in order; a line is stored once all its 64 bytes are
        known (the partial one waits in `line`), so lines are never written twice. The buffer must be
-       64-byte aligned (Arrow's are) and end with `klake_stream_end`. SSE2 streaming stores (every x86-64;
-       AVX-512 ones measured no faster here); elsewhere the decoder and encoder use ordinary copies. */
+       64-byte aligned (Arrow's are) and end with `klake_stream_end`. AVX-512BW masked loads read only
+       the bytes they are asked for (no read past `src + n`); 64-byte streaming stores write whole lines
+       (SSE2's 16-byte ones, four per line, measured slower for the encoder here). Without AVX-512BW the
+       codec copies as before (`klake_stream_ok` 0). */
     typedef struct { uint8_t line[64]; } klake_stream;
+    static int klake_stream_ok = 0;
 
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     #include <immintrin.h>
-    static const int klake_stream_ok = 1;
-
-    static inline void klake_stream_line(uint8_t* dst, const uint8_t* src) {
-        __m128i a = _mm_loadu_si128((const __m128i*)src), b = _mm_loadu_si128((const __m128i*)(src + 16)),
-                c = _mm_loadu_si128((const __m128i*)(src + 32)), d = _mm_loadu_si128((const __m128i*)(src + 48));
-        _mm_stream_si128((__m128i*)dst, a);
-        _mm_stream_si128((__m128i*)(dst + 16), b);
-        _mm_stream_si128((__m128i*)(dst + 32), c);
-        _mm_stream_si128((__m128i*)(dst + 48), d);
-    }
-
+    __attribute__((target("avx512f,avx512bw")))
     static void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) {
         size_t r = (uintptr_t)dst & 63, take;
+        __mmask64 mask;
+        __m512i line;
         if (r) {
             take = n < 64 - r ? n : 64 - r;
-            memcpy(s->line + r, src, take);
+            mask = (((__mmask64)1 << take) - 1) << r;
+            line = _mm512_mask_mov_epi8(_mm512_loadu_si512(s->line), mask, _mm512_maskz_loadu_epi8(mask, src - r));
             dst += take;
             src += take;
             n -= take;
-            if ((uintptr_t)dst & 63)
+            if ((uintptr_t)dst & 63) {
+                _mm512_storeu_si512(s->line, line);
                 return;
-            klake_stream_line(dst - 64, s->line);
+            }
+            _mm512_stream_si512((void*)(dst - 64), line);
         }
         while (n >= 64) {
-            klake_stream_line(dst, src);
+            _mm512_stream_si512((void*)dst, _mm512_loadu_si512(src));
             dst += 64;
             src += 64;
             n -= 64;
         }
         if (n)
-            memcpy(s->line, src, n);
+            _mm512_storeu_si512(s->line, _mm512_maskz_loadu_epi8(((__mmask64)1 << n) - 1, src));
     }
 
+    /* the partial last line (ordinary stores, only its bytes), then a fence: the data is in memory for
+       any thread that reads it next */
+    __attribute__((target("avx512f,avx512bw")))
     static void klake_stream_end(klake_stream* s, uint8_t* end) {
         size_t r = (uintptr_t)end & 63;
         if (r)
-            memcpy(end - r, s->line, r);
+            _mm512_mask_storeu_epi8(end - r, ((__mmask64)1 << r) - 1, _mm512_loadu_si512(s->line));
         _mm_sfence();
     }
+
+    static void klake_stream_init(void) {
+        __builtin_cpu_init();
+        klake_stream_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    }
     #else
-    static const int klake_stream_ok = 0;
     static void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) { memcpy(dst, src, n); }
     static void klake_stream_end(klake_stream* s, uint8_t* end) {}
+    static void klake_stream_init(void) {}
     #endif
     """
     void klake_crc_init() nogil
@@ -305,10 +311,12 @@ cdef extern from *:
     ctypedef struct klake_stream:
         uint8_t line[64]
     int klake_stream_ok
+    void klake_stream_init() nogil
     void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) nogil
     void klake_stream_end(klake_stream* s, uint8_t* end) nogil
 
 klake_crc_init()
+klake_stream_init()
 
 import numpy as np
 import pyarrow as pa
@@ -318,10 +326,12 @@ cdef enum:
     VARLONG_MAX = 10
     MIN_RECORD_BODY = 6  # attributes + 5 one-byte varints
     SHORT_COPY = 128  # keys and values up to this size are copied by constant-size copies (`copy_bytes`)
-    # a decode whose batch regions add up to this many bytes writes its key and value columns with streaming
-    # stores (`klake_stream`): they are larger than this machine's 4 MiB L2 and leave the cache before anyone
-    # reads them; a smaller output stays in the cache for its reader
+    # an output of at least STREAM_FROM bytes, whose records average at least STREAM_RECORD bytes, is written
+    # with streaming stores (`klake_stream`): it is larger than this machine's 4 MiB L2 and leaves the cache
+    # before anyone reads it; a smaller one stays in the cache for its reader. With shorter records the
+    # writer's cost per copy outweighs the memory traffic it saves (100-byte values: no faster, decode slower)
     STREAM_FROM = 8 << 20
+    STREAM_RECORD = 512
     # an encode that streams its output writes the records into a buffer of this size first (in the cache:
     # the CRC-32C reads them there), then streams the buffer to the output
     SCRATCH = 256 << 10
@@ -479,11 +489,11 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
               const int64_t* max_timestamp, const uint8_t* log_append_time, const int64_t* crc_from,
               const uint32_t* crc_stored, Py_ssize_t batches, int32_t* rec_batch, int64_t* timestamp, int64_t* offset,
               int32_t* key_len, int32_t* key_offsets, uint8_t* key_data, int32_t* value_len,
-              int32_t* value_offsets, uint8_t* value_data, klake_stream* key_stream, klake_stream* value_stream,
-              int64_t* header_pos, int32_t* header_count, Totals* t, Failure* f) noexcept nogil:
+              int32_t* value_offsets, uint8_t* value_data, klake_stream* value_stream, int64_t* header_pos,
+              int32_t* header_count, Totals* t, Failure* f) noexcept nogil:
     """One pass over the records: frame every record, check every field, copy its key and value into
     the columns' data buffers while the record is in cache (they hold as many bytes as the regions:
-    a key or value lies inside its batch's region) and note where the headers are (a second pass copies
+    a key or value lies inside its batch's region; values through `value_stream` unless NULL) and note where the headers are (a second pass copies
     them, when there are any). Offsets are the batch's base offset plus the delta; timestamps the base
     timestamp plus the delta, or the batch's max timestamp for LogAppendTime batches (spec 1.4). Sums
     wrap as Java's longs do. A batch whose CRC is to be checked here (`check_crc`) is checked just
@@ -520,7 +530,7 @@ cdef int scan(const uint8_t** chunks, const int64_t* starts, const int64_t* ends
             status = read_varint(buf, &p, e, VARINT_MAX, &od)
             if status:
                 return varint_failure(f, b, i, start, F_OFFSET_DELTA, status, VARINT_MAX)
-            if nullable_bytes(buf, &p, e, end, key_data, &t.key_bytes, key_stream, &key_len[n], &t.key_nulls, f, b,
+            if nullable_bytes(buf, &p, e, end, key_data, &t.key_bytes, NULL, &key_len[n], &t.key_nulls, f, b,
                               i, start, F_KEY_LENGTH, M_NEGATIVE_KEY, F_KEY, M_KEY_PAST_END):
                 return 1
             key_offsets[n + 1] = <int32_t>t.key_bytes  # wraps past 2 GiB: the caller raises then
@@ -757,11 +767,11 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
     cdef uint8_t* kd = <uint8_t*><uintptr_t>key_buffer.address
     cdef uint8_t* vd = <uint8_t*><uintptr_t>value_buffer.address
     cdef const uint8_t** base = <const uint8_t**>&pointers[0] if batches else NULL
-    cdef klake_stream key_stream, value_stream
-    cdef klake_stream* ks = NULL
+    # the value column is streamed (keys are short in Kafka's use: through the cache, as copies of a few bytes)
+    cdef klake_stream value_stream
     cdef klake_stream* vs = NULL
-    if klake_stream_ok and region >= STREAM_FROM and (<uintptr_t>kd) % 64 == 0 and (<uintptr_t>vd) % 64 == 0:
-        ks = &key_stream
+    if (klake_stream_ok and region >= STREAM_FROM and region >= STREAM_RECORD * capacity
+            and (<uintptr_t>vd) % 64 == 0):
         vs = &value_stream
     t = Totals(0, 0, 0, 0, 0, 0, 0, 0, 0)
     f = Failure(0, 0, 0, 0, 0, 0, 0, 0)
@@ -771,9 +781,8 @@ def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, c
         with nogil:
             status = scan(base, &starts[0], &ends[0], &counts[0], &base_offset[0], &base_timestamp[0],
                           &max_timestamp[0], &log_append_time[0], cfrom, cstored, batches, &rb[0], &td[0], &od[0],
-                          &kl[0], &ko[0], kd, &vl[0], &vo[0], vd, ks, vs, &hp[0], &hc[0], &t, &f)
-            if ks != NULL:
-                klake_stream_end(ks, kd + t.key_bytes)
+                          &kl[0], &ko[0], kd, &vl[0], &vo[0], vd, vs, &hp[0], &hc[0], &t, &f)
+            if vs != NULL:
                 klake_stream_end(vs, vd + t.value_bytes)
     else:
         status = 0
@@ -918,8 +927,8 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
     records, so that a batch header can be written in place in front of its records (no second copy);
     `crcs` (uint32, one per batch first, else None) holds the CRC-32C of each such batch's records (up to
     the next batch first), computed as they are written (in the cache), for the batch CRC (spec 1.3;
-    `crc32c_combine` adds the header's). An output of `STREAM_FROM` bytes or more is written with streaming
-    stores (`klake_stream`); its gaps are zeros.
+    `crc32c_combine` adds the header's). An output of `STREAM_FROM` bytes or more (records of
+    `STREAM_RECORD` bytes on average) is written with streaming stores (`klake_stream`); its gaps are zeros.
     """
     cdef int64_t n = len(keys), i, h, total = 0, body, at, hk, hv, first, last, next_gap = 0, gaps = 0, longest = 0
     cdef const int64_t* firsts = NULL
@@ -999,7 +1008,7 @@ def encode_records(keys, values, const int64_t[::1] timestamp_delta, const int64
     cdef uint8_t* scratch = NULL
     scratch_buffer = None
     cdef int64_t cap = max(longest, SCRATCH)
-    if klake_stream_ok and total >= STREAM_FROM and (<uintptr_t>out) % 64 == 0:
+    if klake_stream_ok and total >= STREAM_FROM and total >= STREAM_RECORD * n and (<uintptr_t>out) % 64 == 0:
         streaming = &stream
         scratch_buffer = pa.allocate_buffer(cap)
         scratch = <uint8_t*><uintptr_t>scratch_buffer.address

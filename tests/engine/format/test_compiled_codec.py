@@ -144,9 +144,10 @@ def test_a_huge_declared_count_allocates_by_the_bytes_not_the_count(count: int) 
 
 
 def _large_log(seed: int) -> tuple[bytes, list, list]:
-    """About 10 MiB of uncompressed batches, beyond the size from which the decoder writes its key and
-    value columns with streaming stores (`STREAM_FROM` in `_codec.pyx`, 8 MiB): lengths 0-3000 bytes
-    and nulls, so that values start and end anywhere in a cache line."""
+    """About 10 MiB of uncompressed batches, beyond the size from which the decoder writes its value
+    column with streaming stores (`STREAM_FROM` in `_codec.pyx`, 8 MiB, records of 512 bytes on average,
+    on CPUs with AVX-512BW): lengths 0-3000 bytes and nulls, so that values start and end anywhere in a
+    cache line."""
     rng = np.random.default_rng(seed)
     n = 10_000
 

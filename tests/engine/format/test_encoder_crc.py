@@ -5,7 +5,8 @@ compiled encoder while they are in the cache (the folding loop on CPUs with VPCL
 otherwise), combined with the header's (`codec.crc32c_combine`). Checked against the `crc32c` package:
 every batch equals `encode_batch` of the same records (whose CRC is the package's over the whole batch)
 byte for byte, for batches of a few bytes to over 1 MiB and for outputs large enough to be streamed
-(`STREAM_FROM`, 8 MiB, in `_codec.pyx`; a record larger than the encoder's 256 KiB scratch buffer included).
+(`STREAM_FROM`, 8 MiB, in `_codec.pyx`, records of 512 bytes on average, on CPUs with AVX-512BW; a record
+larger than the encoder's 256 KiB scratch buffer included).
 """
 
 from __future__ import annotations
