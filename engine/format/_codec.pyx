@@ -44,16 +44,23 @@ cdef extern from *:
         return p;
     }
 
-    /* x^(8 * bytes) mod P: what a register becomes after `bytes` zero bytes */
-    static uint32_t klake_x8n(uint64_t bytes) {
-        uint32_t result = (uint32_t)1 << 31, base = (uint32_t)1 << 30;  /* x^0, x^1 */
-        uint64_t e = bytes * 8;
+    static uint32_t klake_x2n[64];  /* x^(2^k) mod P */
+
+    /* x^e mod P, from the powers x^(2^k) (zlib's x2nmodp) */
+    static uint32_t klake_xpow(uint64_t e) {
+        uint32_t result = (uint32_t)1 << 31;  /* x^0 */
+        int k = 0;
         while (e) {
-            if (e & 1) result = klake_multmodp(base, result);
-            base = klake_multmodp(base, base);
+            if (e & 1) result = klake_multmodp(klake_x2n[k], result);
             e >>= 1;
+            k++;
         }
         return result;
+    }
+
+    /* x^(8 * bytes) mod P: what a register becomes after `bytes` zero bytes */
+    static uint32_t klake_x8n(uint64_t bytes) {
+        return klake_xpow(bytes * 8);
     }
 
     static void klake_crc_shift_table(uint32_t table[4][256], uint64_t bytes) {
@@ -140,16 +147,6 @@ cdef extern from *:
     static uint64_t klake_fold[5][2];  /* by 256, 64, 48, 32 and 16 bytes: (first, second 8 bytes of a lane) */
     static int klake_crc_fold = 0;
 
-    static uint32_t klake_xpow(uint64_t e) {  /* x^e mod P */
-        uint32_t result = (uint32_t)1 << 31, base = (uint32_t)1 << 30;
-        while (e) {
-            if (e & 1) result = klake_multmodp(base, result);
-            base = klake_multmodp(base, base);
-            e >>= 1;
-        }
-        return result;
-    }
-
     #include <immintrin.h>
     #define KLAKE_FOLD(a, k, d) _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, k, 0x00), \
                                                            _mm512_clmulepi64_epi128(a, k, 0x11), d, 0x96)
@@ -213,6 +210,9 @@ cdef extern from *:
             for (k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ KLAKE_CRC32C_POLY : crc >> 1;
             klake_crc_bytes[n] = crc;
         }
+        klake_x2n[0] = (uint32_t)1 << 30;  /* x^1 */
+        for (k = 1; k < 64; k++)
+            klake_x2n[k] = klake_multmodp(klake_x2n[k - 1], klake_x2n[k - 1]);
         klake_crc_shift_table(klake_crc_long, KLAKE_CRC_LONG);
         klake_crc_shift_table(klake_crc_short, KLAKE_CRC_SHORT);
         klake_crc_hw = klake_crc_hw_supported();
