@@ -65,8 +65,9 @@ def encode_records(keys: pa.Array, values: pa.Array, timestamp_deltas: np.ndarra
                    headers: pa.Array | None) -> tuple[np.ndarray, pa.Buffer]:
     """Records in v2 wire form (spec 1.5), all at once: (offsets int64 n+1, bytes); record i is
     `bytes[offsets[i]:offsets[i+1]]`. Written by the compiled codec (`codec.encode_records`)."""
-    return codec_module.encode_records(keys, values, np.ascontiguousarray(timestamp_deltas, np.int64),
-                                 np.ascontiguousarray(offset_deltas, np.int64), headers)
+    offsets, data, _ = codec_module.encode_records(keys, values, np.ascontiguousarray(timestamp_deltas, np.int64),
+                                                   np.ascontiguousarray(offset_deltas, np.int64), headers)
+    return offsets, data
 
 
 def _columns(keys, values, timestamps, headers) -> tuple[pa.Array, pa.Array, np.ndarray, pa.Array | None]:
@@ -139,17 +140,17 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     jobs = list(zip(range(lengths.shape[0]), first.tolist(), lengths.tolist(), strict=True))
     if codec == compression.NONE:
         gap = V2_HEADER_SIZE
-        offsets, data = codec_module.encode_records(keys, values, ts_deltas, offset_deltas, headers, first, gap)
+        offsets, data, crcs = codec_module.encode_records(keys, values, ts_deltas, offset_deltas, headers, first, gap)
         view = memoryview(data).cast("B")  # bytes-like views compare equal to the same bytes
         ends = offsets[first + lengths] - np.append(np.full(lengths.shape[0] - 1, gap), 0)
-        return [_finish_in_place(view, int(offsets[start]) - gap, int(ends[j]), *fields(j, start, count))
-                for j, start, count in jobs]
+        return [_finish_in_place(view, int(offsets[start]) - gap, int(ends[j]), *fields(j, start, count),
+                                 records_crc=int(crcs[j])) for j, start, count in jobs]
 
     def batch(j: int, start: int, count: int) -> memoryview:
         # each batch is encoded just before it is compressed, so the compressor reads it from the cache
         # (as kafka-clients' stream does), not the whole input's records from memory after they were all written
         stop = start + count
-        offsets, data = codec_module.encode_records(
+        offsets, data, _ = codec_module.encode_records(
             keys.slice(start, count), values.slice(start, count), ts_deltas[start:stop], offset_deltas[start:stop],
             None if headers is None else headers.slice(start, count))
         packed = compression.compress_behind(codec, memoryview(data).cast("B")[:int(offsets[-1])], V2_HEADER_SIZE)
@@ -160,13 +161,20 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
 
 def _finish_in_place(view: memoryview, start: int, end: int, base_offset: int, partition_leader_epoch: int,
                      attributes: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int,
-                     producer_id: int, producer_epoch: int, base_sequence: int, count: int) -> memoryview:
+                     producer_id: int, producer_epoch: int, base_sequence: int, count: int,
+                     records_crc: int | None = None) -> memoryview:
     """A batch whose (compressed) records are already in `view[start + 61:end]`: the header is written
-    in front of them and the CRC-32C computed over [attributes, end) (spec 1.3), without copying them."""
+    in front of them and the CRC-32C computed over [attributes, end) (spec 1.3), without copying them;
+    with `records_crc` (the records' CRC-32C, taken as they were written) only the header's is computed."""
     _HEADER.pack_into(view, start, base_offset, end - start - 12, partition_leader_epoch, 2, 0, attributes,
                       last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
                       count)
-    struct.pack_into(">I", view, start + 17, crc32c.crc32c(view[start + 21:end]))
+    records = start + V2_HEADER_SIZE
+    if records_crc is None:
+        crc = crc32c.crc32c(view[start + 21:end])
+    else:
+        crc = codec_module.crc32c_combine(crc32c.crc32c(view[start + 21:records]), records_crc, end - records)
+    struct.pack_into(">I", view, start + 17, crc)
     return view[start:end]
 
 

@@ -141,3 +141,43 @@ def test_a_huge_declared_count_allocates_by_the_bytes_not_the_count(count: int) 
     struct.pack_into(">i", batch, 57, count)
     with pytest.raises(CorruptRecordError, match="declares"):
         decode_records(bytes(batch), scan_batches(bytes(batch), "big", verify_crc=False).headers, "big")
+
+
+def _large_log(seed: int) -> tuple[bytes, list, list]:
+    """About 10 MiB of uncompressed batches, beyond the size from which the decoder writes its value
+    column with streaming stores (`STREAM_FROM` in `_codec.pyx`, 8 MiB, records of 512 bytes on average,
+    on CPUs with AVX-512BW): lengths 0-3000 bytes and nulls, so that values start and end anywhere in a
+    cache line."""
+    rng = np.random.default_rng(seed)
+    n = 10_000
+
+    def column(null_share: float, longest: int) -> list:
+        lengths = np.where(rng.random(n) < 0.3, rng.integers(0, 70, n), rng.integers(0, longest + 1, n))
+        return [None if rng.random() < null_share else rng.integers(0, 256, k, dtype=np.uint8).tobytes()
+                for k in lengths]
+    keys, values = column(0.1, 200), column(0.05, 3000)
+    ts = list(range(n))
+    cuts = [0, 1, 2, 700, 3001, 3002, 5555, 9000, n]
+    data = b"".join(encode_batch(keys[a:b], values[a:b], ts[a:b], base_offset=a) for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+    return data, keys, values
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_log_larger_than_the_cache_decodes_to_its_input(seed: int) -> None:
+    data, keys, values = _large_log(seed)
+    assert len(data) > 9 << 20
+    headers = scan_batches(data, "large", verify_crc=False).headers
+    table = decode_records(data, headers, "large", verify_crc=True).to_arrow(headers)
+    assert table.column("key").combine_chunks().equals(pa.array(keys, pa.binary()))
+    assert table.column("value").combine_chunks().equals(pa.array(values, pa.binary()))
+    assert table.column("offset").to_pylist() == list(range(len(keys)))
+
+
+def test_a_bad_record_late_in_a_large_log_fails_like_the_reference() -> None:
+    data, keys, _ = _large_log(3)
+    bad = bytearray(data)
+    last = scan_batches(data, "large", verify_crc=False).headers
+    start = int(last.position[-1]) + V2_HEADER_SIZE
+    bad[start] = 0x7F  # the last batch's first record length: -64, negative
+    compiled, reference = _both(bytes(bad))
+    assert compiled is CorruptRecordError and reference is CorruptRecordError
