@@ -21,6 +21,7 @@ from engine.names import (
     validate_topic,
 )
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, scan_log_dir
+from layouts.metering import metered
 from layouts.object_layout import (
     new_segment_id,
     object_segment_keys,
@@ -155,6 +156,22 @@ def test_put_if_absent_never_overwrites(backend) -> None:
     assert read_bytes(uri, backend.options) == b"first"
     assert object_info(uri, backend.options).size == 5
     assert object_info(backend.uri("t-0", "missing"), backend.options) is None
+
+
+def test_an_object_in_parts_is_written_as_their_concatenation(backend) -> None:
+    """`Parts` (a segment's batches, not joined) make the same object as their bytes joined, counted as
+    one PUT of all of them, and a re-run compares them as one."""
+    parts = [b"batch-0 " * 3000, b"", b"b1", bytearray(b"batch-2" * 5), memoryview(b"tail")]
+    joined = b"".join(parts)
+    keys = object_segment_keys(backend.base, TopicPartition("t", 0), 0, "parts")
+    with metered() as meter:
+        write_segment(keys, parts, b"I" * 8, b"T" * 12, backend.options)
+    assert read_bytes(keys.log, backend.options) == joined
+    assert meter.bytes["written"] == len(joined) + 20 and meter.requests["PUT"] == 3
+    assert ensure_object(keys.log, parts, backend.options) is False
+    with pytest.raises(ObjectConflictError):
+        ensure_object(keys.log, [*parts[:-1], b"TAIL"], backend.options)
+    assert read_bytes(keys.log, backend.options) == joined
 
 
 def test_concurrent_put_if_absent_has_exactly_one_winner(backend) -> None:
