@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from layouts.store import StorageOptions, join, open_write, read_bytes
+from layouts.store import StorageOptions, join, open_write, read_view
 
 PIECE_SCHEMA = pa.schema([("tp", pa.int32()), ("rank", pa.int32()), ("block", pa.int64()), ("first", pa.int64()),
                           ("uri", pa.string()), ("offset", pa.int64()), ("length", pa.int64()), ("rows", pa.int64())])
@@ -114,12 +114,13 @@ def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
 
 def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -> Iterator[pa.RecordBatch]:
     """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order:
-    each piece one ranged read, its record batches decoded in place (no copy)."""
+    each piece one ranged read (a local file's range mapped, not copied: `read_view`), its record batches
+    decoded in place (no copy)."""
     for table in pieces:
         for uri, offset, length in zip(*(table.column(c).to_pylist() for c in ("uri", "offset", "length")),
                                        strict=True):
             try:
-                data = read_bytes(uri, options, offset, offset + length)
+                data = read_view(uri, offset, offset + length, options)
             except FileNotFoundError:
                 raise FileNotFoundError(f"staged rows {uri} are gone (was the staging prefix deleted?)") from None
             yield from pa.ipc.open_stream(pa.py_buffer(data))

@@ -39,6 +39,7 @@ from layouts.store import (
     object_info,
     put_if_absent,
     read_bytes,
+    read_view,
 )
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
@@ -172,6 +173,23 @@ def test_an_object_in_parts_is_written_as_their_concatenation(backend) -> None:
     with pytest.raises(ObjectConflictError):
         ensure_object(keys.log, [*parts[:-1], b"TAIL"], backend.options)
     assert read_bytes(keys.log, backend.options) == joined
+
+
+def test_read_view_holds_the_range_and_outlives_the_object(backend) -> None:
+    """`read_view` gives the bytes `read_bytes` gives for a range (a local file's mapped, at offsets that are
+    not page-aligned, past the end cut short), one GET each; a local view stays readable after the
+    file is deleted (staged rows are deleted while their last batches may still be in use)."""
+    data = bytes(range(256)) * 300
+    uri = backend.uri("staging", "x.arrow")
+    put_if_absent(uri, data, backend.options)
+    for start, end in ((0, len(data)), (5000, 70_001), (len(data) - 3, len(data) + 100), (9, 9)):
+        with metered() as meter:
+            view = read_view(uri, start, end, backend.options)
+        assert bytes(view) == read_bytes(uri, backend.options, start, min(end, len(data)))
+        assert meter.requests == {"GET": 1} and meter.bytes.get("read", 0) == len(bytes(view))
+    view = read_view(uri, 4097, 9000, backend.options)
+    delete_objects([uri], backend.options)
+    assert bytes(view) == data[4097:9000]
 
 
 def test_concurrent_put_if_absent_has_exactly_one_winner(backend) -> None:
