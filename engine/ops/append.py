@@ -134,9 +134,10 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     each chunk is appended where the previous one ended, every segment it closes is uploaded at once,
     and only the active segment stays in memory, so memory is bounded by `segment.bytes`, not by the
     partition (issue 14): a segment is kept as the batches each chunk added and written batch after batch,
-    never joined into one more copy of itself. A chunk boundary ends a batch, as a produce request does. Rejected rows are numbered
-    across the whole stream and carry the input's `carry` columns. Writing and committing are separate so that a job over many
-    partitions commits once (`engine.ops.run`); the caller holds the partition's lease.
+    never joined into one more copy of itself. A chunk boundary ends a batch, as a produce request does.
+    Rejected rows are numbered across the whole stream and carry the input's `carry` columns. Writing and
+    committing are separate so that a job over many partitions commits once (`engine.ops.run`); the caller
+    holds the partition's lease.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
