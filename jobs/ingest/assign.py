@@ -26,7 +26,7 @@ def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky: Sti
     keyed = missing & keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else missing
     chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     names = sorted(counts)
-    for topic in np.unique(topics[keyed]).tolist():
+    for topic in np.flatnonzero(np.bincount(topics[keyed], minlength=len(names))).tolist():  # topics present
         rows = keyed & (topics == topic)
         if rows.all():  # the common case: every record keyed, one topic: no copy of the keys
             chosen = partition_for_keys(keys, counts[names[topic]]).astype(np.int64)
