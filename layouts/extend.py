@@ -18,6 +18,7 @@ from fsspec.asyn import sync
 from layouts.metering import Meter, active_meters, record
 from layouts.store import (
     ObjectConflictError,
+    Parts,
     StorageOptions,
     ensure_object,
     file_io,
@@ -25,8 +26,11 @@ from layouts.store import (
     is_s3,
     normalize_uri,
     object_info,
+    parts_of,
     publish_local,
     read_bytes,
+    size_of,
+    whole,
 )
 
 S3_MIN_PART_SIZE = 5 * 1024**2  # every part of a multipart upload but the last must be >= 5 MiB
@@ -43,9 +47,9 @@ class ExtendResult:
     sent_bytes: int
 
 
-def put_extending(uri: str, data: bytes, prefix_uri: str, prefix_size: int,
+def put_extending(uri: str, data: bytes | Parts, prefix_uri: str, prefix_size: int,
                   options: StorageOptions | None = None) -> ExtendResult:
-    """Create `uri` holding `data`, whose first `prefix_size` bytes are the whole existing object
+    """Create `uri` holding `data` (whole or in `Parts`), whose first `prefix_size` bytes are the whole existing object
     `prefix_uri`, sending only the tail where the store can copy the prefix in place.
 
     Same contract as `ensure_object`: put-if-absent, `created` False if `uri` already holds exactly
@@ -57,20 +61,21 @@ def put_extending(uri: str, data: bytes, prefix_uri: str, prefix_size: int,
     prefix cannot be a part (only the last part may be smaller), so `data` goes up in one conditional
     PUT. Local: a copy of the prefix file plus the tail, linked into place like `put_if_absent`.
     """
-    if not 0 <= prefix_size <= len(data):
-        raise ValueError(f"prefix of {prefix_size} bytes for an object of {len(data)} bytes")
+    size = size_of(data)
+    if not 0 <= prefix_size <= size:
+        raise ValueError(f"prefix of {prefix_size} bytes for an object of {size} bytes")
     if is_s3(uri) and is_s3(prefix_uri) and prefix_size >= S3_MIN_PART_SIZE:
         extend = _extend_s3
     elif is_local(uri) and is_local(prefix_uri):
         extend = _extend_local
     else:
-        return ExtendResult(ensure_object(uri, data, options), 0, len(data))
+        return ExtendResult(ensure_object(uri, data, options), 0, size)
     _check_prefix_size(prefix_uri, prefix_size, options)
-    result = ExtendResult(True, prefix_size, len(data) - prefix_size)
+    result = ExtendResult(True, prefix_size, size - prefix_size)
     try:
         extend(uri, data, prefix_uri, prefix_size, options)
     except FileExistsError:
-        if read_bytes(uri, options) != data:
+        if read_bytes(uri, options) != whole(data):
             raise ObjectConflictError(f"{uri} already exists with different content") from None
         return replace(result, created=False)
     return result
@@ -85,18 +90,22 @@ def _check_prefix_size(prefix_uri: str, prefix_size: int, options: StorageOption
         raise ValueError(f"prefix object {prefix_uri} has {info.size} bytes, not {prefix_size}")
 
 
-def _extend_local(uri: str, data: bytes, prefix_uri: str, prefix_size: int,
+def _extend_local(uri: str, data: bytes | Parts, prefix_uri: str, prefix_size: int,
                   options: StorageOptions | None) -> None:
     """Copy the prefix file, append the tail, publish with put-if-absent (`FileExistsError` if taken)."""
     path, source = normalize_uri(uri), normalize_uri(prefix_uri)
-    record("PUT", written=len(data) - prefix_size)
+    record("PUT", written=size_of(data) - prefix_size)
 
     def write(out: BinaryIO) -> None:
         with open(source, "rb") as prefix:
             shutil.copyfileobj(prefix, out)
         if out.tell() != prefix_size:
             raise ValueError(f"prefix file {source} changed size while being copied")
-        out.write(memoryview(data)[prefix_size:])
+        skip = prefix_size
+        for part in parts_of(data):
+            if skip < len(part):
+                out.write(memoryview(part)[skip:])
+            skip = max(skip - len(part), 0)
 
     publish_local(path, write)
 
@@ -106,13 +115,13 @@ def _bucket_and_key(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def _extend_s3(uri: str, data: bytes, prefix_uri: str, prefix_size: int,
+def _extend_s3(uri: str, data: bytes | Parts, prefix_uri: str, prefix_size: int,
                options: StorageOptions | None) -> None:
     io = file_io(uri, options)
     bucket, key = _bucket_and_key(uri)
     source_bucket, source_key = _bucket_and_key(prefix_uri)
     upload = _Upload(io.fs, {"Bucket": bucket, "Key": key}, active_meters())
-    sync(io.fs.loop, upload.extend, data, {"Bucket": source_bucket, "Key": source_key}, prefix_size)
+    sync(io.fs.loop, upload.extend, whole(data), {"Bucket": source_bucket, "Key": source_key}, prefix_size)
     io.fs.invalidate_cache(io.path(uri))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.names import TopicPartition, validate_segment_id
 from layouts.extend import put_extending
-from layouts.store import StorageOptions, ensure_object, join
+from layouts.store import Parts, StorageOptions, ensure_object, join
 
 SEGMENT_SUFFIXES = ("log", "index", "timeindex")
 REJECTS_DIR = "_rejects"
@@ -66,12 +66,13 @@ def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
     return ObjectSegmentName(int(match["offset"]), match["segment_id"], match["suffix"])
 
 
-def write_segment(keys: SegmentKeys, log: bytes, index: bytes, timeindex: bytes,
+def write_segment(keys: SegmentKeys, log: bytes | Parts, index: bytes, timeindex: bytes,
                   options: StorageOptions | None = None, *, log_prefix_uri: str | None = None,
                   log_prefix_size: int = 0) -> None:
     """Write `.log`, then `.index`, then `.timeindex`, each put-if-absent (the commit protocol's order).
 
-    An object left by an interrupted earlier attempt is accepted if it holds the same bytes. With
+    `log` may come in parts (its batches), written one after another without joining them. An object
+    left by an interrupted earlier attempt is accepted if it holds the same bytes. With
     `log_prefix_uri` (an object holding `log[:log_prefix_size]`) the `.log` is built from it and only
     the tail is sent (`put_extending`).
     """

@@ -21,11 +21,12 @@ error chain later; `describe_error` makes any storage error one line (no ANSI es
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -46,6 +47,33 @@ sorted keys (its own directories, its own full batches)."""
 DELETE_CHUNK = 4 * S3_DELETE_BATCH
 """A thread of a bulk delete takes at least this many objects: a small delete runs in the caller's thread,
 in order."""
+
+
+Parts = Sequence[bytes]
+"""An object's bytes as consecutive parts (a segment as its batches were encoded): written part after part,
+never joined first, which would hold a second copy of a whole segment in memory (issue 14)."""
+_WHOLE = (bytes, bytearray, memoryview)
+
+
+def parts_of(data: bytes | Parts) -> Parts:
+    """`data` as its sequence of parts (one part if it is whole)."""
+    return [data] if isinstance(data, _WHOLE) else data
+
+
+def whole(data: bytes | Parts) -> bytes:
+    """`data` as one bytes object, joined only if it is in parts."""
+    return bytes(data) if isinstance(data, _WHOLE) else b"".join(data)
+
+
+def size_of(data: bytes | Parts) -> int:
+    """How many bytes `data` (whole or in parts) holds."""
+    return sum(map(len, parts_of(data)))
+
+
+def write_parts(out: BinaryIO, data: bytes | Parts) -> None:
+    """Write `data` to `out` part after part (a large part goes straight to the file, not through the
+    writer's buffer)."""
+    out.writelines(parts_of(data))
 
 
 @dataclass(frozen=True)
@@ -203,6 +231,10 @@ class FileIO:
         record("GET", read=len(data))
         return data
 
+    def read_view(self, uri: str, start: int, end: int) -> bytes | memoryview:
+        """The bytes [start, end) of an object, read (a store without files to map)."""
+        return self.read(uri, start, end)
+
     def list_objects(self, uri: str) -> list[ObjectInfo]:
         path = self.path(uri)
         record("LIST")
@@ -231,7 +263,7 @@ class FileIO:
             return None
         return self._info(path, detail)
 
-    def put_if_absent(self, uri: str, data: bytes) -> None:
+    def put_if_absent(self, uri: str, data: bytes | Parts) -> None:
         raise ValueError(f"put-if-absent is implemented for s3:// and local paths, not {uri!r}")
 
     def check_access(self, uri: str, write: bool) -> None:
@@ -296,9 +328,23 @@ class LocalFileIO(FileIO):
     def path(self, uri: str) -> str:
         return os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
 
-    def put_if_absent(self, uri: str, data: bytes) -> None:
-        record("PUT", written=len(data))
-        publish_local(self.path(uri), lambda out: out.write(data))
+    def read_view(self, uri: str, start: int, end: int) -> bytes | memoryview:
+        """The bytes [start, end) of the file, mapped (pages of the page cache, populated at once), not
+        copied; the mapping lives as long as the view or anything made from it."""
+        with open(self.path(uri), "rb") as file:
+            end = min(end, os.fstat(file.fileno()).st_size)
+            if end <= start:
+                record("GET")
+                return b""
+            at = start - start % mmap.ALLOCATIONGRANULARITY
+            mapped = mmap.mmap(file.fileno(), end - at, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                               prot=mmap.PROT_READ, offset=at)
+        record("GET", read=end - start)
+        return memoryview(mapped)[start - at:]
+
+    def put_if_absent(self, uri: str, data: bytes | Parts) -> None:
+        record("PUT", written=size_of(data))
+        publish_local(self.path(uri), lambda out: write_parts(out, data))
 
     def check_access(self, uri: str, write: bool) -> None:
         """To write, the path must be a directory or creatable as one: its nearest existing ancestor is
@@ -359,9 +405,9 @@ class S3FileIO(FileIO):
     def uri(self, path: str) -> str:
         return "s3://" + path
 
-    def put_if_absent(self, uri: str, data: bytes) -> None:
-        record("PUT", written=len(data))
-        self.fs.pipe_file(self.path(uri), data, mode="create")
+    def put_if_absent(self, uri: str, data: bytes | Parts) -> None:
+        record("PUT", written=size_of(data))
+        self.fs.pipe_file(self.path(uri), whole(data), mode="create")
 
     def check_access(self, uri: str, write: bool) -> None:
         """One LIST of at most one key under `uri`: it proves the credentials, the endpoint and the bucket.
@@ -440,6 +486,14 @@ def read_bytes(uri: str, options: StorageOptions | None = None, start: int | Non
     return file_io(uri, options).read(uri, start, end)
 
 
+def read_view(uri: str, start: int, end: int, options: StorageOptions | None = None) -> bytes | memoryview:
+    """The byte range [start, end) of an object, without a copy where it can be had without one: a local
+    file's range is memory-mapped (a read-only view), any other object's is read (one ranged GET). For
+    data read once and dropped soon (an append's staged rows, issue 14): the view keeps the file's pages
+    mapped while it or anything made from it lives."""
+    return file_io(uri, options).read_view(uri, start, end)
+
+
 def check_access(uri: str, options: StorageOptions | None = None, write: bool = False) -> None:
     """Fail fast, with one line naming the bucket or path, if `uri` cannot be reached (S3: credentials,
     endpoint, bucket; one LIST) or, with `write`, not created (local: an ancestor is a file or read-only)."""
@@ -513,8 +567,9 @@ def object_info(uri: str, options: StorageOptions | None = None) -> ObjectInfo |
     return file_io(uri, options).info(uri)
 
 
-def put_if_absent(uri: str, data: bytes, options: StorageOptions | None = None) -> None:
-    """Create the object `uri` holding `data`; raise `FileExistsError` if it already exists.
+def put_if_absent(uri: str, data: bytes | Parts, options: StorageOptions | None = None) -> None:
+    """Create the object `uri` holding `data` (whole or in `Parts`); raise `FileExistsError` if it already
+    exists.
 
     S3: one PUT with `If-None-Match: *` (conditional write). Local: write a temporary file beside the
     target, then `os.link` it to the final name, which is atomic and fails if the name exists, so
@@ -599,7 +654,7 @@ class ObjectConflictError(FileExistsError):
     """An object already exists under a key with different bytes than the ones to be written."""
 
 
-def ensure_object(uri: str, data: bytes, options: StorageOptions | None = None) -> bool:
+def ensure_object(uri: str, data: bytes | Parts, options: StorageOptions | None = None) -> bool:
     """Create `uri` with `data` (put-if-absent); True if created, False if it already held exactly `data`.
 
     This makes re-running an interrupted writer idempotent without ever overwriting an object: an
@@ -608,7 +663,7 @@ def ensure_object(uri: str, data: bytes, options: StorageOptions | None = None) 
     try:
         put_if_absent(uri, data, options)
     except FileExistsError:
-        if read_bytes(uri, options) != data:
+        if read_bytes(uri, options) != whole(data):
             raise ObjectConflictError(f"{uri} already exists with different content") from None
         return False
     return True

@@ -1159,3 +1159,50 @@ def plan_batches(const int64_t[::1] fixed, const int64_t[::1] ts, int64_t limit,
             count += 1
             start = i
     return lengths[:count].copy()
+
+
+# ------------------------------------------------------------------------------------------ partitioning
+
+
+def murmur2(keys):
+    """Kafka's `Utils.murmur2` (seed 0x9747b28c, m 0x5bd1e995, r 24) of every element of an Arrow binary
+    array, as a uint32 numpy array; a null key hashes as an empty one. 4-byte little-endian words, then
+    the 1-3 tail bytes (Java's switch falls through), then the final mix, in uint32 arithmetic that
+    wraps as Java's int does."""
+    cdef int64_t n = len(keys), i, j, length, tail
+    cdef _BinaryColumn column = _BinaryColumn(keys)
+    cdef Binary* b = &column.view
+    cdef const uint8_t* p
+    cdef uint32_t h, k
+    cdef uint32_t m = 0x5BD1E995, seed = 0x9747B28C
+    hashes = np.empty(n, np.uint32)
+    cdef uint32_t[::1] out = hashes
+    with nogil:
+        for i in range(n):
+            length = binary_length(b, i)
+            if length < 0:
+                length = 0
+            h = seed ^ <uint32_t>length
+            if length:
+                p = b.data + b.offsets[i]
+                for j in range(0, length & ~3, 4):
+                    k = (<uint32_t>p[j] | (<uint32_t>p[j + 1] << 8) | (<uint32_t>p[j + 2] << 16)
+                         | (<uint32_t>p[j + 3] << 24))
+                    k *= m
+                    k ^= k >> 24
+                    k *= m
+                    h *= m
+                    h ^= k
+                tail = length & ~3
+                if length & 3 == 3:
+                    h ^= <uint32_t>p[tail + 2] << 16
+                if length & 3 >= 2:
+                    h ^= <uint32_t>p[tail + 1] << 8
+                if length & 3 >= 1:
+                    h ^= <uint32_t>p[tail]
+                    h *= m
+            h ^= h >> 13
+            h *= m
+            h ^= h >> 15
+            out[i] = h
+    return hashes

@@ -102,7 +102,7 @@ class AppendCounters:
 class ActiveOutput:
     """The active segment after the append: bytes from `start_position` (0 unless resumed without its
     bytes) as the batches written (`pieces`, not joined: a streamed append keeps adding to them and
-    joins the segment once, when it writes it), its indexes as they stand (no final time entry: it is
+    writes the segment from them), its indexes as they stand (no final time entry: it is
     still active) and its resume state."""
 
     base_offset: int
@@ -229,7 +229,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     counts = rejects.counts()
     written = _Written(log_end_offset, lengths, max_ts, np.full(rows.shape[0], lat) if lat is not None else ts[rows],
                        "CreateTime" if lat is None else "LogAppendTime", min_ts, resume_summary)
-    summaries = [written.summary(s.base_offset, s.next_offset, s.start_position + len(s.log), s.max_timestamp,
+    summaries = [written.summary(s.base_offset, s.next_offset, s.size, s.max_timestamp,
                                  s.offset_of_max_timestamp) for s in writer.closed]
     summaries.append(written.summary(active.base_offset, active.next_offset, active.size,
                                      active.indexer.max_timestamp, active.indexer.offset_of_max_timestamp))

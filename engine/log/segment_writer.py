@@ -60,14 +60,24 @@ class Append:
 @dataclass
 class ClosedSegment:
     base_offset: int
-    log: bytes
+    chunks: list[bytes]  # its bytes as the appends wrote them; stored as parts, never joined (`log` joins)
     index: bytes
     timeindex: bytes
     max_timestamp: int
     offset_of_max_timestamp: int
     next_offset: int
     rolled_because: str | None
-    start_position: int = 0  # `log` holds the segment's bytes from here (> 0: resumed without its bytes)
+    start_position: int = 0  # `chunks` hold the segment's bytes from here (> 0: resumed without its bytes)
+
+    @property
+    def log(self) -> bytes:
+        """The segment's bytes (from `start_position`) in one piece."""
+        return b"".join(self.chunks)
+
+    @property
+    def size(self) -> int:
+        """The segment's size in bytes, `start_position` included."""
+        return self.start_position + sum(map(len, self.chunks))
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,7 @@ class ActiveSegment:
 
     def close(self, rolled_because: str | None) -> ClosedSegment:
         offsets, times = self.indexer.close()
-        return ClosedSegment(self.base_offset, b"".join(self.chunks), offsets.to_bytes(), times.to_bytes(),
+        return ClosedSegment(self.base_offset, self.chunks, offsets.to_bytes(), times.to_bytes(),
                              self.indexer.max_timestamp, self.indexer.offset_of_max_timestamp, self.next_offset,
                              rolled_because, self.start_position)
 

@@ -35,7 +35,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.versions import store_segment_version
-from layouts.store import StorageOptions, normalize_uri, read_bytes
+from layouts.store import Parts, StorageOptions, normalize_uri, read_bytes
 
 
 @dataclass
@@ -97,15 +97,15 @@ def last_log_append_time(rows: Sequence[SegmentRow], config: TopicConfig) -> int
     return max((r.largest_timestamp for r in rows), default=None)
 
 
-def _whole(pieces: list[bytes], log: bytes, start_position: int) -> bytes:
-    """A segment's whole log: what the chunks before this one wrote to it (`pieces`, when the writer
-    continued it from `start_position`), then `log`."""
+def _whole(pieces: list[bytes], chunks: list[bytes], start_position: int) -> list[bytes]:
+    """A segment's whole log, in parts: what the chunks before this one wrote to it (`pieces`, when the
+    writer continued it from `start_position`), then `chunks`."""
     if not start_position:
-        return log
+        return chunks
     if sum(map(len, pieces)) != start_position:
         raise ValueError(f"the pieces of the continued segment hold {sum(map(len, pieces))} bytes, "
                          f"not {start_position}")
-    return b"".join([*pieces, log])
+    return [*pieces, *chunks]
 
 
 def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
@@ -133,10 +133,11 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     `records` is one table or a stream of them (consecutive chunks of the partition's input, in order):
     each chunk is appended where the previous one ended, every segment it closes is uploaded at once,
     and only the active segment stays in memory, so memory is bounded by `segment.bytes`, not by the
-    partition (issue 14): the active segment is kept as the pieces each chunk added, joined once when it
-    is written. A chunk boundary ends a batch, as a produce request does. Rejected rows are numbered
-    across the whole stream and carry the input's `carry` columns. Writing and committing are separate so that a job over many
-    partitions commits once (`engine.ops.run`); the caller holds the partition's lease.
+    partition (issue 14): a segment is kept as the batches each chunk added and written batch after batch,
+    never joined into one more copy of itself. A chunk boundary ends a batch, as a produce request does.
+    Rejected rows are numbered across the whole stream and carry the input's `carry` columns. Writing and
+    committing are separate so that a job over many partitions commits once (`engine.ops.run`); the caller
+    holds the partition's lease.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
@@ -149,7 +150,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     # extending its .log object server-side (only the new bytes are uploaded)
     previous = {active.base_offset: active} if active is not None else {}
 
-    def store(base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState,
+    def store(base: int, log: Parts, index: bytes, timeindex: bytes, state: SegmentState,
               summary: SegmentSummary) -> SegmentRow:
         old = previous.get(base)
         return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
@@ -167,7 +168,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
                                 last_log_append_time=last_append, resume=resume, resume_summary=resumed,
                                 segment_key=str(tp), batch_bytes=batch_bytes, carry=carry)
         for seg, summary in zip(result.closed, result.summaries, strict=False):
-            log = _whole(pieces, seg.log, seg.start_position)
+            log = _whole(pieces, seg.chunks, seg.start_position)
             new_rows.append(store(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
         act = result.active
         pieces = [*pieces, *act.pieces] if act.start_position else list(act.pieces)
@@ -183,7 +184,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     if counters.records_accepted == 0:
         return PartitionStep(outcome)
     act = result.active
-    new_rows.append(store(act.base_offset, b"".join(pieces), act.offset_index.to_bytes(), act.time_index.to_bytes(),
+    new_rows.append(store(act.base_offset, pieces, act.offset_index.to_bytes(), act.time_index.to_bytes(),
                           SegmentState.ACTIVE, result.summaries[-1]))
     outcome.segments_written = [r.log_key for r in new_rows]
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))

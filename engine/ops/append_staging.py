@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from layouts.store import StorageOptions, join, open_write, read_bytes
+from layouts.store import StorageOptions, join, open_write, read_view
 
 PIECE_SCHEMA = pa.schema([("tp", pa.int32()), ("rank", pa.int32()), ("block", pa.int64()), ("first", pa.int64()),
                           ("uri", pa.string()), ("offset", pa.int64()), ("length", pa.int64()), ("rows", pa.int64())])
@@ -63,11 +63,11 @@ class RowStager:
     def _flush(self) -> None:
         if not self._buffered:
             return
-        table = pa.Table.from_batches(self._buffered).combine_chunks()
+        table = pa.Table.from_batches(self._buffered)  # not combined: the sort's take is its one copy
         self._buffered, self._size = [], 0
         tps = table.column("_tp").to_numpy()
         if (tps[1:] < tps[:-1]).any():
-            table = table.take(pa.array(np.argsort(tps, kind="stable")))
+            table = table.take(pa.array(_partition_order(tps)))
         keys = np.stack([table.column(c).to_numpy().astype(np.int64) for c in ("_tp", "_rank", "_block")])
         starts = np.concatenate([[0], np.flatnonzero((keys[:, 1:] != keys[:, :-1]).any(axis=0)) + 1])
         ends = np.append(starts[1:], table.num_rows)
@@ -77,13 +77,12 @@ class RowStager:
         uri = join(self.prefix, f"{uuid.uuid4().hex}.arrow")
         stored = table.drop_columns(["_block"])
         lengths = []
-        with open_write(uri, self.options) as out:
+        with open_write(uri, self.options) as out:  # each piece's IPC stream straight into the object, no copy
             for start, stop in cuts:
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, stored.schema) as writer:
+                before = out.tell()
+                with pa.ipc.new_stream(out, stored.schema) as writer:
                     writer.write_table(stored.slice(start, stop - start), max_chunksize=stop - start)
-                lengths.append(sink.tell())
-                out.write(sink.getvalue())
+                lengths.append(out.tell() - before)
         firsts = np.array([s for s, _ in cuts], np.int64)
         self._pieces.append(pa.table({
             "tp": pa.array(keys[0, firsts], pa.int32()), "rank": pa.array(keys[1, firsts], pa.int32()),
@@ -92,6 +91,12 @@ class RowStager:
             "uri": pa.array([uri] * len(cuts), pa.string()),
             "offset": pa.array(np.cumsum(lengths) - lengths, pa.int64()), "length": pa.array(lengths, pa.int64()),
             "rows": pa.array([e - s for s, e in cuts], pa.int64())}, schema=PIECE_SCHEMA))
+
+
+def _partition_order(tps: np.ndarray) -> np.ndarray:
+    """The stable order of rows by their `_tp` values (non-negative): numpy's stable sort is a radix sort
+    for integers of 16 bits or less, several times faster than its merge sort of int32 values."""
+    return np.argsort(tps.astype(np.uint16) if tps.max(initial=0) < 2**16 else tps, kind="stable")
 
 
 def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
@@ -109,12 +114,13 @@ def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
 
 def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -> Iterator[pa.RecordBatch]:
     """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order:
-    each piece one ranged read, its record batches decoded in place (no copy)."""
+    each piece one ranged read (a local file's range mapped, not copied: `read_view`), its record batches
+    decoded in place (no copy)."""
     for table in pieces:
         for uri, offset, length in zip(*(table.column(c).to_pylist() for c in ("uri", "offset", "length")),
                                        strict=True):
             try:
-                data = read_bytes(uri, options, offset, offset + length)
+                data = read_view(uri, offset, offset + length, options)
             except FileNotFoundError:
                 raise FileNotFoundError(f"staged rows {uri} are gone (was the staging prefix deleted?)") from None
             yield from pa.ipc.open_stream(pa.py_buffer(data))

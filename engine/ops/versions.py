@@ -10,15 +10,16 @@ from engine.catalog.schema import FORMAT_VERSION, Layout, SegmentRow, SegmentSta
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.names import TopicPartition
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
-from layouts.store import StorageOptions
+from layouts.store import Parts, StorageOptions, size_of, whole
 
 
-def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes, index: bytes,
+def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes | Parts, index: bytes,
                           timeindex: bytes, state: SegmentState, job_id: str, created_at_ms: int | None,
                           options: StorageOptions | None, *, log_start_offset: int = -1, cleaned: bool = False,
                           summary: SegmentSummary | None = None, extends: SegmentRow | None = None,
                           min_timestamp: int = 0) -> SegmentRow:
-    """Write the segment's objects and return its row (not committed).
+    """Write the segment's objects and return its row (not committed). `log` may be in parts (written
+    without being joined: `layouts.store.Parts`).
 
     `extends` is an earlier version of the same segment whose `.log` is a byte prefix of `log` (an
     append to the ACTIVE segment): the new `.log` is then built from that object in place, so only the
@@ -31,20 +32,20 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
     write_segment(keys, log, index, timeindex, options,
                   log_prefix_uri=extends.log_key if extends is not None else None,
                   log_prefix_size=extends.size_bytes if extends is not None else 0)
-    summary = summary or summarize_segment(log, base_offset, keys.log, min_timestamp)
+    summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp)
     row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms,
                       index_size_bytes=len(index), timeindex_size_bytes=len(timeindex))
     return replace(row, log_start_offset=log_start_offset, cleaned=cleaned)
 
 
-def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, log: bytes) -> None:
+def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, log: bytes | Parts) -> None:
     """Cheap checks that `extends` is an earlier version of this segment; its bytes are the caller's word
     (comparing them would mean reading the whole object, which is what extending avoids)."""
     if (extends.topic, extends.partition, extends.base_offset) != (tp.topic, tp.partition, base_offset):
         raise ValueError(f"segment {extends.log_key} is not a version of {tp} segment {base_offset}")
-    if extends.size_bytes > len(log):
+    if extends.size_bytes > size_of(log):
         raise ValueError(f"segment {extends.log_key} has {extends.size_bytes} bytes, more than the "
-                         f"{len(log)} bytes of the version extending it")
+                         f"{size_of(log)} bytes of the version extending it")
 
 
 def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,

@@ -13,19 +13,26 @@ from engine.errors import KlakeError
 from engine.format.partitioner import murmur2, partition_for_keys
 
 
-def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky: StickyAssigner) -> pa.RecordBatch:
+def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky: StickyAssigner,
+                      topics: np.ndarray) -> pa.RecordBatch:
     """`batch` with every missing partition filled (module docstring): keyed records get Kafka's murmur2
-    partition (`engine.format.partitioner`), records with neither key nor partition the task's sticky runs."""
+    partition (`engine.format.partitioner`), records with neither key nor partition the task's sticky runs.
+    `topics` is each record's topic as its place in `sorted(counts)` (`topic_index`)."""
     partition = batch.column("partition")
     if not partition.null_count:
         return batch
     missing = partition.is_null().to_numpy(zero_copy_only=False)
-    keyed = missing & batch.column("key").is_valid().to_numpy(zero_copy_only=False)
+    keys = batch.column("key")
+    keyed = missing & keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else missing
     chosen = partition.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    topics = batch.column("topic")
-    for topic in pc.unique(topics.filter(pa.array(keyed))).to_pylist():
-        rows = np.flatnonzero(keyed & pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-        chosen[rows] = partition_for_keys(batch.column("key").take(pa.array(rows)), counts[topic])
+    names = sorted(counts)
+    for topic in np.flatnonzero(np.bincount(topics[keyed], minlength=len(names))).tolist():  # topics present
+        rows = keyed & (topics == topic)
+        if rows.all():  # the common case: every record keyed, one topic: no copy of the keys
+            chosen = partition_for_keys(keys, counts[names[topic]]).astype(np.int64)
+        else:
+            at = np.flatnonzero(rows)
+            chosen[at] = partition_for_keys(keys.take(pa.array(at)), counts[names[topic]])
     neither = np.flatnonzero(missing & ~keyed)
     if neither.size:
         chosen[neither] = sticky.choose(batch.take(pa.array(neither)))

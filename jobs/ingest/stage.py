@@ -47,7 +47,7 @@ class Stager:
                         batch = batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics), pa.string())))
                     if batch.num_rows:
                         topics = topic_index(batch, self.counts, self.files)
-                        staged = with_tp(assign_partitions(batch, self.counts, sticky), self.counts, topics)
+                        staged = with_tp(assign_partitions(batch, self.counts, sticky, topics), self.counts, topics)
                         stager.add(staged.drop_columns(["topic"]))
                 pieces = stager.finish()
             except KlakeError as exc:

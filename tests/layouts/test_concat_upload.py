@@ -91,6 +91,22 @@ def test_content_is_prefix_plus_tail(backend: Backend, prefix_size: int, tail_si
         assert _leftovers(backend, uri) == []
 
 
+@pytest.mark.parametrize("cuts", [[6 * MIB], [100, 6 * MIB - 7, 6 * MIB + 3], [6 * MIB + 70_000]])
+def test_data_in_parts_makes_the_same_object(backend: Backend, cuts: list[int]) -> None:
+    """The new object given as `Parts` (cut before, at or after the prefix's end) holds their concatenation,
+    and only the tail is sent."""
+    prefix_uri, data = _with_prefix(backend, 6 * MIB, 70_000)
+    bounds = [0, *cuts, len(data)]
+    parts = [data[start:end] for start, end in zip(bounds, bounds[1:], strict=False)]
+    uri = backend.uri("p", "new.log")
+    with metered() as meter:
+        result = put_extending(uri, parts, prefix_uri, 6 * MIB, backend.options)
+    assert read_bytes(uri, backend.options) == data
+    assert (result.created, result.copied_bytes, result.sent_bytes) == (True, 6 * MIB, 70_000)
+    assert meter.bytes["written"] == 70_000
+    assert not put_extending(uri, parts, prefix_uri, 6 * MIB, backend.options).created
+
+
 def test_s3_sends_only_the_tail(s3_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     prefix_uri, data = _with_prefix(s3_backend, 6 * MIB, 70_000)
     uri = s3_backend.uri("p", "new.log")
@@ -200,6 +216,10 @@ def test_store_segment_version_extends_the_previous_version(backend: Backend) ->
     assert read_bytes(extended.index_key, backend.options) == index
     assert read_bytes(extended.timeindex_key, backend.options) == timeindex
     assert (extended.size_bytes, extended.record_count, extended.next_offset) == (len(second_log), 18, 18)
+    in_parts = store_segment_version(backend.base, TP, 0, second.pieces, index, timeindex, SegmentState.ACTIVE,
+                                     "job-2", NOW, backend.options, extends=row)  # the batches, not joined
+    assert read_bytes(in_parts.log_key, backend.options) == second_log
+    assert (in_parts.size_bytes, in_parts.record_count) == (len(second_log), 18)
     with pytest.raises(ValueError):
         store_segment_version(backend.base, TP, 5, second_log, index, timeindex, SegmentState.ACTIVE,
                               "job-3", NOW, backend.options, extends=row)

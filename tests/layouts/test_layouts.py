@@ -21,6 +21,7 @@ from engine.names import (
     validate_topic,
 )
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, scan_log_dir
+from layouts.metering import metered
 from layouts.object_layout import (
     new_segment_id,
     object_segment_keys,
@@ -38,6 +39,7 @@ from layouts.store import (
     object_info,
     put_if_absent,
     read_bytes,
+    read_view,
 )
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
@@ -155,6 +157,39 @@ def test_put_if_absent_never_overwrites(backend) -> None:
     assert read_bytes(uri, backend.options) == b"first"
     assert object_info(uri, backend.options).size == 5
     assert object_info(backend.uri("t-0", "missing"), backend.options) is None
+
+
+def test_an_object_in_parts_is_written_as_their_concatenation(backend) -> None:
+    """`Parts` (a segment's batches, not joined) make the same object as their bytes joined, counted as
+    one PUT of all of them, and a re-run compares them as one."""
+    parts = [b"batch-0 " * 3000, b"", b"b1", bytearray(b"batch-2" * 5), memoryview(b"tail")]
+    joined = b"".join(parts)
+    keys = object_segment_keys(backend.base, TopicPartition("t", 0), 0, "parts")
+    with metered() as meter:
+        write_segment(keys, parts, b"I" * 8, b"T" * 12, backend.options)
+    assert read_bytes(keys.log, backend.options) == joined
+    assert meter.bytes["written"] == len(joined) + 20 and meter.requests["PUT"] == 3
+    assert ensure_object(keys.log, parts, backend.options) is False
+    with pytest.raises(ObjectConflictError):
+        ensure_object(keys.log, [*parts[:-1], b"TAIL"], backend.options)
+    assert read_bytes(keys.log, backend.options) == joined
+
+
+def test_read_view_holds_the_range_and_outlives_the_object(backend) -> None:
+    """`read_view` gives the bytes `read_bytes` gives for a range (a local file's mapped, at offsets that are
+    not page-aligned, past the end cut short), one GET each; a local view stays readable after the
+    file is deleted (staged rows are deleted while their last batches may still be in use)."""
+    data = bytes(range(256)) * 300
+    uri = backend.uri("staging", "x.arrow")
+    put_if_absent(uri, data, backend.options)
+    for start, end in ((0, len(data)), (5000, 70_001), (len(data) - 3, len(data) + 100), (9, 9)):
+        with metered() as meter:
+            view = read_view(uri, start, end, backend.options)
+        assert bytes(view) == read_bytes(uri, backend.options, start, min(end, len(data)))
+        assert meter.requests == {"GET": 1} and meter.bytes.get("read", 0) == len(bytes(view))
+    view = read_view(uri, 4097, 9000, backend.options)
+    delete_objects([uri], backend.options)
+    assert bytes(view) == data[4097:9000]
 
 
 def test_concurrent_put_if_absent_has_exactly_one_winner(backend) -> None:

@@ -31,3 +31,13 @@ def test_partition_for_keys_positive_modulo_and_null_keys() -> None:
     parts = partition_for_keys(keys, 7).tolist()
     expected = [(kafka_murmur2(k) & 0x7FFFFFFF) % 7 for k in (b"21", b"foobar", b"")]
     assert parts == [expected[0], -1, expected[1], expected[2]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=300)), min_size=2, max_size=60), st.integers(0, 10))
+def test_murmur2_of_a_sliced_column_with_nulls_matches_kafka(keys: list[bytes | None], skip: int) -> None:
+    """The compiled hash reads an Arrow slice (offset into the buffers) and its validity bitmap: a null
+    key hashes as an empty one."""
+    column = pa.array([b"x" * 7] * skip + keys, pa.binary()).slice(skip)
+    assert murmur2(column).tolist() == [kafka_murmur2(k or b"") & 0xFFFFFFFF for k in keys]
+    assert murmur2(column.cast(pa.large_binary())).tolist() == murmur2(column).tolist()
