@@ -48,7 +48,13 @@ def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool 
                 # glibc raises its mmap threshold after each large free, so the tasks' many-MB buffers (staged
                 # rows, segments) land on the heap, which it does not give back: a fixed 1 MiB threshold keeps
                 # a Python worker's memory to what it holds (issue 14's bound; Dask's workers set the same knob)
-                "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": str(1 << 20), **config.spark_conf}
+                "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": str(1 << 20),
+                # Spark keeps one pool of Python workers per environment, and its SQL runners (`mapInArrow`) add
+                # this variable where its RDD runners do not: so a job's RDD stage (an append's partition tasks,
+                # `spark_execute`) started its workers cold again after its SQL stage, seconds per worker. With
+                # it in every task's environment both stages share warm workers (and RDD tasks get the same
+                # short tracebacks as SQL's)
+                "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1", **config.spark_conf}
     if not under_spark_submit():
         builder = builder.master(master)
         logging = (f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} "  # read by the JVM this process
