@@ -58,6 +58,13 @@ def object_segment_keys(root: str, tp: TopicPartition, base_offset: int, segment
     return SegmentKeys(log=f"{stem}.log", index=f"{stem}.index", timeindex=f"{stem}.timeindex")
 
 
+def batch_index_key(log_key: str) -> str:
+    """The klake `.batchindex` object beside a segment's `.log` (`engine.index.batch_index`)."""
+    if not log_key.endswith(".log"):
+        raise ValueError(f"{log_key} is not a .log key")
+    return f"{log_key[:-4]}.batchindex"
+
+
 def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
     """Parse `{base_offset:020d}-{segment_id}.{suffix}`; None for any other file name."""
     match = _OBJECT_NAME_RE.fullmatch(name)

@@ -146,11 +146,6 @@ def segment_info(segment: SourceSegment, headers: BatchHeaders | None = None) ->
         is_active=segment.is_active, last_modified_ms=segment.last_modified_ms)
 
 
-def _concat_headers(parts: Sequence[BatchHeaders]) -> BatchHeaders:
-    return BatchHeaders(**{name: np.concatenate([getattr(p, name) for p in parts])
-                           for name in BatchHeaders.__dataclass_fields__})
-
-
 @dataclass
 class _Round:
     """Decoded state of the segments a round may touch (a prefix of the partition's segments)."""
@@ -173,7 +168,7 @@ def clean_log(segments: Sequence[SourceSegment], config: TopicConfig, now_ms: in
                           last_stable_offset=last_stable_offset, high_watermark=high_watermark)
     if rng.cleanable_bytes == 0:
         return CleanResult(rng, rng.first_dirty_offset, rng.first_dirty_offset, False)
-    all_headers = _concat_headers(scans)
+    all_headers = BatchHeaders.concat(scans)
     ctype = np.concatenate([control_types(s.log, h, s.source) for s, h in zip(segments, scans, strict=True)])
     txn = transaction_state(all_headers, ctype, now_ms, producer_expiration_ms)
     reach = [i for i, info in enumerate(infos) if info.base_offset < rng.round_end]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import crc32c
@@ -98,6 +99,11 @@ class BatchHeaders:
     def take(self, index: np.ndarray | slice) -> BatchHeaders:
         """A subset of the batches, keeping their order."""
         return BatchHeaders(**{name: getattr(self, name)[index] for name in _COLUMNS})
+
+    @staticmethod
+    def concat(parts: Sequence[BatchHeaders]) -> BatchHeaders:
+        """The batches of several scans, in order (positions stay as each scan gave them)."""
+        return BatchHeaders(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS})
 
 
 _COLUMNS = tuple(BatchHeaders.__dataclass_fields__)
