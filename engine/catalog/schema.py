@@ -17,6 +17,8 @@ Two columns carry the sidecars' byte lengths (`index_size_bytes`, `timeindex_siz
 the `.log`'s), so that a lookup's first ranged GET of a sidecar larger than a page is the page its
 search needs, with no request for the size first (`engine.ops.stored_segment`). Rows of a catalog
 written before these columns existed read them as null: unknown, and the size is found as before.
+A third, `batchindex_size_bytes`, is the length of klake's own `.batchindex` beside the `.log`
+(`engine.index.batch_index`); null: the segment has none (it did not pay, or the row is older).
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ CATALOG_SCHEMA = pa.schema([
     pa.field("cleaned", pa.bool_(), nullable=False),
     pa.field("index_size_bytes", pa.int64(), nullable=True),
     pa.field("timeindex_size_bytes", pa.int64(), nullable=True),
+    pa.field("batchindex_size_bytes", pa.int64(), nullable=True),
 ])
-SIDECAR_SIZE_COLUMNS = ("index_size_bytes", "timeindex_size_bytes")
+SIDECAR_SIZE_COLUMNS = ("index_size_bytes", "timeindex_size_bytes", "batchindex_size_bytes")
 """Added after the first catalogs were written: nullable, and added to an older catalog's schema by its
 next commit (`engine.ops.catalog_table`)."""
 COLUMNS = tuple(CATALOG_SCHEMA.names)
@@ -139,6 +142,7 @@ class SegmentRow:
     cleaned: bool = False
     index_size_bytes: int | None = None
     timeindex_size_bytes: int | None = None
+    batchindex_size_bytes: int | None = None
 
     @property
     def ref(self) -> SegmentRef:
