@@ -2,9 +2,9 @@
 
 It finds (1) orphans: object-layout segment objects under the root that no live catalog row
 references, older than a grace period, (2) live rows whose objects are missing or of another size
-than the row records (the `.log`'s, and the sidecars' where the row has them; a row's `.batchindex` where
-it has one), and (3) debris of
-killed jobs older than the grace period: lease temporaries and takeover markers under `_leases/`,
+than the row records (the `.log`'s, and the sidecars' where the row has them, its `.batchindex` where it
+has one), and (3) debris of killed jobs older than the grace period: lease temporaries and takeover
+markers under `_leases/`,
 rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
 committed (a later attempt writes its own), and an append attempt's staged input rows under
 `_staging/` (read only while that attempt runs, and deleted when it ends). It reports all three and deletes orphans and debris

@@ -8,6 +8,7 @@ from __future__ import annotations
 import string
 import threading
 
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +24,8 @@ from engine.names import (
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, scan_log_dir
 from layouts.metering import metered
 from layouts.object_layout import (
+    batch_index_key,
+    batch_index_keys,
     new_segment_id,
     object_segment_keys,
     parse_object_segment_name,
@@ -222,6 +225,23 @@ def test_write_segment_writes_three_objects_and_is_rerunnable(backend) -> None:
     assert [object_info(k, backend.options).size for k in keys.all()] == [100, 8, 12]
     with pytest.raises(ObjectConflictError):
         write_segment(keys, b"X" * 100, b"I" * 8, b"T" * 12, backend.options)
+
+
+def test_the_batch_index_key_sits_beside_the_log_and_is_written_last(backend) -> None:
+    """klake's `.batchindex` (`engine.index.batch_index`): named after the `.log`, a klake object name scrub
+    recognises, one key per row as Arrow (null where a row has none), written after Kafka's three files."""
+    keys = object_segment_keys(backend.base, TopicPartition("t", 0), 10, "abc")
+    assert keys.batchindex == keys.log.removesuffix(".log") + ".batchindex" == batch_index_key(keys.log)
+    parsed = parse_object_segment_name(keys.batchindex.rsplit("/", 1)[1])
+    assert (parsed.base_offset, parsed.segment_id, parsed.suffix) == (10, "abc", "batchindex")
+    logs = pa.chunked_array([[keys.log, "/k/00000000000000000000.log", "/x/other"]])
+    assert batch_index_keys(logs, pa.chunked_array([[40, None, 40]], pa.int64())).to_pylist() == [
+        keys.batchindex, None, None]
+    write_segment(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"B" * 20)
+    write_segment(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"B" * 20)
+    assert [object_info(k, backend.options).size for k in (*keys.all(), keys.batchindex)] == [100, 8, 12, 20]
+    with pytest.raises(ObjectConflictError):
+        write_segment(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"C" * 20)
 
 
 def test_listing_and_bulk_delete(backend) -> None:

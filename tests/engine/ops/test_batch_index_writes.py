@@ -174,7 +174,7 @@ def test_import_copies_get_a_batch_index_in_place_rows_none_and_export_leaves_it
             assert not [n for n in os.listdir(os.path.join(out, TP.dir_name)) if n.endswith(".batchindex")]
 
 
-def test_scrub_flags_an_orphan_batch_index_and_one_of_another_size(backend: Backend) -> None:
+def test_scrub_flags_an_orphan_batch_index_a_missing_one_and_one_of_another_size(backend: Backend) -> None:
     catalog, root = _appended(backend, SMALL)
     rows = catalog.live_segments(TP.topic, TP.partition)
     first = next(r for r in rows if r.batchindex_size_bytes is not None)
@@ -193,6 +193,10 @@ def test_scrub_flags_an_orphan_batch_index_and_one_of_another_size(backend: Back
     cleaned = scrub(root, catalog, grace_ms=3_600_000, options=backend.options, now=now)
     assert cleaned.deleted == [orphan] and object_info(orphan, backend.options) is None
     assert object_info(batch_index_key(first.log_key), backend.options) is not None
+    second = next(r for r in rows[1:] if r.batchindex_size_bytes is not None)
+    assert delete_object(batch_index_key(second.log_key), backend.options)
+    gone = scrub(root, catalog, grace_ms=3_600_000, dry_run=True, options=backend.options, now=now)
+    assert [(m.kind, m.key) for m in gone.missing] == [("batchindex", batch_index_key(second.log_key))]
 
 
 @pytest.mark.parametrize("damage", ["missing", "damaged"])
