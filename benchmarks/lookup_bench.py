@@ -3,7 +3,8 @@
 
 Setup (untimed, no Spark): partitions of 100-byte records whose timestamps rise with some disorder, written
 by klake's segment writer (Kafka's rolling and index rules, `index.interval.bytes` 4096) and stored as
-segment objects, in three shapes:
+segment objects (`store_segment_version`, which adds a `.batchindex` where batches are smaller than the
+interval: `engine.index.batch_index`), in three shapes:
 - `demo`: the demo's topics (64 KiB segments, batches up to 16 KiB): many small segments, tiny sidecars;
 - `small-batches`: 1 MiB segments of 1 KiB batches (an index entry every ~4 batches);
 - `big-segment`: one partition, one segment of `--big-mb` MiB of 16 KiB batches (sidecars of many pages).
@@ -14,7 +15,9 @@ Checked: every answer against brute force over the generated records. Measured: 
 task (`layouts.metering`), and each target alone on a cold task (GETs). The minimum is computed from the
 whole files, independently of the lookup: the distinct batches holding the answers, plus the distinct
 4 KiB sidecar pages holding the entries a search must see (the time index's floor entry for the target
-and the entry after it; the offset index's floor entry for the answer's offset).
+and the entry after it; the offset index's floor entry for the answer's offset): Kafka's sidecars, not the
+`.batchindex`, whose bytes count only as read. "One-read least" is the least a search with Kafka's files
+alone and one log read can read (the floor the batch index exists to get under).
 
 Run: .venv/bin/python benchmarks/lookup_bench.py [--mb 16] [--big-mb 64] [--targets 20] [--workdir DIR]
 """
