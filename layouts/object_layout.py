@@ -1,6 +1,7 @@
 """The object layout: immutable, uniquely named segment objects (the default layout).
 
-Keys are `{root}/{topic}-{partition}/{base_offset:020d}-{segment_id}.{log|index|timeindex}`. A new
+Keys are `{root}/{topic}-{partition}/{base_offset:020d}-{segment_id}.{log|index|timeindex}`, and
+`.batchindex` for klake's own sidecar where a segment has one (`batch_index_key`). A new
 version of a segment (append, roll, compaction) gets a new `segment_id`, so no object is ever
 overwritten; every object is created with put-if-absent (README, "Storage layouts").
 """
@@ -11,28 +12,36 @@ import re
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from engine.names import TopicPartition, validate_segment_id
 from layouts.extend import put_extending
 from layouts.store import Parts, StorageOptions, ensure_object, join
 
-SEGMENT_SUFFIXES = ("log", "index", "timeindex")
+SEGMENT_SUFFIXES = ("log", "index", "timeindex", "batchindex")
 REJECTS_DIR = "_rejects"
 """`{root}/_rejects/{job id}/` holds an append job's rejected records, one Parquet file per partition."""
 STAGING_DIR = "_staging"
 """`{root}/_staging/{job id}/{attempt}/` holds an append attempt's input rows on their way to the partitions'
 tasks (`engine.ops.append_staging`), deleted when the attempt ends."""
-_OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,64})\.(?P<suffix>log|index|timeindex)")
+_OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,64})\.(?P<suffix>log|index|timeindex|batchindex)")
 
 
 @dataclass(frozen=True)
 class SegmentKeys:
-    """The three object URIs of one segment."""
+    """The object URIs of one segment: Kafka's three files, and where its `.batchindex` goes if it has one."""
 
     log: str
     index: str
     timeindex: str
 
+    @property
+    def batchindex(self) -> str:
+        return batch_index_key(self.log)
+
     def all(self) -> tuple[str, str, str]:
+        """Kafka's three files (`.log`, `.index`, `.timeindex`), in the commit protocol's order."""
         return (self.log, self.index, self.timeindex)
 
 
@@ -65,6 +74,14 @@ def batch_index_key(log_key: str) -> str:
     return f"{log_key[:-4]}.batchindex"
 
 
+def batch_index_keys(log_keys: pa.ChunkedArray, sizes: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`batch_index_key` of every row as a column (catalog rows as Arrow: `log_key`, `batchindex_size_bytes`);
+    null where the size is null (the row has no batch index) or the key is not a `.log`'s."""
+    logs = pc.if_else(pc.is_null(sizes), pa.scalar(None, pa.string()), log_keys)
+    return pc.if_else(pc.ends_with(logs, ".log"), pc.replace_substring_regex(logs, r"\.log$", ".batchindex"),
+                      pa.scalar(None, pa.string()))
+
+
 def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
     """Parse `{base_offset:020d}-{segment_id}.{suffix}`; None for any other file name."""
     match = _OBJECT_NAME_RE.fullmatch(name)
@@ -74,9 +91,10 @@ def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
 
 
 def write_segment(keys: SegmentKeys, log: bytes | Parts, index: bytes, timeindex: bytes,
-                  options: StorageOptions | None = None, *, log_prefix_uri: str | None = None,
-                  log_prefix_size: int = 0) -> None:
-    """Write `.log`, then `.index`, then `.timeindex`, each put-if-absent (the commit protocol's order).
+                  options: StorageOptions | None = None, *, batchindex: bytes | None = None,
+                  log_prefix_uri: str | None = None, log_prefix_size: int = 0) -> None:
+    """Write `.log`, then `.index`, then `.timeindex`, then the `.batchindex` if there is one, each
+    put-if-absent (the commit protocol's order: every object before the catalog commit).
 
     `log` may come in parts (its batches), written one after another without joining them. An object
     left by an interrupted earlier attempt is accepted if it holds the same bytes. With
@@ -89,3 +107,5 @@ def write_segment(keys: SegmentKeys, log: bytes | Parts, index: bytes, timeindex
         put_extending(keys.log, log, log_prefix_uri, log_prefix_size, options)
     for uri, data in ((keys.index, index), (keys.timeindex, timeindex)):
         ensure_object(uri, data, options)
+    if batchindex is not None:
+        ensure_object(keys.batchindex, batchindex, options)

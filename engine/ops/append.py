@@ -155,7 +155,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
         old = previous.get(base)
         return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
                                      log_start_offset=old.log_start_offset if old else -1, extends=old,
-                                     summary=summary)
+                                     summary=summary, min_timestamp=min_timestamp(config))
 
     new_rows: list[SegmentRow] = []
     pieces = [resume_log] if resume_log else []  # the active segment's bytes so far, chunk by chunk

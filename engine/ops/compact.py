@@ -32,7 +32,7 @@ from engine.cleaner.selection import (
     plan_compaction,
     should_clean,
 )
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
@@ -107,7 +107,8 @@ def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options:
             continue
         add.append(store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex,
                                          SegmentState.ROLLED, job_id, seg.last_modified_ms, options,
-                                         log_start_offset=carried, cleaned=True, summary=seg.summary))
+                                         log_start_offset=carried, cleaned=True, summary=seg.summary,
+                                         min_timestamp=min_timestamp(config)))
         doomed += old
     change = CatalogChange(add=tuple(add), remove=tuple(remove),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))

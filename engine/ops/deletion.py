@@ -7,6 +7,7 @@ in place belong to the broker copy and are left where they are (reported).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 
 from engine.catalog.schema import Layout, SegmentRef
 from engine.ops.catalog_table import Catalog
+from layouts.object_layout import batch_index_keys
 from layouts.store import StorageOptions, delete_objects
 
 
@@ -33,27 +35,29 @@ class Cleanup:
 
 
 _KEYS = ("log_key", "index_key", "timeindex_key")
-DELETE_COLUMNS = ("topic", "partition", "segment_id", "state", "layout", *_KEYS)
+DELETE_COLUMNS = ("topic", "partition", "segment_id", "state", "layout", *_KEYS, "batchindex_size_bytes")
 """The catalog columns the two-phase delete reads of the rows it deletes (the state: which rows an earlier run
-left DELETE_STARTED)."""
+left DELETE_STARTED; the batch index size: whether a row has a `.batchindex` beside its `.log`)."""
 
 
 def delete_and_forget(catalog: Catalog, root: str, rows: pa.Table, options: StorageOptions | None,
                       job_id: str, cleanup: Cleanup) -> None:
     """Delete the objects klake owns of `rows` (DELETE_STARTED catalog rows, as Arrow), then remove the rows
-    whose objects are all gone; a row with a failed delete stays DELETE_STARTED for the next run."""
+    whose objects are all gone; a row with a failed delete stays DELETE_STARTED for the next run. A row's
+    objects are Kafka's three files and its `.batchindex` if it has one (null key: none)."""
+    keys = [rows[k] for k in _KEYS] + [batch_index_keys(rows["log_key"], rows["batchindex_size_bytes"])]
     mine = pc.equal(rows["layout"], str(Layout.OBJECT))
-    owned = [pc.or_(mine, pc.starts_with(rows[k], root + "/")) for k in _KEYS]
-    result = delete_objects(sorted(set(_concat(rows[k].filter(o) for k, o in zip(_KEYS, owned, strict=True)))),
+    owned = [pc.or_(mine, pc.starts_with(key, root + "/")) for key in keys]  # null where a row has no such key
+    result = delete_objects(sorted(set(_concat(key.filter(o) for key, o in zip(keys, owned, strict=True)))),
                             options)
     failed = {k: why for k, why in result.failed.items() if "NoSuchKey" not in why and "No such file" not in why}
     cleanup.deleted_objects += result.deleted
-    cleanup.left_in_place += _concat(rows[k].filter(pc.invert(o)) for k, o in zip(_KEYS, owned, strict=True))
+    cleanup.left_in_place += _concat(key.filter(pc.invert(o)) for key, o in zip(keys, owned, strict=True))
     cleanup.failed_deletes.update(failed)
     if failed:
         lost = pa.array(list(failed), pa.string())
-        kept = [pc.and_(o, pc.is_in(rows[k], value_set=lost)) for k, o in zip(_KEYS, owned, strict=True)]
-        rows = rows.filter(pc.invert(pc.or_(pc.or_(kept[0], kept[1]), kept[2])))
+        kept = [pc.fill_null(pc.and_(o, pc.is_in(key, value_set=lost)), False) for key, o in zip(keys, owned, strict=True)]
+        rows = rows.filter(pc.invert(functools.reduce(pc.or_, kept)))
     if rows.num_rows:
         columns = (rows[c].to_pylist() for c in ("topic", "partition", "segment_id"))
         gone = [SegmentRef(*key) for key in zip(*columns, strict=True)]

@@ -44,7 +44,7 @@ from engine.names import LOG_START_OFFSET_CHECKPOINT, TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
-from engine.ops.versions import segment_row
+from engine.ops.versions import segment_batch_index, segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
@@ -213,13 +213,14 @@ class _PartitionImporter:
         offsets, times = build_indexes(headers, seg.base_offset, self.interval)
         return _Sidecars(offsets.to_bytes(), times.to_bytes(), problems=problems)
 
-    def _keys(self, seg: KafkaSegmentFiles, data: bytes, segment_id: str,
-              sidecars: _Sidecars) -> tuple[SegmentKeys, Layout]:
-        """Write what must be written (put-if-absent) and return the keys the row points at."""
+    def _keys(self, seg: KafkaSegmentFiles, data: bytes, segment_id: str, sidecars: _Sidecars,
+              batchindex: bytes | None) -> tuple[SegmentKeys, Layout]:
+        """Write what must be written (put-if-absent) and return the keys the row points at; a copy gets
+        its `batchindex` too (an in-place row has none: nothing is ever written into a broker's dir)."""
         tp = self.part.tp
         owned = object_segment_keys(self.root, tp, seg.base_offset, segment_id)
         if self.copy:
-            write_segment(owned, data, sidecars.index, sidecars.timeindex, self.options)
+            write_segment(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
             return owned, Layout.OBJECT
         if sidecars.source_keys is not None:
             return SegmentKeys(seg.log.uri, *sidecars.source_keys), Layout.KAFKA
@@ -229,10 +230,13 @@ class _PartitionImporter:
 
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
-        keys, layout = self._keys(seg, data, segment_id, sidecars)
+        batchindex = (segment_batch_index(data, sidecars.timeindex, seg.base_offset, summary.batch_count)
+                      if self.copy else None)
+        keys, layout = self._keys(seg, data, segment_id, sidecars, batchindex)
         self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id,
                                      index_size_bytes=len(sidecars.index),
-                                     timeindex_size_bytes=len(sidecars.timeindex)))
+                                     timeindex_size_bytes=len(sidecars.timeindex),
+                                     batchindex_size_bytes=None if batchindex is None else len(batchindex)))
         if record:
             self.outcome.segments.append(SegmentOutcome(
                 seg.log.uri, seg.base_offset, "registered", segment_id=segment_id,

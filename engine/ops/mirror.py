@@ -67,8 +67,8 @@ from engine.ops.run import (
     serial_execute,
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config, stored_topic_config
-from engine.ops.versions import store_segment_version
-from layouts.object_layout import object_segment_keys, write_segment
+from engine.ops.versions import segment_object_keys, store_segment_version
+from layouts.object_layout import batch_index_key, object_segment_keys, write_segment
 from layouts.store import (
     StorageOptions,
     delete_objects,
@@ -222,10 +222,12 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     for s in plan.copy:
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
         log, index, timeindex = (read_bytes(key, options) for key in (s.log_key, s.index_key, s.timeindex_key))
-        write_segment(keys, log, index, timeindex, options)
+        batchindex = None if s.batchindex_size_bytes is None else read_bytes(batch_index_key(s.log_key), options)
+        write_segment(keys, log, index, timeindex, options, batchindex=batchindex)
         added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
                              layout=str(Layout.OBJECT), job_id=job_id, index_size_bytes=len(index),
-                             timeindex_size_bytes=len(timeindex)))
+                             timeindex_size_bytes=len(timeindex),
+                             batchindex_size_bytes=None if batchindex is None else len(batchindex)))
         outcome.bytes_copied += len(log)
         outcome.batches_copied += s.batch_count
     outcome.segments_copied, outcome.segments_replaced = len(added), len(plan.replace)
@@ -293,7 +295,7 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
             if moved.appends:
                 outcome.covers(int(moved.source_base[0]), int(moved.source_last[-1]))
     except KlakeError:  # a batch the destination refuses: the segments uploaded so far go too
-        delete_objects([k for r in new_rows for k in (r.log_key, r.index_key, r.timeindex_key)], options)
+        delete_objects([k for r in new_rows for k in segment_object_keys(r)], options)
         raise
     if next_offset == log_end:
         return PartitionStep(outcome)

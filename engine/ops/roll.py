@@ -32,7 +32,7 @@ from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import COLUMNS, SegmentState, table_to_rows
 from engine.log.roll_plan import ROLL_INPUT_COLUMNS, PartitionRoll, RollAction, RollPlan, RollWhy, plan_roll
 from engine.log.segment_writer import ActiveSegment, Append
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.append import resume_state
 from engine.ops.run import PartitionInput, PartitionStep
@@ -96,7 +96,8 @@ def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: Stora
     closed = segment.close(reason)
     rolled = store_segment_version(root, tp, closed.base_offset, closed.log, closed.index, closed.timeindex,
                                    SegmentState.ROLLED, job_id, active.created_at_ms, options,
-                                   log_start_offset=active.log_start_offset, extends=active, summary=summary)
+                                   log_start_offset=active.log_start_offset, extends=active, summary=summary,
+                                   min_timestamp=min_timestamp(config))
     empty = store_segment_version(root, tp, active.next_offset, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
                                   options)
     return PartitionStep(outcome, CatalogChange(add=(rolled, empty), remove=(active.ref,)))

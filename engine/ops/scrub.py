@@ -2,7 +2,8 @@
 
 It finds (1) orphans: object-layout segment objects under the root that no live catalog row
 references, older than a grace period, (2) live rows whose objects are missing or of another size
-than the row records (the `.log`'s, and the sidecars' where the row has them), and (3) debris of
+than the row records (the `.log`'s, and the sidecars' where the row has them; a row's `.batchindex` where
+it has one), and (3) debris of
 killed jobs older than the grace period: lease temporaries and takeover markers under `_leases/`,
 rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
 committed (a later attempt writes its own), and an append attempt's staged input rows under
@@ -10,7 +11,7 @@ committed (a later attempt writes its own), and an append attempt's staged input
 (README, "The jobs": a killed job leaves at worst unreferenced objects, which scrub removes; it never
 leaves a live row without its objects). Rules that keep it from deleting anything it should not:
 
-- only names klake itself writes are candidates: `{topic}-{partition}/{base:020d}-{id}.{log|index|timeindex}`
+- only names klake itself writes are candidates: `{topic}-{partition}/{base:020d}-{id}.{log|index|timeindex|batchindex}`
   and their local put-if-absent temporaries; Kafka-layout files, leases and the catalog never are;
 - the store is listed BEFORE the catalog is read, and the catalog is read again right before deleting,
   so an object committed meanwhile is seen as referenced; the grace period must exceed the longest
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 from engine.catalog.schema import LIVE_STATES
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
-from layouts.object_layout import REJECTS_DIR, STAGING_DIR, parse_object_segment_name
+from layouts.object_layout import REJECTS_DIR, STAGING_DIR, batch_index_keys, parse_object_segment_name
 from layouts.store import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
 
 DEFAULT_GRACE_MS = 3_600_000
@@ -73,7 +74,7 @@ class SizeMismatch:
     key: str
     catalog_size: int
     object_size: int
-    kind: str  # log | index | timeindex
+    kind: str  # log | index | timeindex | batchindex
 
 
 @dataclass
@@ -166,19 +167,23 @@ def _debris(root: str, old: list[ObjectInfo], catalog: Catalog, now: int) -> lis
 
 
 _KINDS = (("log", "log_key", "size_bytes"), ("index", "index_key", "index_size_bytes"),
-          ("timeindex", "timeindex_key", "timeindex_size_bytes"))
-_KEY_COLUMNS = ("topic", "partition", "segment_id", *(c for kind in _KINDS for c in kind[1:]))
+          ("timeindex", "timeindex_key", "timeindex_size_bytes"),
+          ("batchindex", "batchindex_key", "batchindex_size_bytes"))
+_KEY_COLUMNS = ("topic", "partition", "segment_id",
+                *(c for kind in _KINDS for c in kind[1:] if c != "batchindex_key"))
 
 
 def _live_keys(catalog: Catalog) -> pa.Table:
-    """The live rows' object keys and recorded sizes, as Arrow (only the columns scrub reads)."""
+    """The live rows' object keys and recorded sizes, as Arrow (only the columns scrub reads); a row's
+    `batchindex_key` is null where it has no batch index."""
     tps = [(tp.topic, tp.partition) for tp in catalog.partitions()]
-    return catalog.rows_table(tps, LIVE_STATES, _KEY_COLUMNS)
+    live = catalog.rows_table(tps, LIVE_STATES, _KEY_COLUMNS)
+    return live.append_column("batchindex_key", batch_index_keys(live["log_key"], live["batchindex_size_bytes"]))
 
 
 def _referenced(live: pa.Table) -> pa.Array:
-    """Every object key a live row references, as one string column (three per row)."""
-    return pa.concat_arrays([live[column].combine_chunks() for _, column, _ in _KINDS])
+    """Every object key a live row references, as one string column (three or four per row)."""
+    return pc.drop_null(pa.concat_arrays([live[column].combine_chunks() for _, column, _ in _KINDS]))
 
 
 def _outside_listing(referenced: pa.Array, root: str, options: StorageOptions | None) -> list[ObjectInfo]:
@@ -195,7 +200,7 @@ def _check_rows(live: pa.Table, uris: pa.Array, sizes: pa.Array, report: ScrubRe
     found = {column: pc.index_in(live[column], value_set=uris) for _, column, _ in _KINDS}
     bad = None
     for _, column, size in _KINDS:
-        missing = pc.is_null(found[column])
+        missing = pc.and_(pc.is_null(found[column]), pc.is_valid(live[column]))
         differs = pc.fill_null(pc.not_equal(pc.take(sizes, found[column]), live[size]), False)
         bad = pc.or_(missing, differs) if bad is None else pc.or_(bad, pc.or_(missing, differs))
     faulty = np.flatnonzero(np.asarray(bad.to_numpy(zero_copy_only=False)))
@@ -205,6 +210,8 @@ def _check_rows(live: pa.Table, uris: pa.Array, sizes: pa.Array, report: ScrubRe
         name = f"{row['topic']}-{row['partition']}/{row['segment_id']}"
         for kind, column, size in _KINDS:
             key, where, expected = row[column], at[column][i], row[size]
+            if key is None:
+                continue
             if where is None:
                 report.missing.append(MissingObject(segment=name, kind=kind, key=key))
             elif expected is not None and sizes[where].as_py() != expected:

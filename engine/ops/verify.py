@@ -2,7 +2,9 @@
 
 For every live segment (catalog rows, offset order) the `.log` must exist with the row's size; every
 batch must be valid; the row's facts must be what the log says; the sidecars must be present,
-consistent and of the sizes the row records (if it does); and offsets must increase across segments.
+consistent and of the sizes the row records (if it does); a row's `.batchindex` (if it has one) must be
+exactly the one its log and `.timeindex` make (`engine.index.batch_index`: a lookup reads the batch it
+names without searching); and offsets must increase across segments.
 Each problem names the object, the byte position and the defect.
 
 The valid prefix of a log is Kafka's recovery rule (`LogSegment.recover`, spec 7.2) made stricter:
@@ -31,6 +33,8 @@ from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
+from engine.ops.versions import segment_batch_index
+from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, object_info, read_bytes
 
 FACT_FIELDS = ("last_offset", "next_offset", "record_count", "batch_count", "first_batch_timestamp",
@@ -44,7 +48,7 @@ class Problem:
 
     object: str
     position: int | None
-    kind: str  # missing | size | batch | offsets | records | facts | sidecar | overlap
+    kind: str  # missing | size | batch | offsets | records | facts | sidecar | batchindex | overlap
     what: str
 
     def __str__(self) -> str:
@@ -203,7 +207,8 @@ def valid_prefix(data: bytes, base_offset: int, source: str) -> LogPrefix:
     return LogPrefix(valid, headers.take(headers.next_position <= valid), problems)
 
 
-def _read(uri: str, options: StorageOptions | None) -> bytes | None:
+def read_if_present(uri: str, options: StorageOptions | None) -> bytes | None:
+    """The object's bytes, or None if it does not exist."""
     try:
         return read_bytes(uri, options)
     except FileNotFoundError:
@@ -249,11 +254,40 @@ def _sidecar_size_problems(row: SegmentRow, index: bytes | None, timeindex: byte
             if data is not None and size is not None and len(data) != size]
 
 
+def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: BatchHeaders,
+                          options: StorageOptions | None, min_timestamp: int) -> list[Problem]:
+    """The row's `.batchindex` against the one its log's batches and its `.timeindex` make
+    (`engine.ops.versions.segment_batch_index`): missing, of another size than the row says, not made at all
+    (it does not pay), or other bytes. A row without one (null) has none to check."""
+    if row.batchindex_size_bytes is None:
+        return []
+    key = batch_index_key(row.log_key)
+    data = read_if_present(key, options)
+    if data is None:
+        return [Problem(key, None, "batchindex", "missing: the catalog row's .batchindex object does not exist")]
+    wanted = segment_batch_index(b"", timeindex or b"", row.base_offset, len(headers), min_timestamp, headers=headers)
+    if wanted is None:
+        return [Problem(key, None, "batchindex", "batchindex: the catalog row has one, but its log and .timeindex "
+                                                 "make none (it does not pay)")]
+    problems = []
+    if len(data) != row.batchindex_size_bytes:
+        problems.append(Problem(key, min(len(data), row.batchindex_size_bytes), "batchindex",
+                                f"size: the object holds {len(data)} bytes but the catalog row says "
+                                f"{row.batchindex_size_bytes}"))
+    if data != wanted:
+        common = min(len(data), len(wanted))
+        differs = np.flatnonzero(np.frombuffer(data, np.uint8, common) != np.frombuffer(wanted, np.uint8, common))
+        problems.append(Problem(key, int(differs[0]) if differs.size else common, "batchindex",
+                                f"batchindex: the object is not the one its log and .timeindex make ({len(wanted)} "
+                                "bytes)"))
+    return problems
+
+
 def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False,
                   min_timestamp: int = 0) -> SegmentCheck:
     """Verify one catalogued segment: its `.log`, its row's facts and its sidecars; `min_timestamp` is
     the topic's (`engine.log.topic_config.min_timestamp`)."""
-    data = _read(row.log_key, options)
+    data = read_if_present(row.log_key, options)
     if data is None:
         return SegmentCheck(row, None, 0, [Problem(row.log_key, None, "missing",
                                                    "missing: the catalog row's .log object does not exist")])
@@ -272,12 +306,13 @@ def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_d
     if whole:
         facts = _fact_problems(row, check.summary, prefix.headers)
         check.facts_valid = not facts
-        index, timeindex = _read(row.index_key, options), _read(row.timeindex_key, options)
+        index, timeindex = read_if_present(row.index_key, options), read_if_present(row.timeindex_key, options)
         sidecars = check_sidecars(prefix.headers, row.base_offset, index, timeindex, row.log_key,
                                   active=row.state == SegmentState.ACTIVE, min_timestamp=min_timestamp)
         sizes = _sidecar_size_problems(row, index, timeindex)
-        check.sidecars_valid = sidecars.valid and not sizes
-        check.problems += facts + _sidecar_problems(row, sidecars.problems) + sizes
+        batch = _batch_index_problems(row, timeindex, prefix.headers, options, min_timestamp) if sidecars.valid else []
+        check.sidecars_valid = sidecars.valid and not sizes and not batch
+        check.problems += facts + _sidecar_problems(row, sidecars.problems) + sizes + batch
     else:  # the segment is rewritten from its prefix anyway; only say which sidecars are gone
         check.problems += [Problem(key, None, "sidecar", "missing")
                            for key in (row.index_key, row.timeindex_key) if object_info(key, options) is None]

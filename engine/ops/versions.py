@@ -4,13 +4,24 @@ overwriting), and the catalog row describing it, ready for the operation's singl
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
+import numpy as np
+
 from engine.catalog.schema import FORMAT_VERSION, Layout, SegmentRow, SegmentState
+from engine.format.batch import BatchHeaders, scan_batches
+from engine.index.batch_index import batch_index_bytes
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.names import TopicPartition
-from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
-from layouts.store import Parts, StorageOptions, size_of, whole
+from layouts.object_layout import (
+    SegmentKeys,
+    batch_index_key,
+    new_segment_id,
+    object_segment_keys,
+    write_segment,
+)
+from layouts.store import Parts, StorageOptions, parts_of, size_of, whole
 
 
 def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes | Parts, index: bytes,
@@ -19,7 +30,8 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
                           summary: SegmentSummary | None = None, extends: SegmentRow | None = None,
                           min_timestamp: int = 0) -> SegmentRow:
     """Write the segment's objects and return its row (not committed). `log` may be in parts (written
-    without being joined: `layouts.store.Parts`).
+    without being joined: `layouts.store.Parts`). The `.batchindex` is written where it pays
+    (`segment_batch_index`) and its length recorded in the row.
 
     `extends` is an earlier version of the same segment whose `.log` is a byte prefix of `log` (an
     append to the ACTIVE segment): the new `.log` is then built from that object in place, so only the
@@ -29,13 +41,21 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
         _check_extends(extends, tp, base_offset, log)
     segment_id = new_segment_id()
     keys = object_segment_keys(root, tp, base_offset, segment_id)
-    write_segment(keys, log, index, timeindex, options,
+    summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp)
+    batchindex = segment_batch_index(log, timeindex, base_offset, summary.batch_count, min_timestamp)
+    write_segment(keys, log, index, timeindex, options, batchindex=batchindex,
                   log_prefix_uri=extends.log_key if extends is not None else None,
                   log_prefix_size=extends.size_bytes if extends is not None else 0)
-    summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp)
     row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms,
-                      index_size_bytes=len(index), timeindex_size_bytes=len(timeindex))
+                      index_size_bytes=len(index), timeindex_size_bytes=len(timeindex),
+                      batchindex_size_bytes=None if batchindex is None else len(batchindex))
     return replace(row, log_start_offset=log_start_offset, cleaned=cleaned)
+
+
+def segment_object_keys(row: SegmentRow) -> list[str]:
+    """Every object `row` names: Kafka's three files, then its `.batchindex` if it has one."""
+    keys = [row.log_key, row.index_key, row.timeindex_key]
+    return keys + [batch_index_key(row.log_key)] if row.batchindex_size_bytes is not None else keys
 
 
 def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, log: bytes | Parts) -> None:
@@ -50,9 +70,11 @@ def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, lo
 
 def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: Layout, summary: SegmentSummary,
                 state: SegmentState, job_id: str, created_at_ms: int | None = None, *,
-                index_size_bytes: int | None, timeindex_size_bytes: int | None) -> SegmentRow:
+                index_size_bytes: int | None, timeindex_size_bytes: int | None,
+                batchindex_size_bytes: int | None = None) -> SegmentRow:
     """The catalog row of a segment version described by `summary`, whose sidecar objects (`keys.index`,
-    `keys.timeindex`) hold the given numbers of bytes (None: unknown, read as a catalog written before these columns);
+    `keys.timeindex`) hold the given numbers of bytes (None: unknown, read as a catalog written before these columns)
+    and whose `keys.batchindex` holds `batchindex_size_bytes` (None: the segment has none);
     `created_at_ms` is klake's object-storage "mtime" (retention's fallback for segments without
     timestamps), default now."""
     return SegmentRow(
@@ -66,4 +88,50 @@ def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: 
         timestamp_type=str(summary.timestamp_type), state=str(state),
         created_at_ms=time.time_ns() // 1_000_000 if created_at_ms is None else created_at_ms,
         job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic,
-        index_size_bytes=index_size_bytes, timeindex_size_bytes=timeindex_size_bytes)
+        index_size_bytes=index_size_bytes, timeindex_size_bytes=timeindex_size_bytes,
+        batchindex_size_bytes=batchindex_size_bytes)
+
+
+def segment_batch_index(log: bytes | Parts, timeindex: bytes, base_offset: int, batch_count: int,
+                        min_timestamp: int = 0, headers: BatchHeaders | None = None) -> bytes | None:
+    """The `.batchindex` of a segment version (`engine.index.batch_index.batch_index_bytes`), or None where
+    it does not pay. The log's batch headers (`headers` if the caller has them) are scanned only where it
+    may pay (`log_headers`: a log in parts is never joined whole)."""
+    return batch_index_bytes(batch_count, timeindex, base_offset,
+                             (lambda: headers) if headers is not None else (lambda: log_headers(log)),
+                             min_timestamp)
+
+
+def log_headers(log: bytes | Parts) -> BatchHeaders:
+    """The headers of the valid batches of a log, whole or in parts (each holding whole batches), with
+    positions in the whole log. Consecutive small parts (an append's are its batches) are scanned in runs
+    of up to `SCAN_RUN_BYTES` joined: a bounded copy, never a second copy of the segment, and one scan per
+    run rather than per batch (a scan's fixed cost is ~0.2 ms)."""
+    scans, start = [], 0
+    for run in _runs(parts_of(log)):
+        scan = scan_batches(run, verify_crc=False, strict=False)
+        headers = scan.headers.take(scan.headers.next_position <= scan.valid_bytes) if scan.problems else scan.headers
+        headers.position = headers.position + np.int64(start)
+        scans.append(headers)
+        start += len(run)
+        if scan.problems:
+            break
+    return BatchHeaders.concat(scans) if scans else scan_batches(b"").headers
+
+
+SCAN_RUN_BYTES = 1 << 20
+
+
+def _runs(parts: Parts) -> Iterator[bytes]:
+    """`parts` as runs of consecutive parts: a part of `SCAN_RUN_BYTES` or more alone, smaller ones joined
+    up to that size."""
+    run: list[bytes] = []
+    size = 0
+    for part in parts:
+        if run and size + len(part) > SCAN_RUN_BYTES:
+            yield run[0] if len(run) == 1 else b"".join(run)
+            run, size = [], 0
+        run.append(part)
+        size += len(part)
+    if run:
+        yield run[0] if len(run) == 1 else b"".join(run)

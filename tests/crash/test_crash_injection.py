@@ -31,6 +31,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
 from jobs.cli.main import main as klake_in_process
+from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -187,7 +188,8 @@ def _keyed_setup(topic: str) -> Callable[[Store], list[list[str]]]:
 
 SCENARIOS = {
     "append": Scenario("append", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
-                       _append_setup, _append_phases, ("staging-write", "segment-write", "commit-after")),
+                       _append_setup, _append_phases,
+                       ("staging-write", "segment-write", "batchindex-write", "commit-after")),
     "append-partial-lease": Scenario(
         "append-partial-lease", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
         _append_setup, _partial_phases, ("commit-after",)),
@@ -200,6 +202,12 @@ SCENARIOS = {
                         _keyed_setup("state"),
                         lambda store: [Phase(["compact", "--now", str(NOW), "--job-id", "compact-1", *SPARK])],
                         ("commit-before",)),
+    # batches (max.message.bytes) small against index.interval.bytes: the cleaned segments get a .batchindex
+    "compact-batchindex": Scenario(
+        "compact-batchindex", {"state": {"partitions": 2, "cleanup.policy": "compact", "segment.bytes": 3000,
+                                         "max.message.bytes": 300}},
+        _keyed_setup("state"), lambda store: [Phase(["compact", "--now", str(NOW), "--job-id", "compact-1", *SPARK])],
+        ("batchindex-write",)),
     "truncate": Scenario("truncate", {"orders": {"partitions": 2, "segment.bytes": 1500}}, _keyed_setup("orders"),
                          lambda store: [Phase(["truncate", "--topic", "orders", "--partition", "1", "--offset", "40",
                                                "--now", str(NOW), "--job-id", "truncate-1", *SPARK])],
@@ -219,7 +227,8 @@ def state(store: Store) -> dict:
     facts = [(r.topic, r.partition, r.base_offset, r.last_offset, r.next_offset, r.record_count, r.batch_count,
               r.size_bytes, r.first_batch_timestamp, r.base_timestamp, r.largest_timestamp,
               r.offset_of_largest_timestamp, r.timestamp_type, r.state, r.log_start_offset, r.cleaned, r.magic,
-              read_bytes(r.log_key, options), read_bytes(r.index_key, options), read_bytes(r.timeindex_key, options))
+              read_bytes(r.log_key, options), read_bytes(r.index_key, options), read_bytes(r.timeindex_key, options),
+              None if r.batchindex_size_bytes is None else read_bytes(batch_index_key(r.log_key), options))
              for r in rows]
     records, lookups = {}, {}
     for tp in sorted({TopicPartition(r.topic, r.partition) for r in rows if r.state != "DELETE_STARTED"}):
@@ -270,13 +279,17 @@ def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: P
 
 
 def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
-    """The points CI kills at: `segment-write` the middle write of a segment object, `staging-write` an
-    append's input task writing its staged rows, `commit-before` / `commit-after` the first catalog commit of
-    the run (after it: its deletes and lease releases)."""
+    """The points CI kills at: `segment-write` the middle write of a segment object, `batchindex-write` the
+    first write of a `.batchindex` (the last object of a segment version, `layouts.object_layout.write_segment`),
+    `staging-write` an append's input task writing its staged rows, `commit-before` / `commit-after` the first
+    catalog commit of the run (after it: its deletes and lease releases)."""
     chosen = []
     for name in wanted:
         if name == "staging-write":
             chosen.append(next(i for i, p in enumerate(points, 1) if "/_staging/" in p.split()[3]))
+        elif name == "batchindex-write":
+            chosen.append(next(i for i, p in enumerate(points, 1)
+                               if p.split()[2] in ("local:link", "s3:put_object") and ".batchindex" in p.split()[3]))
         elif name == "segment-write":
             writes = [i for i, p in enumerate(points, 1)
                       if p.split()[2] in ("local:link", "s3:put_object", "s3:complete_multipart_upload")
