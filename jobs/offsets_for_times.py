@@ -4,7 +4,8 @@ For each `--timestamp` (epoch ms or ISO-8601, UTC unless it names a zone, or -1 
 -3 max timestamp) and each selected partition: the offset (and timestamp) a broker would answer,
 respecting the log start offset and falling through to later segments where Kafka's lookup stops
 (see README, Kafka compatibility).
-Each lookup reads pages of one `.timeindex` and one `.index` and the batches of one `.log` that answer
+Each lookup reads pages of one `.timeindex` and one `.index` and the batches of one `.log` that answer, or,
+where the segment has a `.batchindex`, its group for the `.timeindex` entry and the one answering batch
 (`engine.ops.stored_segment`); a task keeps what it read for its next targets.
 Answers are in the report (`results.answers`), in `--output` (JSON lines), and, from Python, a
 DataFrame: `offsets_for_times(spark, config, topics, timestamps)`.

@@ -14,6 +14,8 @@ raised from C) as (kind, batch, record, position, field, message) for the caller
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
 
+import os
+
 cdef extern from *:
     """
     /* CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), as Kafka's v2 batch CRC (spec 1.3): with
@@ -302,6 +304,14 @@ cdef extern from *:
     static void klake_stream_end(klake_stream* s, uint8_t* end) {}
     static void klake_stream_init(void) {}
     #endif
+
+    /* KLAKE_CODEC_PORTABLE: none of the CPU-specific paths (the byte-table CRC, plain copies), whatever the
+       CPU has: the code a CPU without SSE4.2 / AVX-512 runs, to check or compare on any machine. */
+    static void klake_portable(void) {
+        klake_crc_hw = 0;
+        klake_crc_fold = 0;
+        klake_stream_ok = 0;
+    }
     """
     void klake_crc_init() nogil
     uint32_t klake_crc32c(const uint8_t* data, size_t len) nogil
@@ -314,9 +324,13 @@ cdef extern from *:
     void klake_stream_init() nogil
     void klake_stream_put(klake_stream* s, uint8_t* dst, const uint8_t* src, size_t n) nogil
     void klake_stream_end(klake_stream* s, uint8_t* end) nogil
+    int klake_crc_fold
+    void klake_portable() nogil
 
 klake_crc_init()
 klake_stream_init()
+if os.environ.get("KLAKE_CODEC_PORTABLE", "") not in ("", "0"):
+    klake_portable()
 
 import numpy as np
 import pyarrow as pa
@@ -697,9 +711,12 @@ def crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) -> int:
     return klake_crc32c_combine(crc_a, crc_b, length_b)
 
 
-def crc32c_hardware() -> bool:
-    """Whether `crc32c` runs on the CPU's CRC-32C instruction (SSE4.2) rather than a byte-table loop."""
-    return bool(klake_crc_hw)
+def cpu_paths() -> dict:
+    """The CPU-specific paths this process runs (all off with `KLAKE_CODEC_PORTABLE=1`): `crc32c_instruction`,
+    SSE4.2's CRC-32C rather than a byte-table loop; `crc32c_folding`, VPCLMULQDQ folding for long runs;
+    `streaming_stores`, AVX-512BW stores that bypass the cache for outputs larger than it."""
+    return {"crc32c_instruction": bool(klake_crc_hw), "crc32c_folding": bool(klake_crc_hw and klake_crc_fold),
+            "streaming_stores": bool(klake_stream_ok)}
 
 
 def decode_v2(list chunks, const int64_t[::1] starts, const int64_t[::1] ends, const int64_t[::1] counts,

@@ -216,7 +216,7 @@ def _decode_v2(data: bytes, b: BatchHeaders, rows: np.ndarray, source: str, veri
 
 # The decoder's CRC-32C runs on the CPU's instruction where there is one (x86-64 with SSE4.2); elsewhere
 # the `crc32c` package (which has its own hardware paths, ARMv8's included) checks the batches first.
-_CRC_IN_DECODER = codec.crc32c_hardware()
+_CRC_IN_DECODER = codec.cpu_paths()["crc32c_instruction"]
 _crc32c = codec.crc32c if _CRC_IN_DECODER else crc32c.crc32c
 
 

@@ -29,7 +29,8 @@ class SearchableSegment(Protocol):
 
     `time_lookup(target)` is Kafka's time-index floor: the entry `(T, O)` with the largest `T <= target`
     (None if there is none), and an offset whose batch holds a timestamp >= target (the next entry's;
-    None if unknown). The entry says every record up to O has a timestamp <= T (spec 1.10), so a record
+    None if unknown); a segment that knows more (a batch index) may return a tighter pair of the same
+    meaning. The entry says every record up to O has a timestamp <= T (spec 1.10), so a record
     >= target > T lies after O; the search ends by the second offset's batch.
     `batches_from(offset, until)` yields the log's batches from the one holding `offset` (earlier ones
     may come too) to the end, a chunk at a time (each chunk one ranged read for a stored segment), so a

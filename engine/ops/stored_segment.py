@@ -11,7 +11,12 @@ segment costs no request. A lookup reads what Kafka's own lookup touches, and li
   file is larger;
 - the log from the batch holding the first offset that can answer (the offset index's entry for it,
   or the next entry when every batch is indexed and that batch turns out to hold it) to the batch the
-  time index says reaches the target, in one ranged GET, then on by `read_window` if needed.
+  time index says reaches the target, in one ranged GET, then on by `read_window` if needed;
+- where the row has a batch index (klake's `.batchindex`, written where batches are smaller than
+  `index.interval.bytes`: `engine.index.batch_index`), instead of the `.index` and the span of batches
+  after the time-index entry, the entry's group of the batch index (one ranged GET), then exactly the
+  batch it names; a batch that is not where the group says turns it off (`index_problems`) and the
+  search goes on Kafka's way.
 A task keeps the pages and log ranges it has read, so its next target near the same place costs no
 request. A sidecar that fails its checks (a page out of order with the others, a length that is not a
 multiple of the entry size, zero padding) is read whole and, failing again, rebuilt from the whole log.
@@ -20,6 +25,7 @@ multiple of the entry size, zero padding) is read whole and, failing again, rebu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,6 +33,7 @@ from engine.catalog.schema import SegmentRow
 from engine.errors import CorruptRecordError, TruncatedBatchError
 from engine.format.batch import LOG_OVERHEAD, BatchHeaders, scan_batches
 from engine.format.records import RecordTable, decode_checked
+from engine.index.batch_index import BatchGroup, group_from_bytes, group_span, stride_of
 from engine.index.checks import settle_indexes
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, INT32_MAX, INT64_MAX, INT64_MIN, clamp
 from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
@@ -34,6 +41,7 @@ from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig, min_timestamp
+from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, object_info, read_bytes
 
 DEFAULT_READ_WINDOW = 256 * 1024
@@ -70,6 +78,11 @@ class _PagedSidecar:
     def around(self, key: int, after: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
         """The floor entry of `key` (the last entry with key <= `key`; None if none) and the `after`
         entries following it (fewer at the end of the file)."""
+        _, floor, following = self.locate(key, after)
+        return floor, following
+
+    def locate(self, key: int, after: int) -> tuple[int, tuple[int, int] | None, list[tuple[int, int]]]:
+        """`around`, with the floor entry's slot first (-1 if none)."""
         if self.entries is None:
             self._open()
         while True:
@@ -82,7 +95,7 @@ class _PagedSidecar:
             if self._entry(slot) is None:
                 self._load_around(slot, slot - 1, self._next_known(slot))
         entries = [self._entry(slot) for slot in wanted]
-        return (entries[0] if low >= 0 else None), entries[1 if low >= 0 else 0:]
+        return low, (entries[0] if low >= 0 else None), entries[1 if low >= 0 else 0:]
 
     def _open(self) -> None:
         """Know the entry count. With the size from the row, a file larger than a page is not read yet
@@ -160,6 +173,43 @@ class _PagedSidecar:
         return clamp(low + 1 + int(share * (high - low - 1)), low + 1, high - 1)
 
 
+class _BatchGroups:
+    """A segment's `.batchindex` (`engine.index.batch_index`) read a group at a time, each group once."""
+
+    def __init__(self, uri: str, options: StorageOptions | None, stride: int) -> None:
+        self.uri, self.options, self.stride = uri, options, stride
+        self.groups: dict[int, BatchGroup | None] = {}
+
+    def group(self, g: int) -> BatchGroup | None:
+        """Group `g`, or None if its bytes break the layout (or the object is shorter than its row says)."""
+        if g not in self.groups:
+            start, end = group_span(g, self.stride)
+            data = read_bytes(self.uri, self.options, start, end)
+            self.groups[g] = group_from_bytes(data) if len(data) == end - start else None
+        return self.groups[g]
+
+
+def _batch_groups(row: SegmentRow, options: StorageOptions | None) -> _BatchGroups | None:
+    """The row's batch index, if it has one whose length fits its `.timeindex`'s."""
+    if row.batchindex_size_bytes is None or row.timeindex_size_bytes is None or not row.log_key.endswith(".log"):
+        return None
+    stride = stride_of(row.batchindex_size_bytes, row.timeindex_size_bytes // TIME_ENTRY_SIZE)
+    return None if stride is None else _BatchGroups(batch_index_key(row.log_key), options, stride)
+
+
+@dataclass(frozen=True)
+class _PinnedBatch:
+    """The batch the batch index names as a target's answer: offsets `first`..`last` lead to it (a search
+    from any of them starts there); `kafka_first` is where Kafka's search would start, if it does not check."""
+
+    first: int
+    last: int
+    position: int
+    size: int
+    max_timestamp: int
+    kafka_first: int
+
+
 def _offset_entries(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     loaded = OffsetIndex.load(data, 0)
     if not loaded.ok:
@@ -196,6 +246,8 @@ class StoredSegment:
                                     row.timeindex_size_bytes, min(row.base_timestamp, row.largest_timestamp),
                                     row.largest_timestamp + 1)
         self._ranges: list[tuple[int, bytes]] | None = [] if keep_ranges else None
+        self._groups = _batch_groups(row, options)
+        self._pinned: list[_PinnedBatch] = []
         self.index_problems: list[str] = []
 
     @property
@@ -232,11 +284,57 @@ class StoredSegment:
     def time_lookup(self, target: int) -> tuple[tuple[int, int] | None, int | None]:
         """The `.timeindex` floor entry of `target` and an offset whose batch reaches it: the next entry's,
         or the first batch's (`SegmentRow.first_batch_timestamp`) when no entry is below the target
-        (`engine.log.lookup.SearchableSegment`); from the pages that hold them."""
+        (`engine.log.lookup.SearchableSegment`); from the pages that hold them. With a batch index, the
+        floor and reach of the answering batch itself (`_pin`)."""
+        pinned = self._pin(target) if self._groups is not None else None
+        if pinned is not None:
+            return pinned
         floor, reach = self._time_floor_and_next(target)
         if floor is None and target <= self.row.first_batch_timestamp:  # the first batch (never indexed) reaches it
             reach = self.base_offset
         return floor, reach
+
+    def _pin(self, target: int) -> tuple[tuple[int, int] | None, int] | None:
+        """From the `.timeindex` entry below `target` and its group in the batch index, the first batch
+        reaching `target` (spec 5.2's forward scan, which starts after that entry, stops there): the floor
+        `(T, O)` of the batch before it (every record up to O is at most T < target) and its last offset.
+        None where the batch index cannot say (a group that breaks the layout; sidecars rebuilt)."""
+        slot, floor = self._time_floor_below(target)
+        group = self._groups.group(slot + 1) if self._groups is not None else None
+        floor_last = floor[1] - self.base_offset if floor else -1
+        if not group or int(group.relative_offsets[0]) <= floor_last:
+            return None
+        hits = np.flatnonzero(group.max_timestamps >= target)
+        if not hits.size:
+            return None
+        s = int(hits[0])
+        tight = floor
+        if s:
+            highest = int(group.max_timestamps[:s].max())
+            tight = (max(highest, floor[0]) if floor else highest, self.base_offset + int(group.relative_offsets[s - 1]))
+        last = self.base_offset + int(group.relative_offsets[s])
+        kafka_first = floor[1] + 1 if floor else self.base_offset
+        self._pinned.append(_PinnedBatch(tight[1] + 1 if tight else self.base_offset, last, int(group.positions[s]),
+                                         int(group.sizes[s]), int(group.max_timestamps[s]), kafka_first))
+        return tight, last
+
+    def _time_floor_below(self, target: int) -> tuple[int, tuple[int, int] | None]:
+        """The slot of the last `.timeindex` entry below `target` (-1 if none) and the entry, as (timestamp,
+        absolute offset); rebuilt sidecars (which the batch index was not written for) turn it off."""
+        key = clamp(target - 1, INT64_MIN + 1, INT64_MAX)
+        if self._indexes is None:
+            try:
+                slot, floor, _ = self._times.locate(key, 0)
+            except _Unpaged:
+                self.indexes()
+            else:
+                return slot, ((floor[0], self.base_offset + floor[1]) if floor else None)
+        if self.index_problems:
+            self._groups = None
+            return -1, None
+        times = self.indexes()[1]
+        slot = times.floor_slot(key)
+        return slot, (times.entry(slot) if slot >= 0 else None)
 
     def _time_floor_and_next(self, target: int) -> tuple[tuple[int, int] | None, int | None]:
         if self._indexes is None:
@@ -251,7 +349,12 @@ class StoredSegment:
 
     def batches_from(self, offset: int, until: int | None = None) -> Iterator[tuple[bytes, BatchHeaders]]:
         """The log's batches from the one holding `offset` on (`SearchableSegment`); the first ranged read
-        ends with the batch holding `until` when the offset index places it."""
+        ends with the batch holding `until` when the offset index places it, or is exactly the batch the
+        batch index pinned for it."""
+        pinned = next((p for p in self._pinned if p.first <= offset <= p.last), None)
+        if pinned is not None:
+            yield from self._from_pinned(pinned)
+            return
         start, fallback = self._start_of(offset)
         end = self._end_of(until, start) if until is not None else None
         chunks = self.chunks_from(start, None if end is None else min(end, start + 4 * self.read_window))
@@ -261,6 +364,25 @@ class StoredSegment:
                 yield from self.chunks_from(fallback, stop=start)
             if first is not None:
                 yield first
+        yield from chunks
+
+    def _from_pinned(self, pin: _PinnedBatch) -> Iterator[tuple[bytes, BatchHeaders]]:
+        """The pinned batch alone (one ranged GET), then on; if the log there is not that batch, the batch
+        index is set aside (noted in `index_problems`) and the search goes on from Kafka's start."""
+        chunks = self.chunks_from(pin.position, pin.position + pin.size)
+        try:
+            first = next(chunks, None)
+        except CorruptRecordError:
+            first = None
+        h = first[1] if first is not None else None
+        if h is None or len(h) != 1 or (int(h.size[0]), int(h.last_offset[0]), int(h.max_timestamp[0])) != (
+                pin.size, pin.last, pin.max_timestamp):
+            self.index_problems.append(f"{batch_index_key(self.row.log_key)}: the batch it places at position "
+                                       f"{pin.position} (last offset {pin.last}) is not in the log there")
+            self._groups, self._pinned = None, []
+            yield from self.batches_from(pin.kafka_first)
+            return
+        yield first
         yield from chunks
 
     def _offset_around(self, offset: int, after: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:

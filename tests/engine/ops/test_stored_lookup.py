@@ -29,6 +29,7 @@ from engine.ops.stored_segment import (
 )
 from engine.ops.versions import store_segment_version
 from layouts.metering import metered
+from layouts.object_layout import batch_index_key
 from layouts.store import object_info, read_bytes
 from tests.catalog_rows import partition_segments
 from tests.conftest import KAFKA_FIXTURES, Backend
@@ -214,3 +215,73 @@ def test_decoded_chunks_check_every_crc_and_name_the_absolute_byte(backend: Back
             pass
     assert (err.value.position, err.value.field) == (int(truth.position[broken]), "crc")
     assert err.value.source == row.log_key
+
+
+def _small_batch_partition(backend: Backend) -> tuple[list, np.ndarray]:
+    """Segments of batches well below `index.interval.bytes` (an index entry every ~5-10 batches), with
+    disordered timestamps: each stored with a `.batchindex`."""
+    rng = np.random.default_rng(11)
+    count = 6000
+    stamps = 1_000_000 + np.sort(rng.integers(0, 10**7, count)) + rng.integers(-3_000, 3_000, count)
+    writer = SegmentWriter(RollPolicy(segment_bytes=128 * 1024, segment_ms=10**15))
+    first = 0
+    while first < count:
+        ts = stamps[first:first + int(rng.integers(1, 7))]
+        data = encode_batch([b"k"] * len(ts), [b"v" * 60] * len(ts), ts, base_offset=first)
+        last = first + len(ts) - 1
+        writer.append(Append(data, first, last, int(ts.max()), first + int(np.argmax(ts))), now_ms=0)
+        first = last + 1
+    closed = [*writer.closed, writer.active.close(None)]
+    rows = [store_segment_version(backend.uri("small"), TopicPartition("t", 0), seg.base_offset, seg.log, seg.index,
+                                  seg.timeindex, SegmentState.ROLLED, "test", 0, backend.options) for seg in closed]
+    return rows, stamps
+
+
+def test_a_batch_index_leads_a_cold_lookup_to_the_answering_batch_alone(backend: Backend) -> None:
+    """With a `.batchindex` a cold timestamp lookup reads the `.timeindex`, the entry's group and exactly the
+    answering batch (3 GETs, no `.index`), and answers as brute force over every record."""
+    rows, stamps = _small_batch_partition(backend)
+    assert len(rows) > 3 and all(r.batchindex_size_bytes for r in rows)
+    rng = np.random.default_rng(5)
+    targets = [int(stamps.min()) - 1, int(stamps.min()), int(stamps.max()), int(stamps.max()) + 1,
+               *rng.choice(stamps, 40 if backend.name == "local" else 8).tolist(),
+               *rng.integers(int(stamps.min()), int(stamps.max()), 40 if backend.name == "local" else 8).tolist()]
+    task = [stored_segment(row, backend.options) for row in rows]
+    for target in targets:
+        hits = np.flatnonzero(stamps >= target)
+        expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
+        cold = [stored_segment(row, backend.options) for row in rows]
+        with metered() as meter:
+            answer = list_offsets(cold, target)
+        assert (answer.offset, answer.timestamp) == expected, target
+        assert astuple(list_offsets(task, target))[:2] == expected, target
+        if not hits.size:
+            continue
+        row = next(r for r in rows if r.base_offset <= expected[0] < r.next_offset)
+        headers = scan_batches(read_bytes(row.log_key, backend.options)).headers
+        batch = int(headers.size[int(np.searchsorted(headers.last_offset, expected[0]))])
+        stride = row.batchindex_size_bytes // (row.timeindex_size_bytes // 12 + 1)
+        assert meter.requests["GET"] == 3 and sum(meter.requests.values()) == 3, (target, meter.requests)
+        assert meter.bytes["read"] == row.timeindex_size_bytes + stride + batch, (target, meter.bytes)
+    assert not any(s.index_problems for s in task)
+
+
+def test_a_batch_index_that_places_batches_wrongly_is_set_aside_and_answers_stay_exact(backend: Backend) -> None:
+    """A `.batchindex` whose positions name the next batch each time (a layout that checks out, but not
+    this log's): every lookup still answers as brute force, Kafka's way, and the segment says why."""
+    rows, stamps = _small_batch_partition(backend)
+    entry = np.dtype([("ts", ">i8"), ("offset", ">i4"), ("position", ">i4"), ("size", ">i4")])
+    for row in rows:
+        headers = scan_batches(read_bytes(row.log_key, backend.options)).headers
+        key = batch_index_key(row.log_key)
+        entries = np.frombuffer(read_bytes(key, backend.options), dtype=entry).copy()
+        used = entries["size"] > 0
+        nxt = np.minimum(np.searchsorted(headers.position, entries["position"][used]) + 1, len(headers) - 1)
+        entries["position"][used], entries["size"][used] = headers.position[nxt], headers.size[nxt]
+        backend.put(key, entries.tobytes())
+    rng = np.random.default_rng(8)
+    task = [stored_segment(row, backend.options) for row in rows]
+    for target in rng.choice(stamps, 30 if backend.name == "local" else 6).tolist():
+        hits = np.flatnonzero(stamps >= target)
+        assert astuple(list_offsets(task, target))[:2] == (int(hits[0]), int(stamps[hits[0]])), target
+    assert any("is not in the log there" in p for s in task for p in s.index_problems)
