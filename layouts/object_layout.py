@@ -1,7 +1,7 @@
 """The object layout: immutable, uniquely named segment objects (the default layout).
 
 Keys are `{root}/{topic}-{partition}/{base_offset:020d}-{segment_id}.{log|index|timeindex}`, and
-`.batchindex` for klake's own sidecar where a segment has one (`batch_index_key`). A new
+`.batchindex` for klake's own sidecar where a segment has one, beside its `.timeindex` (`batch_index_key`). A new
 version of a segment (append, roll, compaction) gets a new `segment_id`, so no object is ever
 overwritten; every object is created with put-if-absent (README, "Storage layouts").
 """
@@ -30,7 +30,8 @@ _OBJECT_NAME_RE = re.compile(r"(?P<offset>[0-9]{20})-(?P<segment_id>[0-9a-z]{1,6
 
 @dataclass(frozen=True)
 class SegmentKeys:
-    """The object URIs of one segment: Kafka's three files, and where its `.batchindex` goes if it has one."""
+    """The object URIs of one segment: Kafka's three files, and where its `.batchindex` goes if it has one
+    (beside the `.timeindex` it was made for)."""
 
     log: str
     index: str
@@ -38,7 +39,7 @@ class SegmentKeys:
 
     @property
     def batchindex(self) -> str:
-        return batch_index_key(self.log)
+        return batch_index_key(self.timeindex)
 
     def all(self) -> tuple[str, str, str]:
         """Kafka's three files (`.log`, `.index`, `.timeindex`), in the commit protocol's order."""
@@ -67,19 +68,22 @@ def object_segment_keys(root: str, tp: TopicPartition, base_offset: int, segment
     return SegmentKeys(log=f"{stem}.log", index=f"{stem}.index", timeindex=f"{stem}.timeindex")
 
 
-def batch_index_key(log_key: str) -> str:
-    """The klake `.batchindex` object beside a segment's `.log` (`engine.index.batch_index`)."""
-    if not log_key.endswith(".log"):
-        raise ValueError(f"{log_key} is not a .log key")
-    return f"{log_key[:-4]}.batchindex"
+def batch_index_key(timeindex_key: str) -> str:
+    """The klake `.batchindex` object beside the `.timeindex` whose spans it lists (`engine.index.batch_index`):
+    it belongs to that `.timeindex`, so sidecars rebuilt under a new key get a new one, and a row whose
+    `.timeindex` klake owns can have one whoever owns its `.log` (a broker's, imported in place)."""
+    if not timeindex_key.endswith(".timeindex"):
+        raise ValueError(f"{timeindex_key} is not a .timeindex key")
+    return f"{timeindex_key.removesuffix('.timeindex')}.batchindex"
 
 
-def batch_index_keys(log_keys: pa.ChunkedArray, sizes: pa.ChunkedArray) -> pa.ChunkedArray:
-    """`batch_index_key` of every row as a column (catalog rows as Arrow: `log_key`, `batchindex_size_bytes`);
-    null where the size is null (the row has no batch index) or the key is not a `.log`'s."""
-    logs = pc.if_else(pc.is_null(sizes), pa.scalar(None, pa.string()), log_keys)
-    return pc.if_else(pc.ends_with(logs, ".log"), pc.replace_substring_regex(logs, r"\.log$", ".batchindex"),
-                      pa.scalar(None, pa.string()))
+def batch_index_keys(timeindex_keys: pa.ChunkedArray, sizes: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`batch_index_key` of every row as a column (catalog rows as Arrow: `timeindex_key`,
+    `batchindex_size_bytes`); null where the size is null (the row has no batch index) or the key is not a
+    `.timeindex`'s."""
+    keys = pc.if_else(pc.is_null(sizes), pa.scalar(None, pa.string()), timeindex_keys)
+    return pc.if_else(pc.ends_with(keys, ".timeindex"),
+                      pc.replace_substring_regex(keys, r"\.timeindex$", ".batchindex"), pa.scalar(None, pa.string()))
 
 
 def parse_object_segment_name(name: str) -> ObjectSegmentName | None:

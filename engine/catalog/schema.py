@@ -17,7 +17,7 @@ Two columns carry the sidecars' byte lengths (`index_size_bytes`, `timeindex_siz
 the `.log`'s), so that a lookup's first ranged GET of a sidecar larger than a page is the page its
 search needs, with no request for the size first (`engine.ops.stored_segment`). Rows of a catalog
 written before these columns existed read them as null: unknown, and the size is found as before.
-A third, `batchindex_size_bytes`, is the length of klake's own `.batchindex` beside the `.log`
+A third, `batchindex_size_bytes`, is the length of klake's own `.batchindex` beside the `.timeindex`
 (`engine.index.batch_index`); null: the segment has none (it did not pay, or the row is older).
 """
 

@@ -37,7 +37,7 @@ class Cleanup:
 _KEYS = ("log_key", "index_key", "timeindex_key")
 DELETE_COLUMNS = ("topic", "partition", "segment_id", "state", "layout", *_KEYS, "batchindex_size_bytes")
 """The catalog columns the two-phase delete reads of the rows it deletes (the state: which rows an earlier run
-left DELETE_STARTED; the batch index size: whether a row has a `.batchindex` beside its `.log`)."""
+left DELETE_STARTED; the batch index size: whether a row has a `.batchindex` beside its `.timeindex`)."""
 
 
 def delete_and_forget(catalog: Catalog, root: str, rows: pa.Table, options: StorageOptions | None,
@@ -45,7 +45,7 @@ def delete_and_forget(catalog: Catalog, root: str, rows: pa.Table, options: Stor
     """Delete the objects klake owns of `rows` (DELETE_STARTED catalog rows, as Arrow), then remove the rows
     whose objects are all gone; a row with a failed delete stays DELETE_STARTED for the next run. A row's
     objects are Kafka's three files and its `.batchindex` if it has one (null key: none)."""
-    keys = [rows[k] for k in _KEYS] + [batch_index_keys(rows["log_key"], rows["batchindex_size_bytes"])]
+    keys = [rows[k] for k in _KEYS] + [batch_index_keys(rows["timeindex_key"], rows["batchindex_size_bytes"])]
     mine = pc.equal(rows["layout"], str(Layout.OBJECT))
     owned = [pc.or_(mine, pc.starts_with(key, root + "/")) for key in keys]  # null where a row has no such key
     result = delete_objects(sorted(set(_concat(key.filter(o) for key, o in zip(keys, owned, strict=True)))),

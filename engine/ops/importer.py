@@ -215,23 +215,26 @@ class _PartitionImporter:
 
     def _keys(self, seg: KafkaSegmentFiles, data: bytes, segment_id: str, sidecars: _Sidecars,
               batchindex: bytes | None) -> tuple[SegmentKeys, Layout]:
-        """Write what must be written (put-if-absent) and return the keys the row points at; a copy gets
-        its `batchindex` too (an in-place row has none: nothing is ever written into a broker's dir)."""
+        """Write what must be written (put-if-absent) and return the keys the row points at. In place, the
+        broker's valid sidecars are used where they are, unless the segment gets a `batchindex`: nothing is
+        ever written into a broker's dir, so the sidecars are then copied under the root, with it beside
+        them (`batch_index_key`)."""
         tp = self.part.tp
         owned = object_segment_keys(self.root, tp, seg.base_offset, segment_id)
         if self.copy:
             write_segment(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
             return owned, Layout.OBJECT
-        if sidecars.source_keys is not None:
+        if sidecars.source_keys is not None and batchindex is None:
             return SegmentKeys(seg.log.uri, *sidecars.source_keys), Layout.KAFKA
         ensure_object(owned.index, sidecars.index, self.options)
         ensure_object(owned.timeindex, sidecars.timeindex, self.options)
+        if batchindex is not None:
+            ensure_object(owned.batchindex, batchindex, self.options)
         return SegmentKeys(seg.log.uri, owned.index, owned.timeindex), Layout.KAFKA
 
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
-        batchindex = (segment_batch_index(data, sidecars.timeindex, seg.base_offset, summary.batch_count)
-                      if self.copy else None)
+        batchindex = segment_batch_index(data, sidecars.timeindex, seg.base_offset, summary.batch_count)
         keys, layout = self._keys(seg, data, segment_id, sidecars, batchindex)
         self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id,
                                      index_size_bytes=len(sidecars.index),

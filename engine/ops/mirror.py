@@ -222,7 +222,7 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     for s in plan.copy:
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
         log, index, timeindex = (read_bytes(key, options) for key in (s.log_key, s.index_key, s.timeindex_key))
-        batchindex = None if s.batchindex_size_bytes is None else read_bytes(batch_index_key(s.log_key), options)
+        batchindex = None if s.batchindex_size_bytes is None else read_bytes(batch_index_key(s.timeindex_key), options)
         write_segment(keys, log, index, timeindex, options, batchindex=batchindex)
         added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
                              layout=str(Layout.OBJECT), job_id=job_id, index_size_bytes=len(index),

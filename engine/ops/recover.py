@@ -65,7 +65,6 @@ from engine.ops.verify import (
     SegmentCheck,
     check_segment,
     offset_continuity,
-    read_if_present,
     verify_partition,
 )
 from engine.ops.versions import segment_batch_index, segment_row
@@ -199,10 +198,9 @@ class _Planner:
         index, timeindex = self._sidecar_bytes(check)
         self._put(repair, keys.index, index)
         self._put(repair, keys.timeindex, timeindex)
-        # beside a Kafka-layout row's .log (a broker's file) nothing is ever written
-        batchindex = self._batch_index(check, timeindex) if row.layout == Layout.OBJECT else None
-        if batchindex is not None and not self._keep_batch_index(repair, keys.batchindex, batchindex):
-            batchindex = None
+        batchindex = self._batch_index(check, timeindex)
+        if batchindex is not None:
+            self._put(repair, keys.batchindex, batchindex)  # beside the new .timeindex, whoever owns the .log
         repair._new_row = replace(row, segment_id=new_id, index_key=keys.index, timeindex_key=keys.timeindex,
                                   job_id=self.job_id, index_size_bytes=len(index), timeindex_size_bytes=len(timeindex),
                                   batchindex_size_bytes=None if batchindex is None else len(batchindex))
@@ -215,21 +213,6 @@ class _Planner:
             raise ValueError(f"{check.row.log_key}: rebuilding sidecars needs the checked batches")
         return segment_batch_index(b"", timeindex, check.row.base_offset, len(headers), self.min_timestamp,
                                    headers=headers)
-
-    def _keep_batch_index(self, repair: SegmentRepair, uri: str, data: bytes) -> bool:
-        """Whether the `.batchindex` beside a `.log` that stays in place can be the rebuilt one: written if
-        absent, kept if it holds exactly these bytes. An object there with other bytes (damaged, or made
-        for other sidecars) is never overwritten: the new row has no batch index (lookups search without
-        one) and the repair says so."""
-        existing = read_if_present(uri, self.options)
-        if existing is None:
-            self._put(repair, uri, data)
-            return True
-        if existing == data:
-            return True
-        repair.reasons.append(f"{uri}: holds another batch index than the rebuilt sidecars make; objects are "
-                              "never overwritten, so the new row has none")
-        return False
 
     def _cut(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
         """Quarantine the tail first (nothing is lost if the run dies), then write the prefix."""

@@ -178,7 +178,7 @@ def _live_keys(catalog: Catalog) -> pa.Table:
     `batchindex_key` is null where it has no batch index."""
     tps = [(tp.topic, tp.partition) for tp in catalog.partitions()]
     live = catalog.rows_table(tps, LIVE_STATES, _KEY_COLUMNS)
-    return live.append_column("batchindex_key", batch_index_keys(live["log_key"], live["batchindex_size_bytes"]))
+    return live.append_column("batchindex_key", batch_index_keys(live["timeindex_key"], live["batchindex_size_bytes"]))
 
 
 def _referenced(live: pa.Table) -> pa.Array:

@@ -191,10 +191,11 @@ class _BatchGroups:
 
 def _batch_groups(row: SegmentRow, options: StorageOptions | None) -> _BatchGroups | None:
     """The row's batch index, if it has one whose length fits its `.timeindex`'s."""
-    if row.batchindex_size_bytes is None or row.timeindex_size_bytes is None or not row.log_key.endswith(".log"):
+    if (row.batchindex_size_bytes is None or row.timeindex_size_bytes is None
+            or not row.timeindex_key.endswith(".timeindex")):
         return None
     stride = stride_of(row.batchindex_size_bytes, row.timeindex_size_bytes // TIME_ENTRY_SIZE)
-    return None if stride is None else _BatchGroups(batch_index_key(row.log_key), options, stride)
+    return None if stride is None else _BatchGroups(batch_index_key(row.timeindex_key), options, stride)
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,7 @@ class StoredSegment:
         h = first[1] if first is not None else None
         if h is None or len(h) != 1 or (int(h.size[0]), int(h.last_offset[0]), int(h.max_timestamp[0])) != (
                 pin.size, pin.last, pin.max_timestamp):
-            self.index_problems.append(f"{batch_index_key(self.row.log_key)}: the batch it places at position "
+            self.index_problems.append(f"{batch_index_key(self.row.timeindex_key)}: the batch it places at position "
                                        f"{pin.position} (last offset {pin.last}) is not in the log there")
             self._groups, self._pinned = None, []
             yield from self.batches_from(pin.kafka_first)

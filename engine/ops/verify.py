@@ -261,7 +261,7 @@ def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: Bat
     (it does not pay), or other bytes. A row without one (null) has none to check."""
     if row.batchindex_size_bytes is None:
         return []
-    key = batch_index_key(row.log_key)
+    key = batch_index_key(row.timeindex_key)
     data = read_if_present(key, options)
     if data is None:
         return [Problem(key, None, "batchindex", "missing: the catalog row's .batchindex object does not exist")]

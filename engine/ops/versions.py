@@ -55,7 +55,7 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
 def segment_object_keys(row: SegmentRow) -> list[str]:
     """Every object `row` names: Kafka's three files, then its `.batchindex` if it has one."""
     keys = [row.log_key, row.index_key, row.timeindex_key]
-    return keys + [batch_index_key(row.log_key)] if row.batchindex_size_bytes is not None else keys
+    return keys + [batch_index_key(row.timeindex_key)] if row.batchindex_size_bytes is not None else keys
 
 
 def _check_extends(extends: SegmentRow, tp: TopicPartition, base_offset: int, log: bytes | Parts) -> None:

@@ -228,7 +228,7 @@ def state(store: Store) -> dict:
               r.size_bytes, r.first_batch_timestamp, r.base_timestamp, r.largest_timestamp,
               r.offset_of_largest_timestamp, r.timestamp_type, r.state, r.log_start_offset, r.cleaned, r.magic,
               read_bytes(r.log_key, options), read_bytes(r.index_key, options), read_bytes(r.timeindex_key, options),
-              None if r.batchindex_size_bytes is None else read_bytes(batch_index_key(r.log_key), options))
+              None if r.batchindex_size_bytes is None else read_bytes(batch_index_key(r.timeindex_key), options))
              for r in rows]
     records, lookups = {}, {}
     for tp in sorted({TopicPartition(r.topic, r.partition) for r in rows if r.state != "DELETE_STARTED"}):

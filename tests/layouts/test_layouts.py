@@ -227,15 +227,15 @@ def test_write_segment_writes_three_objects_and_is_rerunnable(backend) -> None:
         write_segment(keys, b"X" * 100, b"I" * 8, b"T" * 12, backend.options)
 
 
-def test_the_batch_index_key_sits_beside_the_log_and_is_written_last(backend) -> None:
-    """klake's `.batchindex` (`engine.index.batch_index`): named after the `.log`, a klake object name scrub
+def test_the_batch_index_key_sits_beside_the_timeindex_and_is_written_last(backend) -> None:
+    """klake's `.batchindex` (`engine.index.batch_index`): named after its `.timeindex`, a klake object name scrub
     recognises, one key per row as Arrow (null where a row has none), written after Kafka's three files."""
     keys = object_segment_keys(backend.base, TopicPartition("t", 0), 10, "abc")
-    assert keys.batchindex == keys.log.removesuffix(".log") + ".batchindex" == batch_index_key(keys.log)
+    assert keys.batchindex == keys.log.removesuffix(".log") + ".batchindex" == batch_index_key(keys.timeindex)
     parsed = parse_object_segment_name(keys.batchindex.rsplit("/", 1)[1])
     assert (parsed.base_offset, parsed.segment_id, parsed.suffix) == (10, "abc", "batchindex")
-    logs = pa.chunked_array([[keys.log, "/k/00000000000000000000.log", "/x/other"]])
-    assert batch_index_keys(logs, pa.chunked_array([[40, None, 40]], pa.int64())).to_pylist() == [
+    times = pa.chunked_array([[keys.timeindex, "/k/00000000000000000000.timeindex", "/x/other"]])
+    assert batch_index_keys(times, pa.chunked_array([[40, None, 40]], pa.int64())).to_pylist() == [
         keys.batchindex, None, None]
     write_segment(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"B" * 20)
     write_segment(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"B" * 20)

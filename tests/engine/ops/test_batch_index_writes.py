@@ -64,34 +64,33 @@ def _truth(row: SegmentRow, backend: Backend) -> bytes | None:
                              lambda: scan_batches(log, row.log_key).headers)
 
 
-def _check(catalog: Catalog, backend: Backend, dropped: frozenset[int] = frozenset(), tp: TopicPartition = TP) -> int:
-    """Every live row has exactly the batch index its stored log and .timeindex make (none where none pays,
-    or, in the segments starting at the `dropped` offsets, a version recovery left without one); the number of
-    rows that have one."""
+def _check(catalog: Catalog, backend: Backend, tp: TopicPartition = TP) -> int:
+    """Every live row has exactly the batch index its stored log and .timeindex make (none where none pays);
+    the number of rows that have one."""
     have = 0
     for row in catalog.live_segments(tp.topic, tp.partition):
         want = _truth(row, backend)
-        if want is None or (row.base_offset in dropped and row.batchindex_size_bytes is None):
+        if want is None:
             assert row.batchindex_size_bytes is None, row
             continue
         assert row.batchindex_size_bytes == len(want), row
-        assert read_bytes(batch_index_key(row.log_key), backend.options) == want, row
+        assert read_bytes(batch_index_key(row.timeindex_key), backend.options) == want, row
         have += 1
     return have
 
 
 def _deleted_together(catalog: Catalog, backend: Backend, under: str, tp: TopicPartition = TP) -> None:
-    """The live rows' batch indexes exist, and every `.batchindex` left has its `.log` beside it: the two-phase
+    """The live rows' batch indexes exist, and every `.batchindex` left has its `.timeindex` beside it: the two-phase
     delete removed the replaced rows' with their other objects (superseded versions that were not deleted,
     such as an extended ACTIVE segment's, are scrub's, all four objects alike)."""
     names = {o.uri for o in list_objects(backend.uri(under), backend.options)}
     left = {uri for uri in names if uri.endswith(".batchindex")}
     assert _live_batch_indexes(catalog, tp) <= left
-    assert {uri.removesuffix(".batchindex") + ".log" for uri in left} <= names
+    assert {uri.removesuffix(".batchindex") + ".timeindex" for uri in left} <= names
 
 
 def _live_batch_indexes(catalog: Catalog, tp: TopicPartition = TP) -> set[str]:
-    return {batch_index_key(r.log_key) for r in catalog.live_segments(tp.topic, tp.partition)
+    return {batch_index_key(r.timeindex_key) for r in catalog.live_segments(tp.topic, tp.partition)
             if r.batchindex_size_bytes is not None}
 
 
@@ -125,25 +124,22 @@ def test_every_writer_writes_the_batch_index_where_it_pays(backend: Backend) -> 
         options=backend.options)
     repairs = rebuilt.outcome(TP).repairs
     assert repairs
-    # the .log stays in place, so its .batchindex key does too: kept where the rebuilt sidecars make the
-    # same one, else (never overwritten) dropped from the row, which the repair says
-    dropped = frozenset(r.base_offset for r in repairs
-                        if any(r.log_key.removesuffix(".log") + ".batchindex" in reason for reason in r.reasons))
-    assert _check(catalog, backend, dropped) >= 1
+    # the .log stays in place; the rebuilt sidecars are new objects, each .batchindex beside its .timeindex
+    assert _check(catalog, backend) >= 1
     rows = catalog.live_segments(TP.topic, TP.partition)
     delete_records(catalog, root, TP, rows[1].base_offset + 1, NOW, backend.options)
-    _check(catalog, backend, dropped)
+    _check(catalog, backend)
     truncate_partition(catalog, root, TP, rows[-1].next_offset - 3, SMALL, NOW, backend.options)
-    _check(catalog, backend, dropped)
+    _check(catalog, backend)
     apply_retention(catalog, root, TP, SMALL, NOW + 28 * DAY, backend.options)
-    _check(catalog, backend, dropped)
+    _check(catalog, backend)
     _deleted_together(catalog, backend, "root")
     for mode in ("preserve", "remap"):
         dest = Catalog.create(backend.uri(f"{mode}-cat"), backend.options)
         run = mirror_partitions(root, catalog, backend.uri(mode), dest, [TP], mode=mode, now_ms=NOW,
                                 dest_configs={TP.topic: SMALL}, options=backend.options)
         assert run.failures == {}
-        assert _check(dest, backend, dropped if mode == "preserve" else frozenset()) >= 1
+        assert _check(dest, backend) >= 1
         _deleted_together(dest, backend, mode)
 
 
@@ -154,8 +150,11 @@ def test_no_batch_index_where_every_batch_is_above_the_interval(backend: Backend
     assert not [o for o in list_objects(root, backend.options) if o.uri.endswith(".batchindex")]
 
 
-def test_import_copies_get_a_batch_index_in_place_rows_none_and_export_leaves_it_out(backend: Backend,
-                                                                                      tmp_path) -> None:
+def test_imports_get_a_batch_index_in_place_ones_beside_copied_sidecars_and_export_leaves_it_out(
+        backend: Backend, tmp_path) -> None:
+    """Export writes Kafka's files alone; an import copies a batch index with the segments, and an in-place
+    import (the `.log` stays the broker's) gets one beside sidecars copied under klake's root, never in the
+    broker's dir."""
     catalog, root = _appended(backend, SMALL)
     out = str(tmp_path / "broker")
     report = export_log_dir(catalog, root, {TP: SMALL}, out, ExportRange(), options=backend.options)
@@ -166,11 +165,12 @@ def test_import_copies_get_a_batch_index_in_place_rows_none_and_export_leaves_it
         imported = Catalog.create(backend.uri(f"cat-{copy}"), backend.options)
         done = import_log_dir(out, backend.uri(f"klake-{copy}"), imported, copy=copy, options=backend.options)
         assert not done.failed
-        if copy:
-            assert _check(imported, backend) >= 3
-        else:
+        assert _check(imported, backend) >= 3
+        if not copy:
             rows = imported.live_segments(TP.topic, TP.partition)
-            assert rows and all(r.batchindex_size_bytes is None for r in rows)
+            owned = [r for r in rows if r.batchindex_size_bytes is not None]
+            assert all(r.log_key.startswith(out) and r.timeindex_key.startswith(backend.uri("klake-False"))
+                       for r in owned)
             assert not [n for n in os.listdir(os.path.join(out, TP.dir_name)) if n.endswith(".batchindex")]
 
 
@@ -187,16 +187,16 @@ def test_scrub_flags_an_orphan_batch_index_a_missing_one_and_one_of_another_size
     report = scrub(root, catalog, grace_ms=3_600_000, dry_run=True, options=backend.options, now=now)
     assert [o.uri for o in report.orphans] == [orphan]
     assert [(m.kind, m.key, m.catalog_size, m.object_size) for m in report.size_mismatches] == [
-        ("batchindex", batch_index_key(first.log_key), first.batchindex_size_bytes + 20,
+        ("batchindex", batch_index_key(first.timeindex_key), first.batchindex_size_bytes + 20,
          first.batchindex_size_bytes)]
     assert report.missing == []
     cleaned = scrub(root, catalog, grace_ms=3_600_000, options=backend.options, now=now)
     assert cleaned.deleted == [orphan] and object_info(orphan, backend.options) is None
-    assert object_info(batch_index_key(first.log_key), backend.options) is not None
+    assert object_info(batch_index_key(first.timeindex_key), backend.options) is not None
     second = next(r for r in rows[1:] if r.batchindex_size_bytes is not None)
-    assert delete_object(batch_index_key(second.log_key), backend.options)
+    assert delete_object(batch_index_key(second.timeindex_key), backend.options)
     gone = scrub(root, catalog, grace_ms=3_600_000, dry_run=True, options=backend.options, now=now)
-    assert [(m.kind, m.key) for m in gone.missing] == [("batchindex", batch_index_key(second.log_key))]
+    assert [(m.kind, m.key) for m in gone.missing] == [("batchindex", batch_index_key(second.timeindex_key))]
 
 
 @pytest.mark.parametrize("damage", ["missing", "damaged"])
@@ -204,7 +204,7 @@ def test_verify_names_a_broken_batch_index_and_recover_repairs_the_row(backend: 
     catalog, root = _appended(backend, SMALL)
     rows = catalog.live_segments(TP.topic, TP.partition)
     row = next(r for r in rows if r.batchindex_size_bytes is not None)
-    key = batch_index_key(row.log_key)
+    key = batch_index_key(row.timeindex_key)
     good = read_bytes(key, backend.options)
     assert delete_object(key, backend.options)
     if damage == "damaged":  # one batch's position moved: the layout still holds, the answer would not
@@ -219,11 +219,9 @@ def test_verify_names_a_broken_batch_index_and_recover_repairs_the_row(backend: 
     assert [r.segment_id for r in report.repairs] == [row.segment_id]
     assert verify_partition(catalog, TP, backend.options, SMALL).ok
     repaired = next(r for r in catalog.live_segments(TP.topic, TP.partition) if r.base_offset == row.base_offset)
-    if damage == "missing":  # written again, beside the .log that stays in place
-        assert repaired.batchindex_size_bytes == len(good) and read_bytes(key, backend.options) == good
-    else:  # never overwritten: the row has none (lookups search without it) and the repair says why
-        assert repaired.batchindex_size_bytes is None
-        assert any(key in reason for reason in report.repairs[0].reasons)
+    # written anew beside the rebuilt .timeindex (a new object: the broken one is left to scrub)
+    assert repaired.timeindex_key != row.timeindex_key and repaired.batchindex_size_bytes == len(good)
+    assert read_bytes(batch_index_key(repaired.timeindex_key), backend.options) == good
     assert recover_partition(catalog, root, TP, backend.options, now_ms=NOW, config=SMALL).nothing_to_do
 
 

@@ -273,7 +273,7 @@ def test_a_batch_index_that_places_batches_wrongly_is_set_aside_and_answers_stay
     entry = np.dtype([("ts", ">i8"), ("offset", ">i4"), ("position", ">i4"), ("size", ">i4")])
     for row in rows:
         headers = scan_batches(read_bytes(row.log_key, backend.options)).headers
-        key = batch_index_key(row.log_key)
+        key = batch_index_key(row.timeindex_key)
         entries = np.frombuffer(read_bytes(key, backend.options), dtype=entry).copy()
         used = entries["size"] > 0
         nxt = np.minimum(np.searchsorted(headers.position, entries["position"][used]) + 1, len(headers) - 1)
