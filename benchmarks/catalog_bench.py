@@ -59,6 +59,7 @@ def synthetic_slice(start_seq: int, count: int, partitions: list[tuple[str, int]
         "format_version": np.full(n, 1, np.int32), "layout": np.full(n, "object"), "magic": np.full(n, 2, np.int8),
         "log_start_offset": np.full(n, -1), "cleaned": np.zeros(n, bool),
         "index_size_bytes": np.full(n, 2_048), "timeindex_size_bytes": np.full(n, 3_072),
+        "batchindex_size_bytes": np.full(n, None),  # 10 KiB batches, above the interval: none
     }
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in CATALOG_SCHEMA}, schema=CATALOG_SCHEMA)
 
