@@ -72,10 +72,6 @@ class BatchIndex:
         if self.stride < 1 or self.sizes.shape[0] % self.stride:
             raise ValueError(f"{self.sizes.shape[0]} entries are not whole groups of {self.stride}")
 
-    @property
-    def groups(self) -> int:
-        return self.sizes.shape[0] // self.stride
-
     @classmethod
     def build(cls, headers: BatchHeaders, time_index: TimeIndex) -> BatchIndex:
         """The groups of a segment's batches (`headers`, in log order) over its `.timeindex`."""
