@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.format.batch import BatchHeaders
-from engine.index.common import frozen_column
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.index.time_index import TimeIndex
 
@@ -54,47 +53,24 @@ class BatchGroup:
         return int(self.sizes.shape[0])
 
 
-@dataclass(frozen=True, eq=False)
-class BatchIndex:
-    """An immutable batch index: `groups` groups of `stride` entries each (columns of groups * stride)."""
-
-    base_offset: int
-    stride: int
-    max_timestamps: np.ndarray
-    relative_offsets: np.ndarray
-    positions: np.ndarray
-    sizes: np.ndarray
-
-    def __post_init__(self) -> None:
-        for name, dtype in (("max_timestamps", np.int64), ("relative_offsets", np.int32),
-                            ("positions", np.int32), ("sizes", np.int32)):
-            object.__setattr__(self, name, frozen_column(getattr(self, name), dtype, name))
-        if self.stride < 1 or self.sizes.shape[0] % self.stride:
-            raise ValueError(f"{self.sizes.shape[0]} entries are not whole groups of {self.stride}")
-
-    @classmethod
-    def build(cls, headers: BatchHeaders, time_index: TimeIndex) -> BatchIndex:
-        """The groups of a segment's batches (`headers`, in log order) over its `.timeindex`."""
-        last = headers.last_offset
-        n = len(headers)
-        bounds = time_index.base_offset + time_index.relative_offsets.astype(np.int64)
-        starts = np.concatenate([[0], np.searchsorted(last, bounds + 1, side="left")])
-        ends = np.concatenate([np.minimum(np.searchsorted(last, bounds, side="left") + 1, n), [n]])
-        counts = np.maximum(ends - starts, 0)
-        stride = max(int(counts.max()), 1)
-        slots = (np.arange(counts.shape[0]) * stride).repeat(counts) + _ramp(counts)
-        batches = starts.repeat(counts) + _ramp(counts)
-        columns = [np.zeros(counts.shape[0] * stride, dtype) for dtype in (np.int64, np.int32, np.int32, np.int32)]
-        for column, values in zip(columns, (headers.max_timestamp, last - time_index.base_offset,
-                                            headers.position, headers.size), strict=True):
-            column[slots] = values[batches]
-        return cls(time_index.base_offset, stride, *columns)
-
-    def to_bytes(self) -> bytes:
-        out = np.empty(self.sizes.shape[0], dtype=_ENTRY)
-        out["max_timestamp"], out["offset"] = self.max_timestamps, self.relative_offsets
-        out["position"], out["size"] = self.positions, self.sizes
-        return out.tobytes()
+def _entries(headers: BatchHeaders, time_index: TimeIndex) -> np.ndarray:
+    """The file's entries: the groups of a segment's batches (`headers`, in log order) over its `.timeindex`,
+    each padded with zero entries to the longest."""
+    last = headers.last_offset
+    n = len(headers)
+    bounds = time_index.base_offset + time_index.relative_offsets.astype(np.int64)
+    starts = np.concatenate([[0], np.searchsorted(last, bounds + 1, side="left")])
+    ends = np.concatenate([np.minimum(np.searchsorted(last, bounds, side="left") + 1, n), [n]])
+    counts = np.maximum(ends - starts, 0)
+    stride = max(int(counts.max()), 1)
+    slots = (np.arange(counts.shape[0]) * stride).repeat(counts) + _ramp(counts)
+    batches = starts.repeat(counts) + _ramp(counts)
+    out = np.zeros(counts.shape[0] * stride, dtype=_ENTRY)
+    out["max_timestamp"][slots] = headers.max_timestamp[batches]
+    out["offset"][slots] = last[batches] - time_index.base_offset
+    out["position"][slots] = headers.position[batches]
+    out["size"][slots] = headers.size[batches]
+    return out
 
 
 def group_span(g: int, stride: int) -> tuple[int, int]:
@@ -140,10 +116,8 @@ def batch_index_bytes(batch_count: int, timeindex: bytes, base_offset: int, head
     if not loaded.ok:
         return None
     scanned = headers()
-    index = BatchIndex.build(scanned, loaded.index)
-    if index.sizes.shape[0] > MAX_PADDING * len(scanned):
-        return None
-    return index.to_bytes()
+    entries = _entries(scanned, loaded.index)
+    return None if entries.shape[0] > MAX_PADDING * len(scanned) else entries.tobytes()
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:

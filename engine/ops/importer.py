@@ -33,7 +33,8 @@ from functools import partial
 from engine.catalog.changes import CatalogChange, plan_change
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError, KlakeError
-from engine.format.batch import scan_batches
+from engine.format.batch import BatchHeaders, scan_batches
+from engine.index.batch_index import batch_index_bytes
 from engine.index.checks import check_sidecars
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
@@ -44,7 +45,7 @@ from engine.names import LOG_START_OFFSET_CHECKPOINT, TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
-from engine.ops.versions import segment_batch_index, segment_row
+from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
@@ -125,10 +126,12 @@ def imported_segment_id(source_log: str, size: int) -> str:
 
 @dataclass
 class _Sidecars:
-    """Index bytes for a segment: the source's own files (with their keys) or rebuilt ones."""
+    """Index bytes for a segment: the source's own files (with their keys) or rebuilt ones; `headers`, the
+    log's batches they were checked against or built from (for its `.batchindex`)."""
 
     index: bytes
     timeindex: bytes
+    headers: BatchHeaders
     problems: list[str]
     source_keys: tuple[str, str] | None = None
 
@@ -194,7 +197,8 @@ class _PartitionImporter:
         """Copy and register the bytes before the corruption, as Kafka's recovery would keep them."""
         prefix_id = imported_segment_id(seg.log.uri, len(prefix))
         summary = summarize_segment(prefix, seg.base_offset, seg.log.uri)
-        sidecars = self._rebuilt(prefix, seg, ["corrupt segment: indexes rebuilt for its valid prefix"])
+        sidecars = self._rebuilt(scan_batches(prefix, seg.log.uri).headers, seg,
+                                 ["corrupt segment: indexes rebuilt for its valid prefix"])
         self._register(seg, prefix, summary, prefix_id, SegmentState.ROLLED, sidecars, record=False)
         outcome.segment_id, outcome.kept_bytes = prefix_id, len(prefix)
 
@@ -202,16 +206,17 @@ class _PartitionImporter:
         """The segment's own sidecars if they are valid for its log, else rebuilt ones."""
         index_bytes = read_bytes(seg.index.uri, self.options) if seg.index else None
         timeindex_bytes = read_bytes(seg.timeindex.uri, self.options) if seg.timeindex else None
-        check = check_sidecars(scan_batches(data, seg.log.uri).headers, seg.base_offset, index_bytes,
-                               timeindex_bytes, seg.log.uri, active=state is SegmentState.ACTIVE)
-        if not check.valid:
-            return self._rebuilt(data, seg, check.problems)
-        return _Sidecars(index_bytes, timeindex_bytes, problems=[], source_keys=(seg.index.uri, seg.timeindex.uri))
-
-    def _rebuilt(self, data: bytes, seg: KafkaSegmentFiles, problems: list[str]) -> _Sidecars:
         headers = scan_batches(data, seg.log.uri).headers
+        check = check_sidecars(headers, seg.base_offset, index_bytes, timeindex_bytes, seg.log.uri,
+                               active=state is SegmentState.ACTIVE)
+        if not check.valid:
+            return self._rebuilt(headers, seg, check.problems)
+        return _Sidecars(index_bytes, timeindex_bytes, headers, problems=[],
+                         source_keys=(seg.index.uri, seg.timeindex.uri))
+
+    def _rebuilt(self, headers: BatchHeaders, seg: KafkaSegmentFiles, problems: list[str]) -> _Sidecars:
         offsets, times = build_indexes(headers, seg.base_offset, self.interval)
-        return _Sidecars(offsets.to_bytes(), times.to_bytes(), problems=problems)
+        return _Sidecars(offsets.to_bytes(), times.to_bytes(), headers, problems=problems)
 
     def _keys(self, seg: KafkaSegmentFiles, data: bytes, segment_id: str, sidecars: _Sidecars,
               batchindex: bytes | None) -> tuple[SegmentKeys, Layout]:
@@ -234,7 +239,8 @@ class _PartitionImporter:
 
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
-        batchindex = segment_batch_index(data, sidecars.timeindex, seg.base_offset, summary.batch_count)
+        batchindex = batch_index_bytes(summary.batch_count, sidecars.timeindex, seg.base_offset,
+                                       lambda: sidecars.headers)
         keys, layout = self._keys(seg, data, segment_id, sidecars, batchindex)
         self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id,
                                      index_size_bytes=len(sidecars.index),

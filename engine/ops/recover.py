@@ -53,6 +53,7 @@ from typing import Any
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
+from engine.index.batch_index import batch_index_bytes
 from engine.index.rebuild import build_indexes
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
@@ -67,7 +68,7 @@ from engine.ops.verify import (
     offset_continuity,
     verify_partition,
 )
-from engine.ops.versions import segment_batch_index, segment_row
+from engine.ops.versions import segment_row
 from layouts.object_layout import SegmentKeys, object_segment_keys
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri
 
@@ -209,10 +210,7 @@ class _Planner:
     def _batch_index(self, check: SegmentCheck, timeindex: bytes) -> bytes | None:
         """The `.batchindex` the checked log's valid prefix and its rebuilt `.timeindex` make, if it pays."""
         headers = check.prefix_headers
-        if headers is None:
-            raise ValueError(f"{check.row.log_key}: rebuilding sidecars needs the checked batches")
-        return segment_batch_index(b"", timeindex, check.row.base_offset, len(headers), self.min_timestamp,
-                                   headers=headers)
+        return batch_index_bytes(len(headers), timeindex, check.row.base_offset, lambda: headers, self.min_timestamp)
 
     def _cut(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
         """Quarantine the tail first (nothing is lost if the run dies), then write the prefix."""

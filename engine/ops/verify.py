@@ -27,13 +27,13 @@ from engine.catalog.schema import SegmentRow, SegmentState
 from engine.errors import CorruptRecordError
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.format.records import decode_records
+from engine.index.batch_index import batch_index_bytes
 from engine.index.checks import check_sidecars, sidecar_names
 from engine.index.common import INT32_MAX
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.versions import segment_batch_index
 from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, object_info, read_bytes
 
@@ -257,7 +257,7 @@ def _sidecar_size_problems(row: SegmentRow, index: bytes | None, timeindex: byte
 def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: BatchHeaders,
                           options: StorageOptions | None, min_timestamp: int) -> list[Problem]:
     """The row's `.batchindex` against the one its log's batches and its `.timeindex` make
-    (`engine.ops.versions.segment_batch_index`): missing, of another size than the row says, not made at all
+    (`engine.index.batch_index.batch_index_bytes`): missing, of another size than the row says, not made at all
     (it does not pay), or other bytes. A row without one (null) has none to check."""
     if row.batchindex_size_bytes is None:
         return []
@@ -265,7 +265,7 @@ def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: Bat
     data = read_if_present(key, options)
     if data is None:
         return [Problem(key, None, "batchindex", "missing: the catalog row's .batchindex object does not exist")]
-    wanted = segment_batch_index(b"", timeindex or b"", row.base_offset, len(headers), min_timestamp, headers=headers)
+    wanted = batch_index_bytes(len(headers), timeindex or b"", row.base_offset, lambda: headers, min_timestamp)
     if wanted is None:
         return [Problem(key, None, "batchindex", "batchindex: the catalog row has one, but its log and .timeindex "
                                                  "make none (it does not pay)")]

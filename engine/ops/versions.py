@@ -93,13 +93,11 @@ def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: 
 
 
 def segment_batch_index(log: bytes | Parts, timeindex: bytes, base_offset: int, batch_count: int,
-                        min_timestamp: int = 0, headers: BatchHeaders | None = None) -> bytes | None:
+                        min_timestamp: int = 0) -> bytes | None:
     """The `.batchindex` of a segment version (`engine.index.batch_index.batch_index_bytes`), or None where
-    it does not pay. The log's batch headers (`headers` if the caller has them) are scanned only where it
-    may pay (`log_headers`: a log in parts is never joined whole)."""
-    return batch_index_bytes(batch_count, timeindex, base_offset,
-                             (lambda: headers) if headers is not None else (lambda: log_headers(log)),
-                             min_timestamp)
+    it does not pay. The log's batch headers are scanned only where it may pay (`log_headers`: a log in
+    parts is never joined whole)."""
+    return batch_index_bytes(batch_count, timeindex, base_offset, lambda: log_headers(log), min_timestamp)
 
 
 def log_headers(log: bytes | Parts) -> BatchHeaders:
