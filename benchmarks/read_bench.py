@@ -47,7 +47,7 @@ from jobs.runtime.spark_session import spark_session  # noqa: E402
 from layouts.store import read_bytes  # noqa: E402
 
 HOUR_MS = 3_600_000
-PRE_CODEC_MB_PER_S = 22.0  # the full scan before the compiled codec (RESULTS.md, 2026-11-22: 316 MB in 13.6 s)
+PRE_CODEC_MB_PER_S = 22.0  # the full scan before the compiled codec (benchmarks/history/2026-11-results-diary.md, 2026-11-22: 316 MB in 13.6 s)
 
 
 def _timed_read(conf: Path, report: Path, extra: list[str]) -> tuple[float, dict]:

@@ -41,7 +41,7 @@ S3_SCHEMES = ("s3://", "s3a://")
 S3_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys per request
 DELETE_THREADS = 8
 """Deletes in flight at once. A local unlink of a file written a while ago waits on the disk's metadata
-(0.4 ms each on the benchmark machine, 8 threads 8x faster: benchmarks/RESULTS.md) and a DeleteObjects
+(0.4 ms each on the benchmark machine, 8 threads 8x faster: benchmarks/history/2026-11-results-diary.md) and a DeleteObjects
 on the network, so a bulk delete runs in up to this many threads, each on its own contiguous run of the
 sorted keys (its own directories, its own full batches)."""
 DELETE_CHUNK = 4 * S3_DELETE_BATCH

@@ -3,7 +3,7 @@
 Kafka appends a partition's records in the order they were produced; the `append` job's input order is
 the input's (files in path order, rows in file order). Spark would bring each partition's rows together
 with a shuffle and a sort: every row serialised by the JVM, written, read, compared and sent to Python
-again, which costs twice a Parquet write of the same data (issue 14, benchmarks/RESULTS.md "Append:
+again, which costs twice a Parquet write of the same data (issue 14, benchmarks/history/2026-11-results-diary.md "Append:
 what a shuffle of rows costs by itself"). Instead, each input task stages its rows here, grouped by
 topic-partition, and the partition's task reads back exactly its own:
 

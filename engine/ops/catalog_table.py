@@ -431,7 +431,7 @@ class Catalog:
 
         Row groups are kept small (`OPTIMIZE_ROW_GROUP_ROWS`) so that min/max statistics still prune
         inside the larger files; plain compaction keeps the time clustering that commits create
-        (benchmarks/RESULTS.md compares both).
+        (benchmarks/history/2026-11-results-diary.md compares both).
         """
         self._table.update_incremental()
         properties = WriterProperties(max_row_group_size=OPTIMIZE_ROW_GROUP_ROWS)

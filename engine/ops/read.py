@@ -52,7 +52,7 @@ KAFKA_PARQUET_COLUMNS = {
     "write_statistics": ["partition", "offset", "timestamp", "timestampType"],
     "column_encoding": {"offset": "DELTA_BINARY_PACKED", "timestamp": "DELTA_BINARY_PACKED"}}
 """Parquet writer settings per column for these rows (`engine.ops.read_output.write_parquet`), measured on
-100-byte records (RESULTS.md, issue 14): a dictionary for the columns constant per segment and for header
+100-byte records (benchmarks/history/2026-11-results-diary.md, issue 14): a dictionary for the columns constant per segment and for header
 names only (on keys and values it is mostly a hash table that overflows and falls back to plain);
 offsets and timestamps rise by small steps, so they are delta-encoded (~0 and ~2 bytes a record instead of
 4-6 after snappy); min/max statistics, which readers use to skip row groups, for the integer columns only:
@@ -62,7 +62,7 @@ DEFAULT_SPLIT_BYTES = 64 * 1024**2
 DEFAULT_PACK_BYTES = 256 * 1024**2
 """Log bytes a task reads at most from several small segments (`pack_items`): the compiled decoder reads ~1 GB/s
 per core, so 128 MiB is ~0.1-0.13 s of work, about the fixed cost of a wave of Python tasks in local Spark
-(~0.05-0.1 s; RESULTS.md "Full-scan reads: tasks sized to the cores")."""
+(~0.05-0.1 s; benchmarks/history/2026-11-results-diary.md "Full-scan reads: tasks sized to the cores")."""
 READ_WINDOW = 4 * 1024**2
 _TIMESTAMP = KAFKA_ARROW_SCHEMA.field("timestamp").type
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
