@@ -1,8 +1,9 @@
 """The README's shell blocks, run verbatim, so that the README cannot go stale.
 
 Every ```sh block is run, in README order, unless `SKIPPED` names it (by its first line) with the
-reason. A block runs as one bash script (its variables carry from line to line) with `pipefail`, so a
-failing command before `| head` fails too; each command's exit code and output are captured on their
+reason; every ```python block too, as one command (`.venv/bin/python -` with the block on its stdin),
+whose `#>` lines (comments to Python) are what it must print. A block runs as one bash script (its
+variables carry from line to line) with `pipefail`, so a failing command before `| head` fails too; each command's exit code and output are captured on their
 own. The commands run in a scratch directory laid out like a clone: `.venv/bin/klake` there runs this
 checkout's code with the Python running the tests (a fresh clone's own `.venv` in CI), and `../shared`
 is the shared folder beside the checkout. The tour's first command is the demo itself (`klake demo
@@ -65,6 +66,7 @@ class Command:
 class Block:
     line: int
     lines: list[str]
+    language: str = "sh"
 
     @property
     def first(self) -> str:
@@ -72,11 +74,11 @@ class Block:
 
 
 def readme_blocks(text: str) -> list[Block]:
-    """Every ```sh block with its README line number."""
+    """Every ```sh and ```python block with its README line number."""
     blocks, current = [], None
     for number, line in enumerate(text.splitlines(), 1):
-        if current is None and line.strip() == "```sh":
-            current = Block(number, [])
+        if current is None and line.strip() in ("```sh", "```python"):
+            current = Block(number, [], line.strip()[3:])
         elif current is not None and line.strip() == "```":
             blocks.append(current)
             current = None
@@ -86,7 +88,12 @@ def readme_blocks(text: str) -> list[Block]:
 
 
 def commands(block: Block) -> list[Command]:
-    """The block's commands (`\\` continuations joined), each with the `#>` lines under it."""
+    """The block's commands (`\\` continuations joined), each with the `#>` lines under it; a Python
+    block is one command."""
+    if block.language == "python":
+        code = "\n".join(block.lines)
+        return [Command(block.line + 1, f".venv/bin/python - <<'PYTHON'\n{code}\nPYTHON",
+                        [line[len(EXPECTED):] for line in block.lines if line.startswith(EXPECTED)])]
     found: list[Command] = []
     pending: Command | None = None
     for offset, line in enumerate(block.lines, 1):
@@ -143,6 +150,10 @@ def clone_like(tmp: Path, shared: Path) -> Path:
     shim.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}" '
                     f'exec {shlex.quote(sys.executable)} -m jobs.cli.main "$@"\n')
     shim.chmod(0o755)
+    python = clone / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}" '
+                      f'exec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
     (tmp / "shared").symlink_to(shared, target_is_directory=True)
     return clone
 
