@@ -14,9 +14,9 @@ import uuid
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, Field, write_deltalake
 
-from engine.catalog.schema import CATALOG_SCHEMA, KEY_COLUMNS, PARTITION_COLUMNS
+from engine.catalog.schema import CATALOG_SCHEMA, KEY_COLUMNS, PARTITION_COLUMNS, STORED_SCHEMA
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.append import append_to_partition
@@ -161,6 +161,8 @@ def test_an_absolute_key_catalog_migrates_on_its_first_write_keeping_its_answers
     legacy = Catalog.open(catalog_uri, backend.options)
     assert legacy.all_rows() == rows  # read as written: absolute keys resolve to themselves
     version = legacy.version()
+    DeltaTable(catalog_uri, storage_options=Catalog._storage_options(catalog_uri, backend.options)).alter.add_columns(
+        [Field.from_arrow(STORED_SCHEMA.field("external"))])  # a migration killed after its first commit
 
     assert legacy.migrate_keys().version == version + 2  # the `external` column, then the keys
     assert Catalog.open(catalog_uri, backend.options).all_rows() == rows  # the same answers
