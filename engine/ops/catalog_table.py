@@ -9,8 +9,8 @@ DataFusion engine, which prunes by the topic partition column and by per-file mi
 Keys are stored relative to the directory holding the catalog, as Delta Lake stores its files relative to
 the table: the root, for a catalog at its default place `{root}/_catalog`. They are resolved on every read
 (`layouts.root_keys`, issue 26), so rows in memory carry URIs, any reader resolves them alike, and a copied
-root reads its own objects. A catalog written before keys were
-relative migrates on its first write (`migrate_keys`, `engine.ops.catalog_keys`).
+root reads its own objects. A catalog written before keys were relative migrates on its first write
+(`migrate_keys`, `engine.ops.catalog_keys`).
 """
 
 from __future__ import annotations
@@ -392,7 +392,6 @@ class Catalog:
         except RetryError as exc:
             raise CatalogConflictError(f"catalog {self.uri}: {operation} still conflicted after "
                                        f"{self.max_commit_attempts} attempts: {exc.last_attempt.exception()}") from None
-        raise AssertionError("unreachable: tenacity returns or raises")
 
     def migrate_keys(self) -> CommitResult:
         """Store the keys of rows written before keys were relative (`external` null) as this version does:
@@ -407,6 +406,7 @@ class Catalog:
         return result
 
     def _migrate_keys_once(self, attempt: int) -> CommitResult:
+        """One attempt of `migrate_keys`: the newest columns, then one MERGE of every legacy row's keys."""
         self._table.update_incremental()
         self._add_absent_columns()
         legacy = self._read(f"SELECT {', '.join(_quoted(c) for c in MIGRATION_COLUMNS)} FROM catalog "
@@ -421,8 +421,7 @@ class Catalog:
                                     commit_properties=CommitProperties(custom_metadata={
                                         "klake.operation": "migrate-keys"})).when_matched_update(updates).execute()
         self._committed = None
-        return CommitResult(version=self._table.version(), transitioned=legacy.num_rows, attempts=attempt,
-                            metrics=metrics)
+        return CommitResult(version=self._table.version(), attempts=attempt, metrics=metrics)
 
     def _apply_once(self, change: CatalogChange, operation: str, job_id: str, finished: Sequence[TopicPartition],
                     app_transactions: Mapping[str, AppTransaction], attempt: int) -> CommitResult:
