@@ -36,9 +36,13 @@ def stored_keys(root: str, uris: Keys) -> Keys:
 
 def resolved_keys(root: str, keys: Keys) -> Keys:
     """The URIs of stored keys: a relative key under `root`, an absolute one (external, or written before
-    keys were relative) as it is."""
-    relative = pc.invert(pc.match_substring_regex(keys, _ABSOLUTE))
-    return pc.if_else(relative, pc.binary_join_element_wise(normalize_uri(root), keys, "/"), keys)
+    keys were relative) as it is. A column of one kind (the common case) is not chosen row by row."""
+    absolute = pc.match_substring_regex(keys, _ABSOLUTE)
+    count = pc.sum(absolute).as_py() or 0
+    if count == len(keys) - keys.null_count:
+        return keys
+    resolved = pc.binary_join_element_wise(normalize_uri(root), keys, "/")
+    return resolved if count == 0 else pc.if_else(absolute, keys, resolved)
 
 
 def external(root: str, *uris: Keys) -> Keys:
