@@ -25,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 from deltalake import PostCommitHookProperties, write_deltalake
 
-from engine.catalog.schema import CATALOG_SCHEMA
-from engine.ops.catalog_table import Catalog
+from engine.catalog.schema import CATALOG_SCHEMA, EXTERNAL_COLUMN, KEY_COLUMNS, STORED_SCHEMA
+from engine.ops.catalog_table import Catalog, default_root
+from layouts.root_keys import external, stored_keys
 
 SEGMENT_MS = 60_000
 EPOCH_MS = 1_700_000_000_000
@@ -75,8 +76,17 @@ def build(uri: str, rows: int, topics: int, partitions: int, commits: int, root:
     no_checkpoint = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     for start in range(0, per_partition, per_commit):
         chunk = synthetic_slice(start, min(per_commit, per_partition - start), tps, rng, root)
-        write_deltalake(uri, chunk, mode="append", post_commithook_properties=no_checkpoint)
+        write_deltalake(uri, _as_stored(chunk, uri), mode="append", post_commithook_properties=no_checkpoint)
     return per_partition
+
+
+def _as_stored(rows: pa.Table, uri: str) -> pa.Table:
+    """Rows as the catalog at `uri` stores them: keys relative to its directory, `external` (issue 26)."""
+    home = default_root(uri)
+    stored = rows.append_column(EXTERNAL_COLUMN, external(home, *(rows[c] for c in KEY_COLUMNS)))
+    for column in KEY_COLUMNS:
+        stored = stored.set_column(stored.schema.get_field_index(column), column, stored_keys(home, rows[column]))
+    return stored.cast(STORED_SCHEMA)
 
 
 def median_ms(run: Callable[[], int], repeat: int) -> tuple[float, int]:

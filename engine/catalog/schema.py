@@ -19,6 +19,13 @@ search needs, with no request for the size first (`engine.ops.stored_segment`). 
 written before these columns existed read them as null: unknown, and the size is found as before.
 A third, `batchindex_size_bytes`, is the length of klake's own `.batchindex` beside the `.timeindex`
 (`engine.index.batch_index`); null: the segment has none (it did not pay, or the row is older).
+
+The key columns (`log_key`, `index_key`, `timeindex_key`) are stored relative to the root for objects
+under it, and absolute for an object outside it (a segment imported in place), so that a copied root is
+independent of its original (issue 26, `layouts.root_keys`); rows in memory always carry URIs. The stored
+table has one more column, `external` (`STORED_SCHEMA`): true where a row references an object outside
+the root, which no job deletes unless its run opts in; null on rows of a catalog written before keys
+were relative, until its first write migrates them (`engine.ops.catalog_keys`).
 """
 
 from __future__ import annotations
@@ -95,6 +102,14 @@ SIDECAR_SIZE_COLUMNS = ("index_size_bytes", "timeindex_size_bytes", "batchindex_
 """Added after the first catalogs were written: nullable, and added to an older catalog's schema by its
 next commit (`engine.ops.catalog_table`)."""
 COLUMNS = tuple(CATALOG_SCHEMA.names)
+KEY_COLUMNS = ("log_key", "index_key", "timeindex_key")
+"""The object keys of a row: stored relative to the root where the object is under it."""
+EXTERNAL_COLUMN = "external"
+STORED_SCHEMA = CATALOG_SCHEMA.append(pa.field(EXTERNAL_COLUMN, pa.bool_(), nullable=True))
+"""The catalog table's schema: the rows' columns and `external`, derived from the keys when a row is written
+(not a field of `SegmentRow`: in memory it is `layouts.root_keys.within_root` of the row's URIs)."""
+ADDED_COLUMNS = (*SIDECAR_SIZE_COLUMNS, EXTERNAL_COLUMN)
+"""Every nullable column added after the first catalogs were written (`engine.ops.catalog_table`)."""
 
 
 def empty_rows(columns: Sequence[str] = COLUMNS) -> pa.Table:

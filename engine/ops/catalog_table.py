@@ -5,12 +5,18 @@ mutation is ONE Delta commit made with MERGE, so that concurrent writers on a pa
 (delta-rs raises `CommitFailedError`) instead of silently duplicating rows as blind appends would;
 on a conflict the change is re-planned from a fresh read and retried. Reads go through delta-rs'
 DataFusion engine, which prunes by the topic partition column and by per-file min/max statistics.
+
+Keys are stored relative to the directory holding the catalog, as Delta Lake stores its files relative to
+the table: the root, for a catalog at its default place `{root}/_catalog`. They are resolved on every read
+(`layouts.root_keys`, issue 26), so rows in memory carry URIs, any reader resolves them alike, and a copied
+root reads its own objects. A catalog written before keys were relative migrates on its first write
+(`migrate_keys`, `engine.ops.catalog_keys`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,12 +34,14 @@ from tenacity import (
 
 from engine.catalog.changes import CatalogChange, PlannedChange, plan_change
 from engine.catalog.schema import (
-    CATALOG_SCHEMA,
+    ADDED_COLUMNS,
     CHECKED_COLUMNS,
     COLUMNS,
+    EXTERNAL_COLUMN,
+    KEY_COLUMNS,
     LIVE_STATES,
     PARTITION_COLUMNS,
-    SIDECAR_SIZE_COLUMNS,
+    STORED_SCHEMA,
     CatalogRows,
     SegmentRef,
     SegmentRow,
@@ -44,6 +52,8 @@ from engine.catalog.schema import (
 )
 from engine.errors import KlakeError
 from engine.names import TopicPartition, validate_partition, validate_topic
+from engine.ops.catalog_keys import MIGRATION_COLUMNS, migrated_keys
+from layouts.root_keys import external, resolved_keys, stored_keys
 from layouts.store import StorageOptions, is_s3, normalize_uri
 
 JOB_LEDGER_RETENTION_DAYS = 30
@@ -59,8 +69,8 @@ COMMIT_CONFLICT_BACKOFF = wait_exponential_jitter(multiplier=0.02, max=1.0, jitt
 jitter so that writers racing for one partition do not collide again in lockstep."""
 _ACTION = "_klake_action"
 _NEW_STATE = "_klake_new_state"
-_NULLABLE_CATALOG_SCHEMA = pa.schema([f.with_nullable(True) for f in CATALOG_SCHEMA])
-_MERGE_SOURCE_SCHEMA = _NULLABLE_CATALOG_SCHEMA.append(pa.field(_ACTION, pa.string())).append(
+_NULLABLE_STORED_SCHEMA = pa.schema([f.with_nullable(True) for f in STORED_SCHEMA])
+_MERGE_SOURCE_SCHEMA = _NULLABLE_STORED_SCHEMA.append(pa.field(_ACTION, pa.string())).append(
     pa.field(_NEW_STATE, pa.string()))
 
 
@@ -107,6 +117,13 @@ class CommitResult:
     metrics: dict = field(default_factory=dict)
 
 
+def default_root(catalog_uri: str) -> str:
+    """The directory holding a catalog, which its keys are stored relative to: the root of a catalog at its
+    default place, `{root}/_catalog` (a catalog elsewhere stores the keys of objects outside that directory
+    absolute, and external)."""
+    return normalize_uri(catalog_uri).rsplit("/", 1)[0]
+
+
 def _quoted(column: str) -> str:
     return f'"{column}"'
 
@@ -139,14 +156,19 @@ class _CommittedRows:
 
 
 class Catalog:
-    """A handle on the catalog table. Not shared between threads: open one per thread or process."""
+    """A handle on the catalog table. Not shared between threads: open one per thread or process. `root`: the
+    directory holding it, which its keys are relative to (`default_root`)."""
 
-    def __init__(self, table: DeltaTable, uri: str, max_commit_attempts: int = 8) -> None:
+    def __init__(self, table: DeltaTable, uri: str, max_commit_attempts: int = 8,
+                 options: StorageOptions | None = None) -> None:
         self._table = table
         self.uri = uri
+        self.root = default_root(uri)
+        self.options = options
         self.max_commit_attempts = max_commit_attempts
         self._ledgers: dict[str, _KnownLedger] = {}
         self._committed: _CommittedRows | None = None
+        self._keys_migrated = False
 
     # --- opening -------------------------------------------------------------------------------
 
@@ -166,13 +188,13 @@ class Catalog:
         uri = normalize_uri(uri)
         storage_options = cls._storage_options(uri, options)
         try:
-            table = DeltaTable.create(uri, schema=CATALOG_SCHEMA, mode="ignore", partition_by=PARTITION_COLUMNS,
+            table = DeltaTable.create(uri, schema=STORED_SCHEMA, mode="ignore", partition_by=PARTITION_COLUMNS,
                                       name="klake_segments", configuration=TABLE_CONFIGURATION,
                                       storage_options=storage_options,
                                       commit_properties=CommitProperties(max_commit_retries=0))
         except CommitFailedError:
             return cls.open(uri, options)
-        return cls(table, uri)
+        return cls(table, uri, options=options)
 
     @classmethod
     def open(cls, uri: str, options: StorageOptions | None = None) -> Catalog:
@@ -182,7 +204,7 @@ class Catalog:
             table = DeltaTable(uri, storage_options=cls._storage_options(uri, options))
         except TableNotFoundError:
             raise CatalogNotFoundError(f"no catalog at {uri}") from None
-        return cls(table, uri)
+        return cls(table, uri, options=options)
 
     def version(self) -> int:
         self._table.update_incremental()
@@ -228,23 +250,33 @@ class Catalog:
 
     # --- reading -------------------------------------------------------------------------------
 
+    def _read(self, sql: str) -> pa.Table:
+        """The answer of `sql` over the table (`catalog`) as stored, at its latest version."""
+        self._table.update_incremental()
+        reader = QueryBuilder().register("catalog", self._table).execute(sql)
+        return pa.RecordBatchReader.from_stream(reader).read_all()
+
     def _query(self, where: Sequence[str], order_by: str = "", columns: Sequence[str] = COLUMNS) -> pa.Table:
+        """Rows' `columns` as `SegmentRow`s have them: keys resolved to URIs, columns the catalog does not
+        have yet null."""
         self._table.update_incremental()
         absent = self._absent_columns()
         stored = [c for c in columns if c not in absent]
-        sql = (f"SELECT {', '.join(_quoted(c) for c in stored)} FROM catalog"
-               f"{' WHERE ' + ' AND '.join(where) if where else ''}{order_by}")
-        reader = QueryBuilder().register("catalog", self._table).execute(sql)
-        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        table = self._read(f"SELECT {', '.join(_quoted(c) for c in stored)} FROM catalog"
+                           f"{' WHERE ' + ' AND '.join(where) if where else ''}{order_by}")
         for column in (c for c in columns if c in absent):  # an older catalog's rows: unknown (null)
-            table = table.append_column(column, pa.nulls(table.num_rows, CATALOG_SCHEMA.field(column).type))
-        return table.select(list(columns)).cast(empty_rows(columns).schema)
+            table = table.append_column(column, pa.nulls(table.num_rows, STORED_SCHEMA.field(column).type))
+        table = table.select(list(columns)).cast(empty_rows(columns).schema)
+        for column in (c for c in KEY_COLUMNS if c in columns):
+            at = table.schema.get_field_index(column)
+            table = table.set_column(at, table.schema.field(at), resolved_keys(self.root, table[column]))
+        return table
 
     def _absent_columns(self) -> set[str]:
-        """The nullable columns added after this catalog was created (`SIDECAR_SIZE_COLUMNS`) that its schema
-        does not have yet."""
+        """The nullable columns added after this catalog was created (`ADDED_COLUMNS`) that its schema does
+        not have yet."""
         names = {f.name for f in self._table.schema().fields}
-        return {c for c in SIDECAR_SIZE_COLUMNS if c not in names}
+        return {c for c in ADDED_COLUMNS if c not in names}
 
     def segments(self, topic: str | None = None, partition: int | None = None, from_ms: int | None = None,
                  to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
@@ -321,9 +353,7 @@ class Catalog:
         """Every partition with at least one live segment."""
         where = f"state IN ({', '.join(_sql_string(str(s)) for s in LIVE_STATES)})"
         sql = f"SELECT DISTINCT topic, {_quoted('partition')} FROM catalog WHERE {where}"
-        self._table.update_incremental()
-        reader = QueryBuilder().register("catalog", self._table).execute(sql)
-        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        table = self._read(sql)
         pairs = zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True)
         return sorted(TopicPartition(t, p) for t, p in pairs)
 
@@ -346,16 +376,52 @@ class Catalog:
         e.g. an operation's progress on a partition (`transaction_versions` reads them back).
         """
         app_transactions = dict(app_transactions or {})
+        self.migrate_keys()
+        return self._retrying(operation, lambda attempt: self._apply_once(change, operation, job_id, finished,
+                                                                          app_transactions, attempt))
+
+    def _retrying(self, operation: str, commit: Callable[[int], CommitResult]) -> CommitResult:
+        """`commit(attempt number)` until it does not conflict, re-planned after a backoff, at most
+        `max_commit_attempts` times."""
         retrying = Retrying(stop=stop_after_attempt(self.max_commit_attempts), wait=COMMIT_CONFLICT_BACKOFF,
                             retry=retry_if_exception_type(CommitFailedError))
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._apply_once(change, operation, job_id, finished, app_transactions,
-                                            attempt.retry_state.attempt_number)
+                    return commit(attempt.retry_state.attempt_number)
         except RetryError as exc:
             raise CatalogConflictError(f"catalog {self.uri}: {operation} still conflicted after "
                                        f"{self.max_commit_attempts} attempts: {exc.last_attempt.exception()}") from None
+
+    def migrate_keys(self) -> CommitResult:
+        """Store the keys of rows written before keys were relative (`external` null) as this version does:
+        relative where the object is the root's, absolute and external otherwise (the rule and why:
+        `engine.ops.catalog_keys`). One commit, idempotent: a re-run, or a run after a crash, finds nothing
+        left to migrate. Every write does it first (`apply`); a job before it plans (`engine.ops.run`), so
+        that it plans on its own root's objects. Once per handle: no writer stores a legacy row."""
+        if self._keys_migrated:
+            return CommitResult(version=None)
+        result = self._retrying("migrate-keys", self._migrate_keys_once)
+        self._keys_migrated = True
+        return result
+
+    def _migrate_keys_once(self, attempt: int) -> CommitResult:
+        """One attempt of `migrate_keys`: the newest columns, then one MERGE of every legacy row's keys."""
+        self._table.update_incremental()
+        self._add_absent_columns()
+        legacy = self._read(f"SELECT {', '.join(_quoted(c) for c in MIGRATION_COLUMNS)} FROM catalog "
+                            f"WHERE {EXTERNAL_COLUMN} IS NULL").cast(empty_rows(MIGRATION_COLUMNS).schema)
+        if not legacy.num_rows:
+            return CommitResult(version=None, attempts=attempt)
+        source = migrated_keys(legacy, self.root, self.options)
+        predicate = (f"t.topic = s.topic AND t.{_quoted('partition')} = s.{_quoted('partition')} "
+                     f"AND t.segment_id = s.segment_id AND t.{EXTERNAL_COLUMN} IS NULL")
+        updates = {_quoted(c): f"s.{_quoted(c)}" for c in (*KEY_COLUMNS, EXTERNAL_COLUMN)}
+        metrics = self._table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
+                                    commit_properties=CommitProperties(custom_metadata={
+                                        "klake.operation": "migrate-keys"})).when_matched_update(updates).execute()
+        self._committed = None
+        return CommitResult(version=self._table.version(), attempts=attempt, metrics=metrics)
 
     def _apply_once(self, change: CatalogChange, operation: str, job_id: str, finished: Sequence[TopicPartition],
                     app_transactions: Mapping[str, AppTransaction], attempt: int) -> CommitResult:
@@ -393,16 +459,13 @@ class Catalog:
         (nullable) columns gains them first, in a commit of its own (delta-rs' `add_columns`: a MERGE
         with `merge_schema` would also make every source column nullable in the table); a writer racing
         it conflicts and re-plans as on any conflict."""
+        self._add_absent_columns()
         if planned.is_empty:
-            self._table.create_write_transaction([], mode="append", schema=CATALOG_SCHEMA,
+            self._table.create_write_transaction([], mode="append", schema=STORED_SCHEMA,
                                                  partition_by=PARTITION_COLUMNS, commit_properties=properties)
             self._table.update_incremental()
             return {}
-        if absent := self._absent_columns():  # an older catalog: its schema gains the new columns first
-            self._table.alter.add_columns([Field.from_arrow(CATALOG_SCHEMA.field(c)) for c in COLUMNS if c in absent],
-                                          commit_properties=CommitProperties(custom_metadata={
-                                              "klake.operation": "add-columns"}))
-        source = _merge_source(planned)
+        source = _merge_source(planned, self.root)
         topics = ", ".join(sorted(_sql_string(t) for t in {t for t, _ in partitions}))
         predicate = (f"t.topic = s.topic AND t.{_quoted('partition')} = s.{_quoted('partition')} "
                      f"AND t.segment_id = s.segment_id AND t.topic IN ({topics})")
@@ -415,8 +478,17 @@ class Catalog:
                                                 predicate=f"s.{_ACTION} = 'transition'")
         if planned.add:
             merger = merger.when_not_matched_insert(
-                updates={_quoted(c): f"s.{_quoted(c)}" for c in COLUMNS}, predicate=f"s.{_ACTION} = 'add'")
+                updates={_quoted(c): f"s.{_quoted(c)}" for c in STORED_SCHEMA.names}, predicate=f"s.{_ACTION} = 'add'")
         return merger.execute()
+
+    def _add_absent_columns(self) -> None:
+        """An older catalog's schema (at the version read) gains the newest columns (`ADDED_COLUMNS`, nullable)
+        in a commit of its own."""
+        if absent := self._absent_columns():
+            self._table.alter.add_columns([Field.from_arrow(STORED_SCHEMA.field(c)) for c in STORED_SCHEMA.names
+                                           if c in absent],
+                                          commit_properties=CommitProperties(custom_metadata={
+                                              "klake.operation": "add-columns"}))
 
     # --- maintenance ---------------------------------------------------------------------------
 
@@ -453,9 +525,14 @@ def _numbers(table: pa.Table, column: str) -> np.ndarray:
     return values.chunk(0).to_numpy().astype(np.int64) if values.num_chunks else np.zeros(0, np.int64)
 
 
-def _merge_source(planned: PlannedChange) -> pa.Table:
-    """The MERGE source: full rows to add, and key-only rows to remove or move, tagged by action."""
-    added = rows_to_table(planned.add).cast(_NULLABLE_CATALOG_SCHEMA)
+def _merge_source(planned: PlannedChange, root: str) -> pa.Table:
+    """The MERGE source: full rows to add (their keys as stored under `root`, `external` where one lies
+    outside it), and key-only rows to remove or move, tagged by action."""
+    added = rows_to_table(planned.add)
+    added = added.append_column(EXTERNAL_COLUMN, external(root, *(added[c] for c in KEY_COLUMNS)))
+    for column in KEY_COLUMNS:
+        added = added.set_column(added.schema.get_field_index(column), column, stored_keys(root, added[column]))
+    added = added.cast(_NULLABLE_STORED_SCHEMA)
     added = added.append_column(_ACTION, pa.array(["add"] * added.num_rows, pa.string()))
     added = added.append_column(_NEW_STATE, pa.nulls(added.num_rows, pa.string()))
     keyed = [(ref, "remove", None) for ref in planned.remove] + [

@@ -86,13 +86,15 @@ def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: 
 
 def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,
                     options: StorageOptions | None = None, dry_run: bool = False,
-                    job_id: str | None = None) -> RetentionOutcome:
-    """Plan and (unless `dry_run`) apply retention to one partition."""
+                    job_id: str | None = None, allow_external_deletes: bool = False) -> RetentionOutcome:
+    """Plan and (unless `dry_run`) apply retention to one partition; `allow_external_deletes` also deletes the
+    retired objects outside the root (`engine.ops.deletion`)."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
     prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
-                               options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms))
+                               options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms),
+                               allow_external_deletes=allow_external_deletes)
     outcome: RetentionOutcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)

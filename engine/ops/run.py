@@ -241,7 +241,8 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
                       execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
                       lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
-                      app_ids: Callable[[TopicPartition], Sequence[str]] | None = None) -> JobRun:
+                      app_ids: Callable[[TopicPartition], Sequence[str]] | None = None,
+                      allow_external_deletes: bool = False) -> JobRun:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
@@ -253,12 +254,17 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
     neither skips nor enters partitions: a job idempotent by content that must redo its work whenever its
     source has grown. `planner` plans every partition on the driver over the live rows as Arrow (step 4).
     `app_ids`: the transaction identifiers whose recorded versions each partition's task gets
-    (`PartitionInput.app_versions`), read after its lease is taken.
+    (`PartitionInput.app_versions`), read after its lease is taken. `allow_external_deletes`: the run's
+    opt-in to delete retired objects outside the root too (`engine.ops.deletion`). A run that commits
+    migrates a catalog written before keys were relative first (`Catalog.migrate_keys`), so that it plans
+    on the root's own objects.
     """
     root = normalize_uri(root)
     if catalog is None and mutate:
         raise ValueError("a run that commits needs a catalog")
     run = JobRun(job_id, operation)
+    if mutate:
+        catalog.migrate_keys()
     with ExitStack() as stack:
         leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
@@ -269,7 +275,7 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
             if catalog is None:
                 live = empty_rows(columns)
             elif mutate:  # one read under the leases: the earlier run's unfinished deletes and the live rows
-                live = _live_after_earlier_deletes(catalog, root, tps, columns, options, run)
+                live = _live_after_earlier_deletes(catalog, root, tps, columns, options, run, allow_external_deletes)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
@@ -300,18 +306,19 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
             run.bytes.update(result.bytes)
         if mutate:
             with _driver_io(run):
-                _commit(catalog, root, run, leases, options, ledger, ledger_idle)
+                _commit(catalog, root, run, leases, options, ledger, ledger_idle, allow_external_deletes)
     return run
 
 
 def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
                          *, operation: str, job_id: str, options: StorageOptions | None = None, mutate: bool = True,
-                         ledger_idle: bool = False, planner: Planner | None = None) -> JobRun:
+                         ledger_idle: bool = False, planner: Planner | None = None,
+                         allow_external_deletes: bool = False) -> JobRun:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
     return run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
                              job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle,
-                             planner=planner)
+                             planner=planner, allow_external_deletes=allow_external_deletes)
 
 
 @contextmanager
@@ -351,19 +358,20 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
 
 
 def _live_after_earlier_deletes(catalog: Catalog, root: str, tps: Sequence[TopicPartition], columns: Sequence[str],
-                                options: StorageOptions | None, run: JobRun) -> pa.Table:
+                                options: StorageOptions | None, run: JobRun, allow_external: bool) -> pa.Table:
     """Read every row of `tps`, finish the deletes an earlier run left (DELETE_STARTED rows) and return the
     live rows: only they outlive this read (the table of every row is a copy the run must not keep)."""
     every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
     state = every["state"]
-    _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))), options, run)
+    _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))), options, run,
+                            allow_external)
     return every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
 
 
 def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
-                            run: JobRun) -> None:
+                            run: JobRun, allow_external: bool) -> None:
     if table.num_rows:
-        delete_and_forget(catalog, root, table, options, run.job_id, run.cleanup)
+        delete_and_forget(catalog, root, table, options, run.job_id, run.cleanup, allow_external)
         counts = table.group_by(["topic", "partition"], use_threads=False).aggregate([("segment_id", "count")])
         run.finished_from_earlier_run = {
             f"{t}-{p}": n for t, p, n in zip(*(counts[c].to_pylist() for c in ("topic", "partition", "segment_id_count")),
@@ -371,7 +379,7 @@ def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, option
 
 
 def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
-            ledger: bool, ledger_idle: bool) -> None:
+            ledger: bool, ledger_idle: bool, allow_external: bool) -> None:
     """One commit for every partition that prepared a change (or transaction identifiers) and still holds
     its lease, entering the partitions it finishes in the job ledger; then the deletes."""
     adds, removes, transitions, retire, finished = [], [], [], [], []
@@ -405,4 +413,4 @@ def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: 
         return
     run.cleanup.committed(run.commit.version)
     if retire:
-        delete_and_forget(catalog, root, pa.concat_tables(retire), options, run.job_id, run.cleanup)
+        delete_and_forget(catalog, root, pa.concat_tables(retire), options, run.job_id, run.cleanup, allow_external)

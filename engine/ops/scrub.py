@@ -16,6 +16,9 @@ leaves a live row without its objects). Rules that keep it from deleting anythin
 - the store is listed BEFORE the catalog is read, and the catalog is read again right before deleting,
   so an object committed meanwhile is seen as referenced; the grace period must exceed the longest
   time between a job's object write and its catalog commit;
+- only objects under the root are listed, so only they can be deleted: a root never deletes another's
+  (issue 26); a catalog written before keys were relative is migrated first (`Catalog.migrate_keys`), so
+  that a copied root's objects are seen as its own rows' and not as orphans;
 - on S3, deletes go out as DeleteObjects requests of at most 1,000 keys.
 """
 
@@ -35,6 +38,7 @@ from engine.catalog.schema import LIVE_STATES
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR, batch_index_keys, parse_object_segment_name
+from layouts.root_keys import within_root
 from layouts.store import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
 
 DEFAULT_GRACE_MS = 3_600_000
@@ -188,7 +192,7 @@ def _referenced(live: pa.Table) -> pa.Array:
 
 def _outside_listing(referenced: pa.Array, root: str, options: StorageOptions | None) -> list[ObjectInfo]:
     """Objects referenced from outside `root` (e.g. Kafka-layout imports), listed once per directory."""
-    outside = referenced.filter(pc.invert(pc.starts_with(referenced, root + "/")))
+    outside = referenced.filter(pc.invert(within_root(root, referenced)))
     dirs = pc.unique(pc.replace_substring_regex(outside, r"/[^/]*$", "")).to_pylist()
     return [info for d in sorted(dirs) for info in list_objects(d, options)]
 
@@ -226,6 +230,8 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
         raise ValueError(f"grace period must be >= 0 ms, got {grace_ms}")
     root = normalize_uri(root)
     report = ScrubReport(root=root, catalog=catalog.uri, dry_run=dry_run, grace_ms=grace_ms)
+    if not dry_run:
+        catalog.migrate_keys()
     listed = list_objects(root, options)
     now = time.time_ns() // 1_000_000 if now is None else now
     report.objects_listed = len(listed)

@@ -6,7 +6,8 @@ A job is a `JobSpec`: its arguments and a `run(ctx)` that fills the report. The 
 Common options: `--conf FILE`, `--set key=value` (repeatable), `--root`/`--catalog` (override the
 file), `--topic` / `--partition` (repeatable; default every catalogued partition), `--now` (epoch ms
 or ISO-8601, UTC unless it names a zone; default the wall clock), `--dry-run` (jobs that change
-data), `--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
+data), `--allow-external-deletes` (jobs that delete segments: also delete their objects outside the root),
+`--report PATH`, `--job-id` (stable id: a retried run with the same id finishes the work
 without duplicating it), `--master`, `--no-progress`, `--verbose` (Spark's own log on stderr, per-item detail on stdout).
 Exit codes: 0 every partition succeeded; 1 some partition failed (the report says which and why);
 2 bad configuration, usage or input: one line on stderr naming the key, file, column, bucket or topic
@@ -54,6 +55,8 @@ class JobSpec:
     mutates: bool = True
     description: str = ""
     dry_run: bool = True
+    retires: bool = True
+    """Its runs delete the segments they retire (`engine.ops.run`): it takes `--allow-external-deletes`."""
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -90,6 +93,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
                        help="the job's clock: epoch ms or ISO-8601, UTC unless it names a zone (default: now)")
     if spec.mutates and spec.dry_run:
         group.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+    if spec.mutates and spec.retires:
+        group.add_argument("--allow-external-deletes", action="store_true",
+                           help="also delete the objects of deleted segments that lie outside the root (imported in "
+                                "place, or another root's); by default they are left where they are and reported")
     group.add_argument("--report", metavar="PATH", help="write the JSON run report here (local path or s3://)")
     group.add_argument("--job-id", help="stable id of this run; a re-run with the same id never repeats work")
     group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
@@ -106,6 +113,7 @@ class JobContext:
         self.spec, self.args, self.config = spec, args, config
         self.now_ms: int = args.now if args.now is not None else time.time_ns() // 1_000_000
         self.dry_run: bool = bool(getattr(args, "dry_run", False))
+        self.allow_external_deletes: bool = bool(getattr(args, "allow_external_deletes", False))
         self.job_id: str = args.job_id or f"{spec.name}-{uuid.uuid4().hex[:12]}"
         self.report = RunReport(spec.name, self.job_id, self.dry_run, self.now_ms, config.to_dict())
         self._master = args.master
@@ -181,7 +189,8 @@ class JobContext:
         run = run_partition_job(self.catalog_or_create(), self.config.root, by_tp, execute,
                                 operation=self.spec.name, job_id=self.job_id, options=self.options,
                                 mutate=self.spec.mutates and not self.dry_run,
-                                lease_ttl_ms=int(self.config.jobs["lease_ttl_ms"]), **kwargs)
+                                lease_ttl_ms=int(self.config.jobs["lease_ttl_ms"]),
+                                allow_external_deletes=self.allow_external_deletes, **kwargs)
         self.report.add_run(run)
         return run
 

@@ -104,9 +104,18 @@ class RunReport:
             self.results["committed_earlier"] = [str(tp) for tp in run.committed_earlier]
         cleanup = run.cleanup
         self.results["cleanup"] = {"deleted_objects": len(cleanup.deleted_objects),
-                                   "left_in_place": cleanup.left_in_place, "failed_deletes": cleanup.failed_deletes,
+                                   "left_in_place": cleanup.left_in_place,
+                                   "external_deleted": cleanup.external_deleted,
+                                   "failed_deletes": cleanup.failed_deletes,
                                    "commit_versions": cleanup.commit_versions,
                                    "finished_from_earlier_run": run.finished_from_earlier_run}
+        if cleanup.left_in_place:
+            self.summary.append(f"left in place: {plural(len(cleanup.left_in_place), 'object')} of deleted segments "
+                                "outside the root (imported in place, or another root's); --allow-external-deletes "
+                                "deletes them (results.cleanup.left_in_place lists them)")
+        if cleanup.external_deleted:
+            self.summary.append(f"deleted {plural(len(cleanup.external_deleted), 'object')} outside the root "
+                                "(--allow-external-deletes; results.cleanup.external_deleted lists them)")
         for uri, reason in cleanup.failed_deletes.items():
             self.anomalies.append(f"could not delete {uri}: {reason} (the scrub job will retry)")
 

@@ -16,6 +16,7 @@ from engine.catalog.schema import (
     CATALOG_SCHEMA,
     PARTITION_COLUMNS,
     SIDECAR_SIZE_COLUMNS,
+    STORED_SCHEMA,
     SegmentRow,
     SegmentState,
     rows_to_table,
@@ -323,7 +324,7 @@ def test_app_transactions_commit_with_the_rows_and_a_permanent_one_outlives_the_
     version written is the one read back. With the retention at 1 s, the ledger's entry expires (Delta's
     `delta.setTransactionRetentionDuration`, applied by delta-rs when reading) and a permanent one does not."""
     uri = backend.uri("short-retention")
-    table = DeltaTable.create(uri, schema=CATALOG_SCHEMA, partition_by=PARTITION_COLUMNS,
+    table = DeltaTable.create(uri, schema=STORED_SCHEMA, partition_by=PARTITION_COLUMNS,
                               configuration={**TABLE_CONFIGURATION,
                                              "delta.setTransactionRetentionDuration": "interval 1 seconds"},
                               storage_options=Catalog._storage_options(uri, backend.options))
@@ -369,12 +370,12 @@ def test_a_catalog_written_before_the_sidecar_size_columns_reads_them_as_unknown
     rolled = replace(old_rows[1], state=str(SegmentState.ROLLED))
     assert Catalog.open(uri, backend.options).live_segments("orders", 0) == [old_rows[0], rolled, new_row]
     table = DeltaTable(uri, storage_options=storage)
-    assert table.version() == version + 2  # the columns, then the change
+    assert table.version() == version + 3  # the columns, the keys' migration (engine.ops.catalog_keys), the change
     stored = {f.name: f for f in table.schema().fields}
-    assert set(stored) == set(CATALOG_SCHEMA.names)
-    assert all(stored[f.name].nullable == f.nullable for f in CATALOG_SCHEMA)
+    assert set(stored) == set(STORED_SCHEMA.names)
+    assert all(stored[f.name].nullable == f.nullable for f in STORED_SCHEMA)
     assert catalog.apply(CatalogChange(remove=(old_rows[0].ref,))).removed == 1
-    assert catalog.live_segments("orders", 0) == [rolled, new_row] and catalog.version() == version + 3
+    assert catalog.live_segments("orders", 0) == [rolled, new_row] and catalog.version() == version + 4
 
 
 def test_writers_racing_on_an_older_catalog_add_the_columns_once_and_all_commit(backend) -> None:
