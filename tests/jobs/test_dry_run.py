@@ -159,3 +159,15 @@ def test_a_dry_run_writes_nothing_and_says_what_it_would_do(store: Store, name: 
         assert rejected["by_reason"] == {"UNKNOWN_PARTITION": 1, "NEGATIVE_TIMESTAMP": 1} and rejected["path"] is None
         assert results["segment_versions_to_write"] > 0
         assert "would append 38 of 40 record(s)" in report["summary"]
+
+
+def test_a_dry_run_of_an_append_its_job_id_already_committed_would_append_nothing(store: Store) -> None:
+    """The dry run asks the job ledger as the run does: after the append, the same input would append
+    nothing (runs after every dry run of its store: pytest groups a module fixture's tests)."""
+    code, report = store.jobs.run(append.SPEC, "--input", str(store.append_input))
+    assert code == 0 and report["results"]["records_appended"] == 38
+    before = store.snapshot()
+    code, report, _ = store.dry_run(append.SPEC)
+    assert code == 0 and store.snapshot() == before
+    assert (report["results"]["records_to_append"], report["results"]["appended_by_earlier_attempt"]) == (0, 39)
+    assert "would append 0 of 40 record(s)" in report["summary"]
