@@ -171,3 +171,13 @@ def test_a_dry_run_of_an_append_its_job_id_already_committed_would_append_nothin
     assert code == 0 and store.snapshot() == before
     assert (report["results"]["records_to_append"], report["results"]["appended_by_earlier_attempt"]) == (0, 39)
     assert "would append 0 of 40 record(s)" in report["summary"]
+
+
+def test_a_dry_run_append_to_a_new_root_creates_nothing(spark, tmp_path: Path) -> None:
+    """No catalog, no topic settings, not even the root directory: the root stays as it was (absent)."""
+    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
+    jobs = Jobs(tmp_path, backend, {"fresh": {"partitions": 2}})
+    table = input_table(30, topic="fresh", seed=8)
+    code, report = jobs.run(append.SPEC, "--input", str(write_parquet(tmp_path / "in.parquet", table)), "--dry-run")
+    assert code == 0, report["failures"]
+    assert report["results"]["records_to_append"] == 30 and not (tmp_path / "store").exists()
