@@ -327,7 +327,7 @@ def export_log_dir(catalog: Catalog, root: str, configs: Mapping[TopicPartition,
     output = check_output(output, root, catalog.uri)
     prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(topic_ids or {}), options=options)
     run = run_partition_job(catalog, root, configs, serial_execute(prepare), operation="export",
-                            job_id="export", options=options, mutate=False)
+                            job_id="export", options=options, mutate=False, ledger=False)
     report = report_of(output, run)
     report.checkpoints_written = write_checkpoints(output, report.partitions, options)
     return report

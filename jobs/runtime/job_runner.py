@@ -177,9 +177,10 @@ class JobContext:
 
     def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute, **kwargs) -> JobRun:
         """`run_partitions` with the job's own way of running the partitions' tasks; a run that changes
-        nothing (a dry run) creates no catalog either."""
+        nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask."""
         by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
         mutate = self.spec.mutates and not self.dry_run
+        kwargs.setdefault("ledger", self.spec.mutates)
         catalog = self.catalog_or_create() if mutate else self.catalog if self.catalogued_partitions() else None
         run = run_partition_job(catalog, self.config.root, by_tp, execute,
                                 operation=self.spec.name, job_id=self.job_id, options=self.options,
