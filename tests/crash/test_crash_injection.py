@@ -2,7 +2,9 @@
 at a storage mutation, re-run at once with the same command, then scrubbed; the store must then equal
 a clean run's: every record exactly once, the same catalog, the same ListOffsets answers, the same
 rejects, and no debris (no lease, lease temporary, orphan or superseded rejects file); an export's
-output must be a clean export's, file for file and byte for byte (no temporary left, issue 26).
+output must be a clean export's, file for file and byte for byte (no temporary left, issue 26); a re-run
+killed while taking over its dead attempt's lease is followed by a third attempt that takes it over at
+once (issue 26's double crash).
 
 The mutation points come from `tests/crash/hook/sitecustomize.py`, loaded by every Python process of
 the run. A clean run counts them; then each chosen point is a run of its own. CI runs a sample (named
@@ -188,6 +190,14 @@ def _keyed_setup(topic: str) -> Callable[[Store], list[list[str]]]:
     return setup
 
 
+def _dead_attempt(store: Store) -> None:
+    """A first attempt of `retention-1` died holding its leases: the run killed is the re-run taking them over."""
+    from engine.ops.lease import acquire_lease
+
+    for partition in range(2):
+        acquire_lease(store.root, TopicPartition("logs", partition), "dead:1", "retention-1", HOUR, store.backend.options)
+
+
 def _clear_output(store: Store) -> None:
     """The export's output starts empty: a killed run leaves what it wrote for the re-run to finish."""
     fs, path = filesystem(store.backend.uri("out"), store.backend.options)
@@ -229,10 +239,19 @@ SCENARIOS = {
                          lambda store: [Phase(["truncate", "--topic", "orders", "--partition", "1", "--offset", "40",
                                                "--now", str(NOW), "--job-id", "truncate-1", *SPARK])],
                          ("commit-after",)),
+    # a double crash: the re-run (same job id) is killed while taking over its dead attempt's lease, after
+    # claiming the takeover marker; the third attempt must take it over at once (issue 26)
+    "retention-double-crash": Scenario(
+        "retention-double-crash", {"logs": {"partitions": 2, "segment.bytes": 1500, "retention.ms": HOUR}},
+        _keyed_setup("logs"),
+        lambda store: [Phase(["retention", "--now", str(NOW), "--job-id", "retention-1", *SPARK],
+                             before=_dead_attempt)],
+        ("takeover-claimed",)),
     "export": Scenario("export", {"orders": {"partitions": 2, "segment.bytes": 1500}}, _keyed_setup("orders"),
                        _export_phases, ("export-write",), output="out"),
 }
-S3_SAMPLE = {"append": ("commit-before",), "append-partial-lease": ("commit-after",), "import": ("commit-after",)}
+S3_SAMPLE = {"append": ("commit-before",), "append-partial-lease": ("commit-after",), "import": ("commit-after",),
+             "retention-double-crash": ("takeover-claimed",)}
 
 
 # --- what a run left ------------------------------------------------------------------------------------
@@ -306,7 +325,8 @@ def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: P
 def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
     """The points CI kills at: `segment-write` the middle write of a segment object, `batchindex-write` the
     first write of a `.batchindex` (the last object of a segment version, `layouts.object_layout.write_segment`),
-    `staging-write` an append's input task writing its staged rows, `export-write` the middle publication of
+    `staging-write` an append's input task writing its staged rows, `takeover-claimed` the mutation right after
+    a lease takeover marker is created, `export-write` the middle publication of
     an exported `.log` (its temporary written whole, not yet renamed), `commit-before` / `commit-after` the
     first catalog commit of the run (after it: its deletes and lease releases)."""
     chosen = []
@@ -316,6 +336,9 @@ def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
         elif name == "batchindex-write":
             chosen.append(next(i for i, p in enumerate(points, 1)
                                if p.split()[2] in ("local:link", "s3:put_object") and ".batchindex" in p.split()[3]))
+        elif name == "takeover-claimed":
+            chosen.append(1 + next(i for i, p in enumerate(points, 1) if ".takeover-" in p.split()[3]
+                                   and p.split()[2] in ("local:link", "s3:put_object")))
         elif name == "export-write":
             writes = [i for i, p in enumerate(points, 1) if p.split()[2] == "local:replace" and ".log.tmp-" in p]
             chosen.append(writes[len(writes) // 2])
