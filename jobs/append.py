@@ -19,6 +19,9 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
   size (a chunk boundary ends a batch, as a produce request does). The staged rows are deleted when
   the attempt ends (scrub removes those of a killed one).
+- `--dry-run` writes nothing (no staged rows, segment, lease, rejects file or commit): it reads and
+  appends in memory, so every record is checked and every segment encoded, and says what it would
+  append and reject; its staged rows travel through the driver, so size the driver for the input.
 - `s3://` input is read by the tasks with pyarrow through fsspec (Parquet, JSON lines, CSV), since
   Spark here has no S3 filesystem (hadoop-aws); other formats from S3 need a cluster that has one.
 - Records Kafka would refuse (timestamp outside `message.timestamp.before/after.max.ms`, larger than
@@ -64,6 +67,7 @@ from jobs.ingest.columns import SINK_COLUMNS, check_input_schema, staging_schema
 from jobs.ingest.parquet import parquet_splits, parquet_tasks
 from jobs.ingest.stage import STAGED_SCHEMA, Stager, append_tasks, staged_pieces
 from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.report import plural
 from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR
 from layouts.store import (
@@ -354,7 +358,7 @@ class _Runs:
 
 def _append_stream(batches: Iterator[pa.RecordBatch], names: Sequence[tuple[str, int | None]],
                    items: dict[TopicPartition, PartitionInput], selected: set[TopicPartition],
-                   counts: dict[str, int], rejects_dir: str, files: Sequence[str],
+                   counts: dict[str, int], rejects_dir: str | None, files: Sequence[str],
                    prepare_kwargs: dict) -> Iterator[pa.RecordBatch]:
     """One task: append each topic-partition run of its sorted rows, a result row per partition."""
     options = prepare_kwargs["options"]
@@ -375,21 +379,24 @@ def _append_stream(batches: Iterator[pa.RecordBatch], names: Sequence[tuple[str,
             yield from _append_run(tp, chunks, items, rejects_dir, files, prepare_kwargs).to_batches()
 
 
-def _unplaced(topic: str, partition: int, rows: pa.Table, reason: str, message: str, rejects_dir: str,
+def _unplaced(topic: str, partition: int, rows: pa.Table, reason: str, message: str, rejects_dir: str | None,
               files: Sequence[str], options: StorageOptions | None) -> pa.Table:
     """Records naming a partition the topic lacks or this run does not select: written by the task to
-    `{rejects_dir}/unplaced/{topic}-{partition}.parquet`; their result row."""
+    `{rejects_dir}/unplaced/{topic}-{partition}.parquet` (a dry run's, `rejects_dir` None, nowhere); their
+    result row."""
     rejects = _provenance(_rejected(rows, reason, message), topic, files)
-    uri = _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
+    uri = None if rejects_dir is None else _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"),
+                                                          rejects, options)
     return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
 
 
 def _append_run(tp: TopicPartition, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput],
-                rejects_dir: str, files: Sequence[str], prepare_kwargs: dict) -> pa.Table:
+                rejects_dir: str | None, files: Sequence[str], prepare_kwargs: dict) -> pa.Table:
     """One selected partition's records, in input order and in chunks: appended as a stream, result pickled.
 
     Rejected records are written by the task to `{rejects_dir}/{topic}-{partition}.parquet` before the
-    driver's commit (a crash after the commit cannot lose them). Records of a selected partition this
+    driver's commit (a crash after the commit cannot lose them); a dry run's (`rejects_dir` None) are only
+    counted. Records of a selected partition this
     attempt does not append (its lease is held elsewhere, or an earlier attempt of the job id appended
     it) are only counted: they are neither appended nor rejected.
     """
@@ -411,7 +418,9 @@ def _append_run(tp: TopicPartition, chunks: Iterator[pa.Table], items: dict[Topi
     if result.step is not None:
         outcome = result.step.outcome
         rejects = _provenance(outcome.rejects, tp.topic, files)
-        if rejects is not None and rejects.num_rows:
+        if rejects_dir is None:  # a dry run
+            pass
+        elif rejects is not None and rejects.num_rows:
             _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
         else:  # an earlier attempt's rejects of this partition (another --now) are not true for this one
             delete_object(partition_rejects_uri(rejects_dir, tp), options)
@@ -542,13 +551,14 @@ def run(ctx: JobContext) -> None:
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     selected = {names.index((tp.topic, tp.partition)): tp for tp in tps}
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
-                      "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None}
-    where = rejects_dir(ctx)
+                      "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None,
+                      "dry_run": ctx.dry_run}
+    where = None if ctx.dry_run else rejects_dir(ctx)
     rows: list = []
 
     def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
         by_tp = {item.tp: item for item in items}
-        prefix = join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
+        prefix = None if ctx.dry_run else join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
         stager = Stager(counts, int(ctx.config.jobs["sticky_batch_bytes"]), order,
                         frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
                         STAGE_FLUSH_BYTES)
@@ -567,7 +577,8 @@ def run(ctx: JobContext) -> None:
             rdd = ctx.spark.sparkContext.parallelize(list(enumerate(tasks)), max(len(tasks), 1)).flatMap(task)
             rows.extend(run_with_progress(ctx.spark, rdd.collect, len(items), ctx.progress()))
         finally:
-            delete_tree(prefix, ctx.options)
+            if prefix is not None:
+                delete_tree(prefix, ctx.options)
         # a partition without input records has no result: it has nothing to append and nothing to finish
         return counted_on_the_driver([pickle.loads(row["result"])[0] for row in rows if row["kind"] == RESULT])
 
@@ -576,19 +587,20 @@ def run(ctx: JobContext) -> None:
     _report(ctx, run_, rows, where)
 
 
-def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun, where: str) -> None:
+def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun, where: str | None) -> None:
     """A partition that did not commit will be appended (and its records rejected) by a later attempt:
-    its rejects file is not true yet (scrub reclaims it if this attempt dies before getting here)."""
-    for result in run_.results:
+    its rejects file is not true yet (scrub reclaims it if this attempt dies before getting here). A dry
+    run (`where` None) wrote none."""
+    for result in [] if where is None else run_.results:
         counters = result.step.outcome.counters if result.step is not None else None
         if str(result.tp) in run_.failures and counters is not None and sum(counters.rejected.values()):
             delete_object(partition_rejects_uri(where, result.tp), ctx.options)
 
 
-def _report(ctx: JobContext, run_: JobRun, rows: list, where: str) -> None:
+def _report(ctx: JobContext, run_: JobRun, rows: list, where: str | None) -> None:
     """Appended and rejected records of the partitions this attempt committed; held-back records of the
     others (the run fails, so the scheduler retries with the same job id)."""
-    appended = received = earlier = 0
+    appended = received = earlier = versions = 0
     by_reason: Counter[str] = Counter()
     pending: Counter[str] = Counter()
     for row in rows:
@@ -612,18 +624,26 @@ def _report(ctx: JobContext, run_: JobRun, rows: list, where: str) -> None:
                 pending[str(tp)] += n
             elif result.step is not None and result.step.outcome.counters is not None:
                 appended += result.step.outcome.counters.records_accepted
+                versions += len(result.step.change.add)
                 by_reason.update({reason: k for reason, k in result.step.outcome.counters.rejected.items() if k})
     count = sum(by_reason.values())
     ctx.report.rejected = {"count": count, "by_reason": dict(by_reason), "path": where if count else None}
-    ctx.report.results.update({"records_in": received, "records_appended": appended,
+    ctx.report.results.update({"records_in": received, "records_appended": 0 if ctx.dry_run else appended,
                                "appended_by_earlier_attempt": earlier, "not_yet_appended": dict(pending),
                                "already_committed": bool(run_.committed_earlier) and not run_.results
                                and not run_.failures})
-    line = f"append: {appended} of {received} record(s) appended"
+    if ctx.dry_run:
+        ctx.report.results |= {"records_to_append": appended, "segment_versions_to_write": versions}
+    reasons = ', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))
+    if ctx.dry_run:
+        line = (f"append: would append {appended} of {received} record(s) in {plural(versions, 'segment version')}"
+                + (f"; would reject {count} ({reasons})" if count else ""))
+    else:
+        line = f"append: {appended} of {received} record(s) appended"
     if earlier:
         line += f"; {earlier} appended earlier by job {ctx.job_id}"
-    if count:
-        line += f"; {count} rejected ({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}) -> {where}"
+    if count and where is not None:
+        line += f"; {count} rejected ({reasons}) -> {where}"
     ctx.report.summary.append(line)
     if pending:
         ctx.report.summary.append(

@@ -669,6 +669,11 @@ def ensure_object(uri: str, data: bytes | Parts, options: StorageOptions | None 
     return True
 
 
+TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{32}")
+"""The name `publish_local` writes a file under before publishing it as `name`: what a writer killed
+meanwhile leaves behind (S3 has none: a PUT is atomic)."""
+
+
 def publish_local(path: str, write: Callable[[BinaryIO], object], replace: bool = False) -> None:
     """Write a temporary file beside `path`, then hard-link it to `path`: atomic, and it fails with
     `FileExistsError` if the name is taken, so readers never see a partial object; with `replace` it

@@ -127,7 +127,7 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
 
 def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
                    options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
-                   carry: Sequence[str] = ()) -> PartitionStep[PartitionAppendOutcome]:
+                   carry: Sequence[str] = (), dry_run: bool = False) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     `records` is one table or a stream of them (consecutive chunks of the partition's input, in order):
@@ -137,7 +137,8 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     never joined into one more copy of itself. A chunk boundary ends a batch, as a produce request does.
     Rejected rows are numbered across the whole stream and carry the input's `carry` columns. Writing and
     committing are separate so that a job over many partitions commits once (`engine.ops.run`); the caller
-    holds the partition's lease.
+    holds the partition's lease. A `dry_run` appends in memory (every record checked, every segment
+    encoded and counted) and uploads nothing: its step is what the run would commit.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
@@ -155,7 +156,7 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
         old = previous.get(base)
         return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
                                      log_start_offset=old.log_start_offset if old else -1, extends=old,
-                                     summary=summary, min_timestamp=min_timestamp(config))
+                                     summary=summary, min_timestamp=min_timestamp(config), upload=not dry_run)
 
     new_rows: list[SegmentRow] = []
     pieces = [resume_log] if resume_log else []  # the active segment's bytes so far, chunk by chunk
@@ -186,5 +187,5 @@ def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Tabl
     act = result.active
     new_rows.append(store(act.base_offset, pieces, act.offset_index.to_bytes(), act.time_index.to_bytes(),
                           SegmentState.ACTIVE, result.summaries[-1]))
-    outcome.segments_written = [r.log_key for r in new_rows]
+    outcome.segments_written = [] if dry_run else [r.log_key for r in new_rows]
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))

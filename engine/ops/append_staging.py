@@ -18,13 +18,16 @@ topic-partition, and the partition's task reads back exactly its own:
 
 Staged files live under `{root}/_staging/{job id}/{attempt}/` (`layouts.object_layout.STAGING_DIR`) and are
 deleted when the attempt ends; those of an attempt that died are debris the scrubber removes after its
-grace period.
+grace period. A dry run writes nothing (issue 26): its pieces carry their IPC bytes themselves (`data`),
+through the driver to the partitions' tasks, so it needs driver memory for the input it checks.
 """
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 
 import numpy as np
 import pyarrow as pa
@@ -32,18 +35,21 @@ import pyarrow as pa
 from layouts.store import StorageOptions, join, open_write, read_view
 
 PIECE_SCHEMA = pa.schema([("tp", pa.int32()), ("rank", pa.int32()), ("block", pa.int64()), ("first", pa.int64()),
-                          ("uri", pa.string()), ("offset", pa.int64()), ("length", pa.int64()), ("rows", pa.int64())])
+                          ("uri", pa.string()), ("offset", pa.int64()), ("length", pa.int64()), ("rows", pa.int64()),
+                          ("data", pa.large_binary())])
 """A staged piece: its topic-partition index (`_tp`), input split (`_rank`, `_block`) and first row's place
-(`_pos`), the object holding it and its IPC stream's byte range there, and its row count."""
+(`_pos`), the object holding it and its IPC stream's byte range there, and its row count; a dry run's piece
+holds its IPC stream in `data` instead (no object: `uri` null)."""
 PIECE_ROWS = 262_144  # a piece larger than this is written as several pieces
 
 
 class RowStager:
     """One input task's rows, staged by topic-partition (module docstring). `add` takes record batches
     with `_tp`, `_rank`, `_block`, `_pos` and the columns to stage; `finish` writes what is buffered and
-    returns every piece written, as a table of `PIECE_SCHEMA`."""
+    returns every piece written, as a table of `PIECE_SCHEMA`. Without a `prefix` (a dry run) nothing is
+    written: the pieces hold their bytes."""
 
-    def __init__(self, prefix: str, options: StorageOptions | None, flush_bytes: int) -> None:
+    def __init__(self, prefix: str | None, options: StorageOptions | None, flush_bytes: int) -> None:
         self.prefix, self.options, self.flush_bytes = prefix, options, flush_bytes
         self._buffered: list[pa.RecordBatch] = []
         self._size = 0
@@ -74,15 +80,19 @@ class RowStager:
         # pieces larger than PIECE_ROWS become several batches, each a piece of its own (its first row says where)
         cuts = [(s, min(s + PIECE_ROWS, e)) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
                 for s in range(s, e, PIECE_ROWS)]
-        uri = join(self.prefix, f"{uuid.uuid4().hex}.arrow")
+        uri = None if self.prefix is None else join(self.prefix, f"{uuid.uuid4().hex}.arrow")
         stored = table.drop_columns(["_block"])
-        lengths = []
-        with open_write(uri, self.options) as out:  # each piece's IPC stream straight into the object, no copy
+        lengths, data = [], []
+        # each piece's IPC stream straight into the object, no copy (a dry run's into memory)
+        with nullcontext(io.BytesIO()) if uri is None else open_write(uri, self.options) as out:
             for start, stop in cuts:
                 before = out.tell()
                 with pa.ipc.new_stream(out, stored.schema) as writer:
                     writer.write_table(stored.slice(start, stop - start), max_chunksize=stop - start)
                 lengths.append(out.tell() - before)
+            if uri is None:
+                whole = out.getvalue()
+                data = [whole[at:at + n] for at, n in zip(np.cumsum(lengths) - lengths, lengths, strict=True)]
         firsts = np.array([s for s, _ in cuts], np.int64)
         self._pieces.append(pa.table({
             "tp": pa.array(keys[0, firsts], pa.int32()), "rank": pa.array(keys[1, firsts], pa.int32()),
@@ -90,7 +100,8 @@ class RowStager:
             "first": table.column("_pos").take(pa.array(firsts)).cast(pa.int64()),
             "uri": pa.array([uri] * len(cuts), pa.string()),
             "offset": pa.array(np.cumsum(lengths) - lengths, pa.int64()), "length": pa.array(lengths, pa.int64()),
-            "rows": pa.array([e - s for s, e in cuts], pa.int64())}, schema=PIECE_SCHEMA))
+            "rows": pa.array([e - s for s, e in cuts], pa.int64()),
+            "data": pa.array(data or [None] * len(cuts), pa.large_binary())}, schema=PIECE_SCHEMA))
 
 
 def _partition_order(tps: np.ndarray) -> np.ndarray:
@@ -114,11 +125,14 @@ def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
 
 def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -> Iterator[pa.RecordBatch]:
     """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order:
-    each piece one ranged read (a local file's range mapped, not copied: `read_view`), its record batches
-    decoded in place (no copy)."""
+    each piece one ranged read (a local file's range mapped, not copied: `read_view`), or a dry run's piece
+    its own bytes, its record batches decoded in place (no copy)."""
     for table in pieces:
-        for uri, offset, length in zip(*(table.column(c).to_pylist() for c in ("uri", "offset", "length")),
-                                       strict=True):
+        for i, (uri, offset, length) in enumerate(zip(*(table.column(c).to_pylist()
+                                                         for c in ("uri", "offset", "length")), strict=True)):
+            if uri is None:
+                yield from pa.ipc.open_stream(table.column("data")[i].as_buffer())
+                continue
             try:
                 data = read_view(uri, offset, offset + length, options)
             except FileNotFoundError:

@@ -22,8 +22,10 @@ whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or d
 
 Idempotent: a file already holding the same bytes is left alone, any other is written whole (one PUT
 on S3; a temporary file renamed over the name locally), segment files of the partition directory that
-the export does not hold (an earlier export's, a broker's `.snapshot`/`.txnindex`) are deleted, and the
-log dir's checkpoints are written last, so an interrupted export is finished by running it again.
+the export does not hold (an earlier export's, a broker's `.snapshot`/`.txnindex`) are deleted, and so
+are the temporary files a killed export left (`layouts.store.TEMPORARY_NAME`) in the partition directory
+and beside the checkpoints; the log dir's checkpoints are written last, so an interrupted export is
+finished by running it again, to the very bytes of a clean export.
 The klake root is only read: no lease, no catalog commit.
 """
 
@@ -65,6 +67,7 @@ from engine.ops.stored_segment import stored_segment
 from engine.times import format_time
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys
 from layouts.store import (
+    TEMPORARY_NAME,
     StorageOptions,
     delete_objects,
     join,
@@ -174,11 +177,12 @@ class _Writer:
         write_bytes(uri, data, self.options)
         self.written.append(uri)
 
-    def stale_segment_files(self) -> list[str]:
-        """Segment files already there that this export does not hold."""
+    def stale_files(self) -> list[str]:
+        """Segment files already there that this export does not hold, and temporaries a killed export left."""
         mine = set(self.written) | set(self.kept)
-        return sorted(uri for uri in self.existing if uri not in mine
-                      and classify_kafka_file(uri.rsplit("/", 1)[-1])[0] in _SEGMENT_FILE_KINDS)
+        names = {uri: uri.rsplit("/", 1)[-1] for uri in self.existing if uri not in mine}
+        return sorted(uri for uri, name in names.items()
+                      if classify_kafka_file(name)[0] in _SEGMENT_FILE_KINDS or TEMPORARY_NAME.fullmatch(name))
 
 
 def check_times(rng: ExportRange, config: TopicConfig, topic: str = "the topic") -> None:
@@ -272,7 +276,7 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
     outcome.leader_epochs = [(e.epoch, e.start_offset) for e in epochs.entries]
     writer.put(join(directory, LEADER_EPOCH_CHECKPOINT), leader_epoch_checkpoint(epochs.entries))
     writer.put(join(directory, PARTITION_METADATA), partition_metadata(topic_id))
-    stale = writer.stale_segment_files()
+    stale = writer.stale_files()
     if stale:
         result = delete_objects(stale, options)
         if result.failed:
@@ -284,10 +288,14 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
 
 def write_checkpoints(output: str, exported: Sequence[PartitionExport], options: StorageOptions | None) -> list[str]:
     """The log dir's offset checkpoints with the exported partitions' entries (others already there kept);
-    only files whose bytes change are written. Returns the files written."""
+    only files whose bytes change are written, and the temporaries of a killed export's checkpoints are
+    deleted. Returns the files written."""
     done = [p for p in exported if p.log_end_offset is not None]
     if not done:
         return []
+    names = {RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT}
+    delete_objects([info.uri for info in list_objects(output, options) if info.uri == join(output, info.name)
+                    and (match := TEMPORARY_NAME.fullmatch(info.name)) and match["name"] in names], options)
     values = {RECOVERY_POINT_CHECKPOINT: {p.tp: p.recovery_point for p in done},
               LOG_START_OFFSET_CHECKPOINT: {p.tp: p.log_start_offset for p in done},
               REPLICATION_OFFSET_CHECKPOINT: {p.tp: p.log_end_offset for p in done}}
@@ -319,7 +327,7 @@ def export_log_dir(catalog: Catalog, root: str, configs: Mapping[TopicPartition,
     output = check_output(output, root, catalog.uri)
     prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(topic_ids or {}), options=options)
     run = run_partition_job(catalog, root, configs, serial_execute(prepare), operation="export",
-                            job_id="export", options=options, mutate=False)
+                            job_id="export", options=options, mutate=False, ledger=False)
     report = report_of(output, run)
     report.checkpoints_written = write_checkpoints(output, report.partitions, options)
     return report

@@ -11,7 +11,9 @@ owner, the job id, a random token and the expiry time in ms. Rules:
   put-if-absent: of all takers that saw the same expired lease, only the one that created the marker
   may delete it and create a new lease. Without the marker, taker A could delete the expired lease and
   create its own, then taker B (which read the old one earlier) delete A's fresh lease, and both would
-  believe they hold it. A marker whose taker died is ignored after `TAKEOVER_TIMEOUT_MS`;
+  believe they hold it. A marker whose taker died is ignored after `TAKEOVER_TIMEOUT_MS`, or at once
+  by a taker of the marker's own job id: that taker was a dead attempt of this job (a re-run killed while
+  taking its lease over), so a third attempt does not wait for it;
 - the new lease is verified by re-reading it (its token must be ours);
 - only the owner (token) may release, and only while the lease is unexpired by `RELEASE_MARGIN_MS`, so
   that a release never deletes a lease someone took over meanwhile.
@@ -114,7 +116,7 @@ def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms
         if current is not None and current.expires_at_ms > clock() and current.job_id != job_id:
             raise LeaseHeldError(current.describe(clock())) from None
         if current is not None:
-            _take_over(current, options, clock)
+            _take_over(current, job_id, options, clock)
         try:
             put_if_absent(uri, _encode(mine), options)
         except FileExistsError:
@@ -126,17 +128,17 @@ def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms
     return mine
 
 
-def _take_over(expired: Lease, options: StorageOptions | None, clock: Callable[[], int]) -> None:
-    """Delete `expired` (or a same-job lease) if we win its takeover marker; raise `LeaseHeldError` if
-    another taker does."""
+def _take_over(expired: Lease, job_id: str, options: StorageOptions | None, clock: Callable[[], int]) -> None:
+    """Delete `expired` (or a same-job lease) if we win its takeover marker (as job `job_id`); raise
+    `LeaseHeldError` if another taker does."""
     marker = f"{expired.uri}.takeover-{expired.token}"
     busy = LeaseHeldError(f"{expired.topic}-{expired.partition}: the lease of job {expired.job_id!r} is being "
                           "taken over by another job; retry in a minute")
-    if not _claim(marker, options, clock):
-        if not _is_stale(marker, options, clock):
+    if not _claim(marker, job_id, options, clock):
+        if not _is_stale(marker, job_id, options, clock):
             raise busy
         delete_object(marker, options)
-        if not _claim(marker, options, clock):
+        if not _claim(marker, job_id, options, clock):
             raise busy
     try:
         current = _read(expired.uri, options)
@@ -146,21 +148,22 @@ def _take_over(expired: Lease, options: StorageOptions | None, clock: Callable[[
         delete_object(marker, options)
 
 
-def _claim(marker: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
+def _claim(marker: str, job_id: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
     try:
-        put_if_absent(marker, json.dumps({"claimed_at_ms": clock()}).encode(), options)
+        put_if_absent(marker, json.dumps({"claimed_at_ms": clock(), "job_id": job_id}).encode(), options)
     except FileExistsError:
         return False
     return True
 
 
-def _is_stale(marker: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
-    """A marker left by a taker that died: older than `TAKEOVER_TIMEOUT_MS` (or already gone)."""
+def _is_stale(marker: str, job_id: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
+    """A marker left by a taker that died: older than `TAKEOVER_TIMEOUT_MS`, claimed by an attempt of
+    `job_id` itself (a marker of an older klake names no job), or already gone."""
     try:
-        claimed_at = json.loads(read_bytes(marker, options))["claimed_at_ms"]
+        claim = json.loads(read_bytes(marker, options))
     except FileNotFoundError:
         return True
-    return clock() - claimed_at >= TAKEOVER_TIMEOUT_MS
+    return claim.get("job_id") == job_id or clock() - claim["claimed_at_ms"] >= TAKEOVER_TIMEOUT_MS
 
 
 def check_lease(lease: Lease, options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> None:

@@ -246,7 +246,8 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
     """Run one operation over the partitions in `configs` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
-    catalog (`catalog=None`: a root that has none yet, every partition empty). `strict` raises the
+    catalog (`catalog=None`: a root that has none yet, every partition empty); it skips the partitions the
+    ledger says the job id finished, as the run would, so a dry run says what the run would do. `strict` raises the
     first partition failure instead of recording it (the engine's single-partition functions).
     `ledger_idle` (appends): a partition whose step changed nothing (every record rejected) is finished
     all the same, so a re-run does not redo it; other jobs enter only the partitions they changed, since
@@ -281,6 +282,9 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
                     tps = [tp for tp in tps if tp not in done]
             else:
                 live = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES, columns)
+                if ledger and (done := catalog.committed_partitions(job_id, tps)):  # a dry run skips them too
+                    run.committed_earlier = sorted(done)
+                    tps = [tp for tp in tps if tp not in done]
             wanted_ids = {tp: list(app_ids(tp)) if app_ids else [] for tp in tps}
             recorded = {} if catalog is None else catalog.transaction_versions(
                 app_id for ids in wanted_ids.values() for app_id in ids)

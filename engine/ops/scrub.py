@@ -3,9 +3,9 @@
 It finds (1) orphans: object-layout segment objects under the root that no live catalog row
 references, older than a grace period, (2) live rows whose objects are missing or of another size
 than the row records (the `.log`'s, and the sidecars' where the row has them, its `.batchindex` where it
-has one), and (3) debris of killed jobs older than the grace period: lease temporaries and takeover
-markers under `_leases/`,
-rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
+has one), and (3) debris of killed jobs older than the grace period: every temporary file a killed
+local writer left anywhere under the root (`layouts.store.TEMPORARY_NAME`: under `_topics/`, `_mirror/`,
+`_leases/`, ...), takeover markers under `_leases/`, rejects files under `_rejects/{job id}/` of partitions the job ledger says that job id never
 committed (a later attempt writes its own), and an append attempt's staged input rows under
 `_staging/` (read only while that attempt runs, and deleted when it ends). It reports all three and deletes orphans and debris
 (README, "The jobs": a killed job leaves at worst unreferenced objects, which scrub removes; it never
@@ -39,14 +39,20 @@ from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR, batch_index_keys, parse_object_segment_name
 from layouts.root_keys import within_root
-from layouts.store import ObjectInfo, StorageOptions, delete_objects, list_objects, normalize_uri
+from layouts.store import (
+    TEMPORARY_NAME,
+    ObjectInfo,
+    StorageOptions,
+    delete_objects,
+    list_objects,
+    normalize_uri,
+)
 
 DEFAULT_GRACE_MS = 3_600_000
 _FINDINGS = {"finding": pa.dictionary(pa.int8(), pa.string()), "kind": pa.string(), "segment": pa.string(),
              "uri": pa.string(), "object_size": pa.int64(), "catalog_size": pa.int64(), "age_ms": pa.int64(),
              "deleted": pa.bool_(), "delete_error": pa.string()}
-_TEMPORARY_RE = re.compile(r"\.(?P<name>.+)\.tmp-[0-9a-f]{32}")
-_LEASE_DEBRIS_RE = re.compile(r"\.[^/]+\.lease\.tmp-[0-9a-f]{32}|[^/]+\.lease\.takeover-[0-9a-f]{32}")
+_TAKEOVER_RE = re.compile(r"[^/]+\.lease\.takeover-[0-9a-f]{32}")
 _REJECTS_RE = re.compile(r"(?P<job>[^/]+)/(?P<partition>[^/]+)\.parquet")
 
 
@@ -60,7 +66,7 @@ class Orphan:
 @dataclass
 class Debris:
     uri: str
-    kind: str  # lease-temporary | superseded-rejects | append-staging
+    kind: str  # lease-temporary | temporary | superseded-rejects | append-staging
     size: int
     age_ms: int
 
@@ -142,13 +148,14 @@ def is_klake_object(root: str, info: ObjectInfo) -> bool:
     parts = relative.split("/")
     if len(parts) != 2 or parse_partition_dir(parts[0]) is None:
         return False
-    temporary = _TEMPORARY_RE.fullmatch(parts[1])
+    temporary = TEMPORARY_NAME.fullmatch(parts[1])
     name = temporary["name"] if temporary else parts[1]
     return parse_object_segment_name(name) is not None
 
 
 def _debris(root: str, old: list[ObjectInfo], catalog: Catalog, now: int) -> list[Debris]:
-    """Of unreferenced objects past the grace period: lease temporaries and takeover markers, rejects
+    """Of unreferenced objects past the grace period: lease temporaries and takeover markers, any other
+    temporary file of a killed writer (a topic's settings, a mirror's replica marker or offset map), rejects
     files of partitions their job id never committed (the attempt that wrote them died before its
     commit; the job ledger is asked once per job id), and staged append rows (their attempt is over: the
     grace period exceeds any job's run)."""
@@ -156,8 +163,10 @@ def _debris(root: str, old: list[ObjectInfo], catalog: Catalog, now: int) -> lis
     rejects: dict[str, list[tuple[TopicPartition, ObjectInfo]]] = {}
     for info in old:
         folder, _, rest = info.uri[len(root) + 1:].partition("/")
-        if folder == "_leases" and _LEASE_DEBRIS_RE.fullmatch(rest):
+        if folder == "_leases" and (_TAKEOVER_RE.fullmatch(rest) or TEMPORARY_NAME.fullmatch(rest)):
             found.append(Debris(info.uri, "lease-temporary", info.size, now - info.mtime_ms))
+        elif TEMPORARY_NAME.fullmatch(info.name):
+            found.append(Debris(info.uri, "temporary", info.size, now - info.mtime_ms))
         elif folder == STAGING_DIR:
             found.append(Debris(info.uri, "append-staging", info.size, now - info.mtime_ms))
         elif (folder == REJECTS_DIR and (match := _REJECTS_RE.fullmatch(rest))

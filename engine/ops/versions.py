@@ -28,8 +28,9 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
                           timeindex: bytes, state: SegmentState, job_id: str, created_at_ms: int | None,
                           options: StorageOptions | None, *, log_start_offset: int = -1, cleaned: bool = False,
                           summary: SegmentSummary | None = None, extends: SegmentRow | None = None,
-                          min_timestamp: int = 0) -> SegmentRow:
-    """Write the segment's objects and return its row (not committed). `log` may be in parts (written
+                          min_timestamp: int = 0, upload: bool = True) -> SegmentRow:
+    """Write the segment's objects and return its row (not committed); `upload=False` (a dry run) writes
+    nothing and returns the row the version would have. `log` may be in parts (written
     without being joined: `layouts.store.Parts`). The `.batchindex` is written where it pays
     (`segment_batch_index`) and its length recorded in the row.
 
@@ -43,9 +44,10 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
     keys = object_segment_keys(root, tp, base_offset, segment_id)
     summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp)
     batchindex = segment_batch_index(log, timeindex, base_offset, summary.batch_count, min_timestamp)
-    write_segment(keys, log, index, timeindex, options, batchindex=batchindex,
-                  log_prefix_uri=extends.log_key if extends is not None else None,
-                  log_prefix_size=extends.size_bytes if extends is not None else 0)
+    if upload:
+        write_segment(keys, log, index, timeindex, options, batchindex=batchindex,
+                      log_prefix_uri=extends.log_key if extends is not None else None,
+                      log_prefix_size=extends.size_bytes if extends is not None else 0)
     row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms,
                       index_size_bytes=len(index), timeindex_size_bytes=len(timeindex),
                       batchindex_size_bytes=None if batchindex is None else len(batchindex))

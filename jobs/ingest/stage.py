@@ -24,13 +24,14 @@ STAGED_SCHEMA = "pieces binary, requests string, bytes string, error string"  # 
 @dataclass(frozen=True)
 class Stager:
     """What an input task needs to stage its rows (`engine.ops.append_staging`): partition counts, the sticky
-    setting, the input's files, this run's topics (None: every topic) and where to write."""
+    setting, the input's files, this run's topics (None: every topic) and where to write (None: a dry run,
+    which writes nothing)."""
 
     counts: dict[str, int]
     sticky_bytes: int
     files: Sequence[str]
     topics: frozenset[str] | None
-    prefix: str
+    prefix: str | None
     options: StorageOptions | None
     flush_bytes: int
 

@@ -184,11 +184,15 @@ class JobContext:
         return self.run_partitions_with(tps, self.execute(prepare))
 
     def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute, **kwargs) -> JobRun:
-        """`run_partitions` with the job's own way of running the partitions' tasks."""
+        """`run_partitions` with the job's own way of running the partitions' tasks; a run that changes
+        nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask."""
         by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
-        run = run_partition_job(self.catalog_or_create(), self.config.root, by_tp, execute,
+        mutate = self.spec.mutates and not self.dry_run
+        kwargs.setdefault("ledger", self.spec.mutates)
+        catalog = self.catalog_or_create() if mutate else self.catalog if self.catalogued_partitions() else None
+        run = run_partition_job(catalog, self.config.root, by_tp, execute,
                                 operation=self.spec.name, job_id=self.job_id, options=self.options,
-                                mutate=self.spec.mutates and not self.dry_run,
+                                mutate=mutate,
                                 lease_ttl_ms=int(self.config.jobs["lease_ttl_ms"]),
                                 allow_external_deletes=self.allow_external_deletes, **kwargs)
         self.report.add_run(run)

@@ -1,7 +1,10 @@
 """Crash injection: a real `klake` job is SIGKILLed (its whole process group: driver, JVM, Python workers)
 at a storage mutation, re-run at once with the same command, then scrubbed; the store must then equal
 a clean run's: every record exactly once, the same catalog, the same ListOffsets answers, the same
-rejects, and no debris (no lease, lease temporary, orphan or superseded rejects file).
+rejects, and no debris (no lease, lease temporary, orphan or superseded rejects file); an export's
+output must be a clean export's, file for file and byte for byte (no temporary left, issue 26); a re-run
+killed while taking over its dead attempt's lease is followed by a third attempt that takes it over at
+once (issue 26's double crash).
 
 The mutation points come from `tests/crash/hook/sitecustomize.py`, loaded by every Python process of
 the run. A clean run counts them; then each chosen point is a run of its own. CI runs a sample (named
@@ -97,7 +100,7 @@ class Store:
             shutil.rmtree(count_in, ignore_errors=True)
             count_in.mkdir(parents=True)
             env |= {"KLAKE_CRASH_DIR": str(count_in), "KLAKE_CRASH_AT": str(crash_at or 0),
-                    "KLAKE_CRASH_ROOT": self.root if self.backend.name == "local" else "/nonexistent"}
+                    "KLAKE_CRASH_ROOT": self.backend.base if self.backend.name == "local" else "/nonexistent"}
         return subprocess.run([*KLAKE, *args, "--conf", str(self.conf), "--no-progress"], env=env,
                               capture_output=True, text=True, timeout=600, start_new_session=True)
 
@@ -118,6 +121,7 @@ class Scenario:
     setup: Callable[[Store], list[list[str]]]  # writes inputs; the commands that make the starting state
     phases: Callable[[Store], list[Phase]]     # the last phase is the one killed
     sample: tuple[str, ...]                     # the points CI kills at (see `sampled_points`)
+    output: str | None = None                   # where the job writes outside the root (compared byte for byte)
 
 
 def _input(path: Path, n: int, seed: int, topic: str | None = None, keys: int = 30, start: int = NOW - 3 * HOUR,
@@ -186,6 +190,29 @@ def _keyed_setup(topic: str) -> Callable[[Store], list[list[str]]]:
     return setup
 
 
+def _dead_attempt(store: Store) -> None:
+    """A first attempt of `retention-1` died holding its leases: the run killed is the re-run taking them over."""
+    from engine.ops.lease import acquire_lease
+
+    for partition in range(2):
+        acquire_lease(store.root, TopicPartition("logs", partition), "dead:1", "retention-1", HOUR, store.backend.options)
+
+
+def _clear_output(store: Store) -> None:
+    """The export's output starts empty: a killed run leaves what it wrote for the re-run to finish."""
+    fs, path = filesystem(store.backend.uri("out"), store.backend.options)
+    fs.invalidate_cache()
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def _export_phases(store: Store) -> list[Phase]:
+    """One task at a time (`local[1]`): the partitions' writes come in the same order in every run, so a
+    point of the clean run is the same write in the killed one."""
+    return [Phase(["export", "--output", store.backend.uri("out"), "--now", str(NOW), *SPARK, "--master", "local[1]"],
+                  before=_clear_output)]
+
+
 SCENARIOS = {
     "append": Scenario("append", {"orders": {"partitions": 4, "segment.bytes": 2000, "max.message.bytes": 400}},
                        _append_setup, _append_phases,
@@ -212,15 +239,27 @@ SCENARIOS = {
                          lambda store: [Phase(["truncate", "--topic", "orders", "--partition", "1", "--offset", "40",
                                                "--now", str(NOW), "--job-id", "truncate-1", *SPARK])],
                          ("commit-after",)),
+    # a double crash: the re-run (same job id) is killed while taking over its dead attempt's lease, after
+    # claiming the takeover marker; the third attempt must take it over at once (issue 26)
+    "retention-double-crash": Scenario(
+        "retention-double-crash", {"logs": {"partitions": 2, "segment.bytes": 1500, "retention.ms": HOUR}},
+        _keyed_setup("logs"),
+        lambda store: [Phase(["retention", "--now", str(NOW), "--job-id", "retention-1", *SPARK],
+                             before=_dead_attempt)],
+        ("takeover-claimed",)),
+    "export": Scenario("export", {"orders": {"partitions": 2, "segment.bytes": 1500}}, _keyed_setup("orders"),
+                       _export_phases, ("export-write",), output="out"),
 }
-S3_SAMPLE = {"append": ("commit-before",), "append-partial-lease": ("commit-after",), "import": ("commit-after",)}
+S3_SAMPLE = {"append": ("commit-before",), "append-partial-lease": ("commit-after",), "import": ("commit-after",),
+             "retention-double-crash": ("takeover-claimed",)}
 
 
 # --- what a run left ------------------------------------------------------------------------------------
 
 
-def state(store: Store) -> dict:
-    """Everything a user can observe, without object names or ids (they differ from run to run)."""
+def state(store: Store, output: str | None = None) -> dict:
+    """Everything a user can observe, without object names or ids (they differ from run to run); with
+    `output`, every file the job wrote there (name and bytes)."""
     options = store.backend.options
     catalog = Catalog.open(f"{store.root}/_catalog", options)
     rows = table_to_rows(catalog.all_rows())
@@ -245,7 +284,12 @@ def state(store: Store) -> dict:
     rejects = sorted((row["topic"], row["partition"], row["value"], row["reason"])
                      for o in list_objects(store.root, options) if "/_rejects/" in o.uri
                      for row in pq.read_table(pa.BufferReader(read_bytes(o.uri, options))).to_pylist())
-    return {"rows": facts, "records": records, "lookups": lookups, "rejects": rejects}
+    found = {}
+    if output is not None:
+        fs, path = filesystem(store.backend.uri(output), options)
+        fs.invalidate_cache()
+        found = {p[len(path):]: fs.cat_file(p) for p in fs.find(path)}
+    return {"rows": facts, "records": records, "lookups": lookups, "rejects": rejects, "output": found}
 
 
 def assert_no_debris(store: Store) -> None:
@@ -281,8 +325,10 @@ def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: P
 def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
     """The points CI kills at: `segment-write` the middle write of a segment object, `batchindex-write` the
     first write of a `.batchindex` (the last object of a segment version, `layouts.object_layout.write_segment`),
-    `staging-write` an append's input task writing its staged rows, `commit-before` / `commit-after` the first
-    catalog commit of the run (after it: its deletes and lease releases)."""
+    `staging-write` an append's input task writing its staged rows, `takeover-claimed` the mutation right after
+    a lease takeover marker is created, `export-write` the middle publication of
+    an exported `.log` (its temporary written whole, not yet renamed), `commit-before` / `commit-after` the
+    first catalog commit of the run (after it: its deletes and lease releases)."""
     chosen = []
     for name in wanted:
         if name == "staging-write":
@@ -290,6 +336,12 @@ def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
         elif name == "batchindex-write":
             chosen.append(next(i for i, p in enumerate(points, 1)
                                if p.split()[2] in ("local:link", "s3:put_object") and ".batchindex" in p.split()[3]))
+        elif name == "takeover-claimed":
+            chosen.append(1 + next(i for i, p in enumerate(points, 1) if ".takeover-" in p.split()[3]
+                                   and p.split()[2] in ("local:link", "s3:put_object")))
+        elif name == "export-write":
+            writes = [i for i, p in enumerate(points, 1) if p.split()[2] == "local:replace" and ".log.tmp-" in p]
+            chosen.append(writes[len(writes) // 2])
         elif name == "segment-write":
             writes = [i for i, p in enumerate(points, 1)
                       if p.split()[2] in ("local:link", "s3:put_object", "s3:complete_multipart_upload")
@@ -310,8 +362,8 @@ def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tupl
     clean = run_phases(store, scenario, None, tmp / "points-clean")
     assert clean.returncode == 0, clean.stderr[-3000:]
     assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--no-progress"]) == 0
-    expected = state(store)
-    assert any(expected["records"].values())
+    expected = state(store, scenario.output)
+    assert any(expected["records"].values()) and (scenario.output is None or expected["output"])
     points = (tmp / "points-clean" / "points").read_text().splitlines()
 
     chosen = range(1, len(points) + 1) if FULL_SWEEP else sampled_points(points, sample)
@@ -321,7 +373,7 @@ def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tupl
         rerun = store.klake(scenario.phases(store)[-1].args)  # at once, the very same command
         assert rerun.returncode == 0, f"re-run after a kill at {points[n - 1]}:\n{rerun.stdout}\n{rerun.stderr[-3000:]}"
         assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--no-progress"]) == 0
-        got = state(store)
+        got = state(store, scenario.output)
         for part in expected:
             assert got[part] == expected[part], f"{part} differs from a clean run after a kill at {points[n - 1]}"
         assert_no_debris(store)

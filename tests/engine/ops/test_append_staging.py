@@ -32,8 +32,11 @@ def _rows(seed: int, splits: list[tuple[int, int]], n: int, tps: int) -> pa.Tabl
     return pa.concat_tables(parts)
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["staged", "dry-run"])
 @pytest.mark.parametrize("flush_bytes", [1, 3_000, 1 << 30])
-def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, monkeypatch, flush_bytes: int) -> None:
+def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, monkeypatch, flush_bytes: int,
+                                                                   dry_run: bool) -> None:
+    """Staged in objects, or (a dry run, issue 26: no prefix) in the pieces themselves, nothing written."""
     monkeypatch.setattr(append_staging, "PIECE_ROWS", 37)  # pieces spanning several record batches
     # three input tasks; task 1 holds two splits out of path order (as Spark packs files by size)
     tasks = [[(0, 0), (0, 1)], [(2, 0), (1, 0)], [(3, 5)]]
@@ -41,7 +44,7 @@ def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, mon
     expected: dict[int, list[tuple]] = {}
     for t, splits in enumerate(tasks):
         rows = _rows(t, splits, 200, 5)
-        stager = RowStager(str(tmp_path / "staging"), None, flush_bytes)
+        stager = RowStager(None if dry_run else str(tmp_path / "staging"), None, flush_bytes)
         for batch in rows.to_batches(max_chunksize=45):
             stager.add(batch)
         pieces.append(stager.finish())
@@ -59,7 +62,11 @@ def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, mon
                         strict=True)) == expected[tp]
         assert "_block" not in got.column_names and sum(table.column("rows").to_pylist()) == got.num_rows
     files = list_objects(str(tmp_path / "staging"))
-    assert len(files) == (len(tasks) if flush_bytes > 1 << 20 else len({p["uri"] for t in pieces for p in t.to_pylist()}))
+    if dry_run:
+        assert files == [] and list(tmp_path.iterdir()) == []
+    else:
+        assert len(files) == (len(tasks) if flush_bytes > 1 << 20
+                              else len({p["uri"] for t in pieces for p in t.to_pylist()}))
 
 
 def test_a_task_without_rows_stages_nothing(tmp_path) -> None:

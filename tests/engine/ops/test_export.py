@@ -121,6 +121,31 @@ def test_an_imported_broker_dir_exports_as_the_brokers_bytes_and_imports_back_th
         assert read_bytes(exported[name], backend.options) == (broker / name).read_bytes(), name
 
 
+def test_a_rerun_removes_the_temporaries_a_killed_export_left(backend, imported) -> None:
+    """Issue 26: a local export killed while publishing a file leaves `.<name>.tmp-<hex>` beside it (in a
+    partition directory, or beside the log dir's checkpoints); the re-run's output is a clean export's,
+    file for file and byte for byte. Temporaries of names the export does not own stay."""
+    clean = backend.uri("clean")
+    export_log_dir(imported, backend.uri("root"), configs(imported), clean, options=backend.options)
+    expected = {info.uri[len(clean):]: read_bytes(info.uri, backend.options)
+                for info in list_objects(clean, backend.options)}
+    out = backend.uri("out")
+    export_log_dir(imported, backend.uri("root"), configs(imported), out, options=backend.options)
+    left = [backend.uri("out", "timeindex_test-0", f".00000000000000007729.log.tmp-{'a' * 32}"),
+            backend.uri("out", "timeindex_test-0", f".leader-epoch-checkpoint.tmp-{'b' * 32}"),
+            backend.uri("out", f".replication-offset-checkpoint.tmp-{'c' * 32}")]
+    foreign = [backend.uri("out", f".meta.properties.tmp-{'d' * 32}"),  # a broker's log dir file, not the export's
+               backend.uri("out", "other-0", f".00000000000000000000.log.tmp-{'e' * 32}")]
+    for uri in left + foreign:
+        write_bytes(uri, b"cut short", backend.options)
+    rerun = export_log_dir(imported, backend.uri("root"), configs(imported), out, options=backend.options)
+    assert rerun.failures == {}
+    got = {info.uri[len(out):]: read_bytes(info.uri, backend.options) for info in list_objects(out, backend.options)
+           if info.uri not in foreign}
+    assert got == expected
+    assert [read_bytes(uri, backend.options) for uri in foreign] == [b"cut short"] * 2
+
+
 def test_a_range_is_cut_at_batches_with_the_brokers_recovery_indexes(backend, imported, kafka_fixtures) -> None:
     """timeindex_test-0 holds single-record batches: [7000, 16000) keeps the end of segment 0, segment 7729
     whole and the start of segment 15363; a time range becomes the offsets a consumer's offsetsForTimes gives."""

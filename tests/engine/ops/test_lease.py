@@ -133,6 +133,36 @@ def test_a_takeover_marker_left_by_a_dead_taker_expires(backend) -> None:
     assert [o.name for o in list_objects(backend.uri("_leases"), backend.options)] == ["orders-3.lease"]
 
 
+class Killed(BaseException):
+    """The process dying at a storage call (not an Exception: nothing catches it)."""
+
+
+def test_a_rerun_after_a_double_crash_takes_its_own_lease_over_at_once(backend, monkeypatch) -> None:
+    """Issue 26: attempt 1 of a job dies holding the lease; attempt 2 (same job id) dies while taking it
+    over, after claiming the takeover marker; attempt 3 must take over at once, not wait out
+    `TAKEOVER_TIMEOUT_MS`, and leave only its own lease."""
+    import engine.ops.lease as lease_module
+
+    clock = Clock()
+    acquire_lease(backend.base, TP, "attempt-1", "job-x", 3_600_000, backend.options, clock)
+
+    def killed(*args: object, **kwargs: object) -> bool:
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lease_module, "delete_object", killed)  # attempt 2 dies at its first delete
+        with pytest.raises(Killed):
+            acquire_lease(backend.base, TP, "attempt-2", "job-x", 3_600_000, backend.options, clock)
+    names = sorted(o.name for o in list_objects(backend.uri("_leases"), backend.options))
+    assert len(names) == 2 and names[0] == "orders-3.lease" and ".takeover-" in names[1], names
+    clock.now += 1_000
+    third = acquire_lease(backend.base, TP, "attempt-3", "job-x", 3_600_000, backend.options, clock)
+    assert read_lease(backend.base, TP, backend.options).token == third.token
+    assert [o.name for o in list_objects(backend.uri("_leases"), backend.options)] == ["orders-3.lease"]
+    with pytest.raises(LeaseHeldError):  # the marker rule did not open the lease to other jobs
+        acquire_lease(backend.base, TP, "other", "job-y", 60_000, backend.options, clock)
+
+
 def test_held_lease_releases_on_exit_even_after_an_error(backend) -> None:
     with pytest.raises(RuntimeError), held_lease(backend.base, TP, "a", "job-a", 60_000, backend.options):
         assert read_lease(backend.base, TP, backend.options).owner == "a"

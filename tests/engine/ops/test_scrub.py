@@ -139,19 +139,28 @@ def test_scrub_checks_rows_that_point_outside_the_root_and_never_deletes_there(b
 def test_scrub_reclaims_lease_temporaries_and_rejects_of_partitions_their_job_never_committed(backend,
                                                                                              kafka_fixtures) -> None:
     """Debris of killed jobs (issue: crash-safe re-runs): a lease temporary or takeover marker, a rejects
-    file whose (job id, partition) is not in the job ledger, and a killed append's staged rows go once
-    older than the grace period; a live lease, the rejects of a committed partition and the unplaced
-    rejects stay."""
+    file whose (job id, partition) is not in the job ledger, a killed append's staged rows, and a local
+    writer's temporary under `_topics/`, `_mirror/` or `_rejects/` (issue 26) go once older than the grace
+    period; a live lease, the rejects of a committed partition, the unplaced rejects, the files the
+    temporaries were for, and a name klake does not write stay."""
     catalog = _imported(backend, kafka_fixtures, copy=True, catalog_at="root/_catalog")
     committed = TopicPartition("_confluent-command", 0)
     catalog.apply(CatalogChange(), operation="append", job_id="job-1", finished=[committed])
     debris = {backend.uri("root", "_leases", f".orders-0.lease.tmp-{'a' * 32}"): "lease-temporary",
               backend.uri("root", "_leases", f"orders-0.lease.takeover-{'b' * 32}"): "lease-temporary",
               backend.uri("root", "_rejects", "job-1", "docker-connect-status-0.parquet"): "superseded-rejects",
-              backend.uri("root", "_staging", "job-2", "c" * 32, f"{'d' * 32}.arrow"): "append-staging"}
+              backend.uri("root", "_staging", "job-2", "c" * 32, f"{'d' * 32}.arrow"): "append-staging",
+              # issue 26: every temporary a killed local writer leaves (`publish_local`), wherever it wrote
+              backend.uri("root", "_topics", "orders", f".config-00000001.json.tmp-{'e' * 32}"): "temporary",
+              backend.uri("root", "_mirror", "orders-0", f".replica.tmp-{'f' * 32}"): "temporary",
+              backend.uri("root", "_mirror", "orders-0", f".{0:020d}.parquet.tmp-{'0' * 32}"): "temporary",
+              backend.uri("root", "_rejects", "job-1", f".orders-0.parquet.tmp-{'1' * 32}"): "temporary"}
     kept = [backend.uri("root", "_leases", "orders-1.lease"),
             backend.uri("root", "_rejects", "job-1", "_confluent-command-0.parquet"),
-            backend.uri("root", "_rejects", "job-1", "unplaced", "orders-7.parquet")]
+            backend.uri("root", "_rejects", "job-1", "unplaced", "orders-7.parquet"),
+            backend.uri("root", "_topics", "orders", "config-00000001.json"),
+            backend.uri("root", "_mirror", "orders-0", "replica"),
+            backend.uri("root", "_mirror", "orders-0", f".replica.tmp-{'f' * 31}")]  # not klake's name
     for uri in [*debris, *kept]:
         backend.put(uri, b"x")
     now = time.time_ns() // 1_000_000
