@@ -156,11 +156,12 @@ class JobContext:
 
     def execute_by_size(self, prepare: Prepare, planned_bytes: Callable[[Sequence[PartitionInput]], int]) -> Execute:
         """`execute`, or the partitions one after another in this process when their plan is small
-        (`runs_in_driver`); decided on the partitions' inputs, so the catalog is read once."""
+        (`runs_in_driver`); decided on the partitions' inputs, so the catalog is read once. The report's
+        `results.executed_in` says which ("driver" or "spark")."""
         def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
-            if self.runs_in_driver(planned_bytes(items)):
-                return serial_execute(prepare)(items)
-            return self.execute(prepare)(items)
+            in_driver = self.runs_in_driver(planned_bytes(items))
+            self.report.results["executed_in"] = "driver" if in_driver else "spark"
+            return (serial_execute(prepare) if in_driver else self.execute(prepare))(items)
         return execute
 
     def catalogued_partitions(self) -> list[TopicPartition]:
