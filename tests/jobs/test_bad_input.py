@@ -300,6 +300,9 @@ LOCAL_CASES: dict[str, Case] = {
                                              names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
     "retention: a partition no topic has": job("retention", "--root", "ROOT", "--partition", "3",
                                                names=["--partition 3", f"{TOPIC} has partitions 0..0"]),
+    "append: a partition the topic lacks": lambda store, tmp: (
+        append_of(records(), "--topic", "t", "--partition", "5")(store, tmp)[0], {}, (),
+        ["--partition 5", "t has partitions 0..1"]),
     "segments: a partition the topic lacks": job("segments", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",
                                                  names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
     "truncate beyond the log end": job("truncate", "--root", "ROOT", "--topic", TOPIC, "--partition", "0",
