@@ -66,7 +66,7 @@ from jobs.ingest.assign import tp_names
 from jobs.ingest.columns import SINK_COLUMNS, check_input_schema, staging_schema
 from jobs.ingest.parquet import parquet_splits, parquet_tasks
 from jobs.ingest.stage import STAGED_SCHEMA, Stager, append_tasks, staged_pieces
-from jobs.runtime.job_runner import JobContext, JobSpec, main
+from jobs.runtime.job_runner import JobContext, JobSpec, check_partitions, main
 from jobs.runtime.report import plural
 from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR
@@ -546,6 +546,7 @@ def run(ctx: JobContext) -> None:
             df = df.withColumn("topic", F.lit(topics[0]))
         order = file_order(files)
         df = with_file_rank(df, order)
+    check_partitions([TopicPartition(t, counts[t] - 1) for t in topics], set(topics), set(ctx.args.partition_ids), None)
     names = tp_names(counts)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]

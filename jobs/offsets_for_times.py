@@ -1,4 +1,6 @@
-"""`offsets-for-times`: Kafka's ListOffsets for partitions and timestamps, one Spark task per partition.
+"""`offsets-for-times`: Kafka's ListOffsets for partitions and timestamps, one Spark task per partition, or
+in the job's own process when the lookups read little (`jobs.driver_max_bytes`: an answer in a second,
+without Spark's start-up; issue 26).
 
 For each `--timestamp` (epoch ms or ISO-8601, UTC unless it names a zone, or -1 latest / -2 earliest /
 -3 max timestamp) and each selected partition: the offset (and timestamp) a broker would answer,
@@ -28,7 +30,7 @@ from engine.errors import KlakeError
 from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
 from engine.log.topic_config import min_timestamp
 from engine.ops.run import PartitionInput, PartitionStep
-from engine.ops.stored_segment import stored_segment
+from engine.ops.stored_segment import lookup_window, stored_segment
 from engine.times import format_time
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from layouts.store import StorageOptions, write_bytes
@@ -87,9 +89,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="PATH", help="also write the answers as JSON lines here")
 
 
+def planned_bytes(items: Sequence[PartitionInput], targets: int) -> int:
+    """At most what the lookups read: every live segment's sidecars (kept for the next targets) and, per
+    target, a window of its log (`lookup_window`); the size decides where they run (`runs_in_driver`)."""
+    return sum(sum(size or 0 for size in (row.index_size_bytes, row.timeindex_size_bytes, row.batchindex_size_bytes))
+               + targets * lookup_window(row, item.config.index_interval_bytes)
+               for item in items for row in item.rows)
+
+
 def answers(ctx: JobContext, targets: Sequence[int]) -> list[dict[str, Any]]:
     tps = ctx.selected_partitions()
-    run = ctx.run_partitions(tps, partial(prepare_lookups, targets=list(targets), options=ctx.options))
+    prepare = partial(prepare_lookups, targets=list(targets), options=ctx.options)
+    run = ctx.run_partitions_with(tps, ctx.execute_by_size(prepare, partial(planned_bytes, targets=len(targets))))
     return [a for r in run.results if r.step is not None for a in r.step.outcome.answers]
 
 

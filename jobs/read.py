@@ -27,6 +27,8 @@ timestamps included; here such records are left out); `--from-offset`/`--to-offs
 `from <= offset < to`. The rules and how the work is cut (prune, seek, split, pack small segments
 into tasks of ~256 MiB, read) are `engine.ops.read`'s.
 The report counts live, pruned and read segments, work items, bytes read, GET requests and records.
+A read whose work items hold at most `jobs.driver_max_bytes` of log runs its packs in the job's own
+process, without starting Spark (issue 26); JSON output always goes through Spark's writer.
 
     spark-submit jobs/read.py --conf conf/s3.example.yaml --topic orders --from 2026-11-21T10:00:00Z \\
         --to 2026-11-21T11:00:00Z --output out/orders --output-format parquet
@@ -243,10 +245,17 @@ def run(ctx: JobContext) -> None:
         writer = frame.write.mode("overwrite").format(args.output_format)
         run_with_progress(ctx.spark, lambda: writer.save(args.output), tasks, ctx.progress())
         _report(ctx, rng, plans, len(items), tasks, counters.value)
+        ctx.report.results["executed_in"] = "spark"
         return
     output = StagedOutput(normalize_uri(args.output), ctx.job_id) if args.output else None
+    in_driver = ctx.runs_in_driver(sum(item.log_bytes for item in items))
+    ctx.report.results["executed_in"] = "driver" if in_driver else "spark"
     try:
-        results = scan_packs(ctx.spark, items, ctx.options, interval, args.pack_bytes, output, ctx.progress())
+        if in_driver:  # a small read: in this process, no Spark start-up (issue 26)
+            results = [_scan_pack(pack, work, ctx.options, interval, output, attempt=0)
+                       for pack, work in enumerate(pack_items(items, args.pack_bytes))]
+        else:
+            results = scan_packs(ctx.spark, items, ctx.options, interval, args.pack_bytes, output, ctx.progress())
     except BaseException:
         if output is not None:
             output.abort(ctx.options)
@@ -260,7 +269,7 @@ def run(ctx: JobContext) -> None:
             output.abort(ctx.options)
         else:
             output.commit({r.pack: r.staged for r in results if r.staged}, KAFKA_ARROW_SCHEMA, ctx.options)
-    _report(ctx, rng, plans, len(items), len(results), tally)
+    _report(ctx, rng, plans, len(items), len(results), tally, counted=in_driver)
     for result in failed:
         ctx.report.fail(result.where or "*", result.error or "")
     if failed and output is not None:
@@ -268,14 +277,16 @@ def run(ctx: JobContext) -> None:
 
 
 def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: int, task_count: int,
-            tasks: Counter[str]) -> None:
+            tasks: Counter[str], counted: bool = False) -> None:
+    """The run's figures; `counted`: the tasks ran in this process, whose meters saw their traffic already."""
     by_partition = {name: tasks.get(f"records:{name}", 0) for plan in plans for name in plan.partitions}
     records = sum(by_partition.values())
     for name, count in by_partition.items():
         ctx.report.partitions.append({"partition": name, "status": "succeeded", "error": None,
                                       "outcome": {"records": count}})
-    add_counted({"GET": tasks["GET"], "PUT": tasks["PUT"]},  # the tasks' traffic, into the job's totals
-                {"read": tasks["bytes_read"], "written": tasks["bytes_written"]})
+    if not counted:
+        add_counted({"GET": tasks["GET"], "PUT": tasks["PUT"]},  # the tasks' traffic, into the job's totals
+                    {"read": tasks["bytes_read"], "written": tasks["bytes_written"]})
     get_requests = sum(plan.requests["GET"] for plan in plans) + tasks["GET"]
     bytes_read = sum(plan.bytes["read"] for plan in plans) + tasks["bytes_read"]
     segments = {"live": sum(p.live_segments for p in plans), "pruned": sum(p.pruned_segments for p in plans),

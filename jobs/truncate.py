@@ -15,7 +15,9 @@ import argparse
 import sys
 from functools import partial
 
+from engine.catalog.schema import LIVE_STATES
 from engine.errors import KlakeError
+from engine.names import TopicPartition
 from engine.ops.truncate import prepare_delete_records, prepare_truncation
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
@@ -27,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="apply to every partition of the --topic(s) (otherwise --partition is required)")
 
 
+def add_truncate_arguments(parser: argparse.ArgumentParser) -> None:
+    add_arguments(parser)
+    parser.add_argument("--allow-beyond-end", action="store_true",
+                        help="accept an --offset above a partition's log end (a no-op there, as Kafka's truncateTo)")
+
+
 def _targets(ctx: JobContext) -> dict:
     if not ctx.args.topics or not (ctx.args.partition_ids or ctx.args.all_partitions):
         raise KlakeError(f"{ctx.spec.name} changes data irreversibly: name --topic and --partition "
@@ -36,7 +44,24 @@ def _targets(ctx: JobContext) -> dict:
     tps = ctx.selected_partitions()
     if not tps:
         raise KlakeError("no catalogued partition matches --topic/--partition")
+    _refuse_beyond_end(ctx, tps)
     return {tp: ctx.args.offset for tp in tps}
+
+
+def _refuse_beyond_end(ctx: JobContext, tps: list[TopicPartition]) -> None:
+    """An --offset above a partition's log end is a typo, refused before any work (issue 26): Kafka's
+    DeleteRecords answers OFFSET_OUT_OF_RANGE there; `truncate` accepts it with --allow-beyond-end (then a
+    no-op, as `UnifiedLog.truncateTo`)."""
+    if getattr(ctx.args, "allow_beyond_end", False):
+        return
+    live = ctx.catalog.rows_table([(tp.topic, tp.partition) for tp in tps], LIVE_STATES,
+                                  ["topic", "partition", "next_offset"])
+    ends = live.group_by(["topic", "partition"], use_threads=False).aggregate([("next_offset", "max")]).to_pylist()
+    beyond = [f"{row['topic']}-{row['partition']} ends at {row['next_offset_max']}" for row in ends
+              if row["next_offset_max"] < ctx.args.offset]
+    if beyond:
+        hint = "; --allow-beyond-end accepts it" if ctx.spec.name == "truncate" else ""
+        raise KlakeError(f"--offset {ctx.args.offset} is beyond the log end: {', '.join(beyond)}{hint}")
 
 
 def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
@@ -64,7 +89,7 @@ def run_delete_records(ctx: JobContext) -> None:
     _summarize(ctx, ctx.run_partitions(targets, prepare))
 
 
-SPEC = JobSpec("truncate", "remove every record at or above an offset", run_truncate, add_arguments,
+SPEC = JobSpec("truncate", "remove every record at or above an offset", run_truncate, add_truncate_arguments,
                description=__doc__, dry_run=False)
 DELETE_RECORDS = JobSpec("delete-records", "raise the log start offset (Kafka DeleteRecords)", run_delete_records,
                          add_arguments, description=__doc__, dry_run=False)

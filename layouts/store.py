@@ -174,7 +174,7 @@ def _s3_problem(bucket: str, exc: Exception) -> str:
         return (f"access denied to bucket {bucket} ({code or type(exc).__name__}: {describe_error(exc)}): check "
                 "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN")
     if isinstance(exc, EndpointConnectionError):
-        return f"cannot reach the S3 endpoint ({describe_error(exc)}): check KLAKE_S3_ENDPOINT_URL"
+        return f"cannot reach the S3 endpoint ({describe_error(exc)}): check storage.endpoint_url or KLAKE_S3_ENDPOINT_URL"
     return describe_error(exc)
 
 

@@ -114,7 +114,7 @@ ADDED_COLUMNS = (*SIDECAR_SIZE_COLUMNS, EXTERNAL_COLUMN)
 
 def empty_rows(columns: Sequence[str] = COLUMNS) -> pa.Table:
     """No rows, with the catalog's types for `columns`: a partition or root the catalog holds nothing of."""
-    return pa.schema([CATALOG_SCHEMA.field(c) for c in columns]).empty_table()
+    return pa.Table.from_batches([], pa.schema([CATALOG_SCHEMA.field(c) for c in columns]))  # imports no pandas
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,11 @@ class WorkItem:
     end: int
     bounds: ReadRange
 
+    @property
+    def log_bytes(self) -> int:
+        """The log bytes the item reads at most: what packing and the choice of where to run weigh."""
+        return self.end - (self.start or 0)
+
 
 @dataclass
 class ReadPlan:
@@ -183,7 +188,7 @@ def pack_items(items: Sequence[WorkItem], target_bytes: int = DEFAULT_PACK_BYTES
     leaves a core idle; an item goes to the task where its middle byte falls in the even split, so each
     task is within one item of its share, and a task left empty beside a large item is dropped.
     """
-    sizes = np.array([item.end - (item.start or 0) for item in items], dtype=np.int64)
+    sizes = np.array([item.log_bytes for item in items], dtype=np.int64)
     total = int(sizes.sum())
     if not items:
         return []

@@ -1,7 +1,9 @@
 """`klake segments`: list the catalog's live segments, pruned by time range.
 
-Storage endpoint and credentials come from the environment (`layouts.store.StorageOptions.from_env`)
-or `--endpoint-url`; secrets are never printed. `import` and `scrub` are jobs (`jobs/import_log.py`,
+The catalog and root come from `--catalog`/`--root` or a configuration (`--conf`, `--set`, as the jobs
+take them); its endpoint and region apply (`--endpoint-url` overrides the endpoint), credentials come
+from the environment; secrets are never printed. A missing bucket, missing credentials or an
+unreachable endpoint are named in one line (exit 2), as is a `--from` after `--to`. `import` and `scrub` are jobs (`jobs/import_log.py`,
 `jobs/scrub.py`) with the common job options.
 
 `--from`/`--to` take epoch ms or ISO-8601 (UTC unless they name a zone). A topic's smallest valid
@@ -21,12 +23,15 @@ import pyarrow as pa
 
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.ops.catalog_table import Catalog
+from engine.names import validate_topic
+from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.topic_store import load_topic_config
 from engine.times import format_time
-from jobs.runtime.job_runner import time_argument
+from jobs.cli.storage import add_storage_arguments, check_reachable, load_storage_config, storage_options
+from jobs.runtime.config import KlakeConfig
+from jobs.runtime.job_runner import check_partitions, check_range, time_argument
 from jobs.runtime.report import plural
-from layouts.store import StorageOptions, normalize_uri
+from layouts.store import StorageOptions, join, normalize_uri
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")
@@ -36,9 +41,9 @@ _TIME_FIELDS = ("base_timestamp", "largest_timestamp")
 def register(subparsers: argparse._SubParsersAction) -> None:
     seg = subparsers.add_parser("segments", help="list live segments, pruned by time range",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    seg.add_argument("--catalog", required=True)
-    seg.add_argument("--root", help="storage root holding the topics' settings (default: the catalog's parent "
-                                    "directory when the catalog is {root}/_catalog)")
+    seg.add_argument("--catalog", help="the catalog (default: the configuration's, else {root}/_catalog)")
+    seg.add_argument("--root", help="storage root holding the topics' settings (default: the configuration's, else "
+                                    "the catalog's parent directory when the catalog is {root}/_catalog)")
     seg.add_argument("--topic")
     seg.add_argument("--partition", type=int)
     seg.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
@@ -46,16 +51,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     seg.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
                      help="keep segments that may hold a record at or before TIME (epoch ms or ISO-8601)")
     seg.add_argument("--json", action="store_true", help="one JSON object per segment (times in epoch ms)")
-    seg.add_argument("--endpoint-url", help="S3-compatible endpoint (default: KLAKE_S3_ENDPOINT_URL or "
-                                            "AWS_ENDPOINT_URL)")
+    add_storage_arguments(seg)
     seg.set_defaults(handler=run_segments)
 
 
+def _locations(args: argparse.Namespace) -> tuple[KlakeConfig | None, str, str | None, StorageOptions]:
+    """The configuration (if any), the catalog, the root (None: unknown, Kafka's defaults for the topics) and the storage options, from
+    --catalog/--root over the configuration's."""
+    config = load_storage_config(args, root=args.root)
+    options = storage_options(args, config)
+    catalog = normalize_uri(args.catalog) if args.catalog else config.catalog_uri if config else (
+        join(normalize_uri(args.root), "_catalog") if args.root else None)
+    if catalog is None:
+        raise KlakeError("name the catalog: --catalog URI, --root ROOT or --conf FILE")
+    root = normalize_uri(args.root) if args.root else config.root if config else (
+        catalog.rsplit("/", 1)[0] if catalog.endswith("/_catalog") else None)
+    return config, catalog, root, options
+
+
 def run_segments(args: argparse.Namespace) -> int:
-    options = StorageOptions.from_env(endpoint_url=args.endpoint_url)
-    catalog = Catalog.open(args.catalog, options)
-    topics = [args.topic] if args.topic else sorted({tp.topic for tp in catalog.partitions()})
-    floors = {topic: min_timestamp(_topic_config(args, topic, options)) for topic in topics}
+    check_range(args, end_inclusive=True)
+    config, uri, root, options = _locations(args)
+    check_reachable([uri], options)
+    try:
+        catalog = Catalog.open(uri, options)
+    except CatalogNotFoundError:
+        raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
+    if args.topic is not None:
+        validate_topic(args.topic)
+    found = catalog.partitions()
+    topics = [args.topic] if args.topic else sorted({tp.topic for tp in found})
+    if args.partition is not None:
+        check_partitions(found, set(topics), {args.partition}, config)
+    floors = {topic: min_timestamp(_topic_config(root, topic, options)) for topic in topics}
     for topic, floor in floors.items():
         for flag, value in (("--from", args.from_ms), ("--to", args.to_ms)):
             if value is not None and value < floor:
@@ -78,11 +106,9 @@ def run_segments(args: argparse.Namespace) -> int:
     return 0
 
 
-def _topic_config(args: argparse.Namespace, topic: str, options: StorageOptions) -> TopicConfig:
+def _topic_config(root: str | None, topic: str, options: StorageOptions) -> TopicConfig:
     """The topic's stored settings; Kafka's defaults when no storage root is known."""
-    catalog = normalize_uri(args.catalog).rstrip("/")
-    root = args.root or (catalog.rsplit("/", 1)[0] if catalog.endswith("/_catalog") else None)
-    return TopicConfig() if root is None else load_topic_config(normalize_uri(root), topic, options)
+    return TopicConfig() if root is None else load_topic_config(root, topic, options)
 
 
 def _show(row: dict, field: str, floor: int) -> str:

@@ -1,6 +1,7 @@
 """`klake dump`, `klake verify`, `klake index rebuild`, `klake lookup`: look at Kafka's bytes directly.
 
-They work on a `.log` or record-set file, or on a Kafka partition directory, local or `s3://`.
+They work on a `.log` or record-set file, or on a Kafka partition directory, local or `s3://`, reached
+with a configuration's storage settings (`--conf`, `--set`) as the jobs are (`jobs.cli.storage`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from engine.log.lookup import list_offsets
 from engine.log.segment import InMemorySegment
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.verify import record_problems, valid_prefix
+from jobs.cli.storage import add_storage_arguments, check_reachable, storage_options
 from jobs.offsets_for_times import parse_target
 from jobs.runtime.report import plural
 from layouts.kafka_layout import group_partition_files
-from layouts.store import filesystem, list_objects, normalize_uri, object_info, read_bytes
+from layouts.store import StorageOptions, filesystem, list_objects, normalize_uri, object_info, read_bytes
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
@@ -44,6 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     dump.add_argument("paths", nargs="+", metavar="PATH", help=".log or record-set files: local paths or s3:// URIs")
     dump.add_argument("--json", action="store_true", help="one JSON object per record (or batch)")
     dump.add_argument("--batches", action="store_true", help="print batch headers instead of records")
+    add_storage_arguments(dump)
     dump.set_defaults(handler=run_dump)
 
     verify = commands.add_parser("verify", help="check batches (CRC, sizes, offsets) and index sidecars",
@@ -51,6 +54,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                                              ".index/.timeindex beside it, that the indexes agree with the log. "
                                              "Exit 0 when everything is valid, 1 with one line per problem.")
     verify.add_argument("paths", nargs="+", metavar="PATH", help=".log / record-set files (local or s3://)")
+    add_storage_arguments(verify)
     verify.set_defaults(handler=run_verify)
 
     index = commands.add_parser("index", help="index maintenance").add_subparsers(dest="index_command",
@@ -65,6 +69,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help=f"index.interval.bytes (default {DEFAULT_INDEX_INTERVAL_BYTES})")
     rebuild.add_argument("--base-offset", type=int, metavar="N",
                          help="segment base offset (default: from the 20-digit file name)")
+    add_storage_arguments(rebuild)
     rebuild.set_defaults(handler=run_index_rebuild)
 
     lookup = commands.add_parser("lookup", help="offset for timestamp in a Kafka partition directory",
@@ -78,6 +83,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "-3/max; repeatable")
     lookup.add_argument("--log-start-offset", type=int, metavar="N",
                         help="ignore records below this offset (default: the first segment's base offset)")
+    add_storage_arguments(lookup)
     lookup.set_defaults(handler=run_lookup)
 
 
@@ -118,9 +124,9 @@ def batch_dicts(batches: BatchHeaders) -> Iterable[dict]:
         yield row
 
 
-def _read_log(path: str) -> tuple[bytes, BatchScan, list[CorruptRecordError]]:
+def _read_log(path: str, options: StorageOptions) -> tuple[bytes, BatchScan, list[CorruptRecordError]]:
     """Scan a file leniently: the valid prefix plus every problem found (framing, CRC, records)."""
-    data = read_bytes(path)
+    data = read_bytes(path, options)
     scan = scan_batches(data, path, strict=False)
     problems = list(scan.problems)
     bad = {p.position for p in problems}
@@ -138,13 +144,15 @@ def _decode_valid(data: bytes, batches: BatchHeaders, source: str) -> tuple[Batc
 
 
 def run_dump(args: argparse.Namespace) -> int:
+    options = storage_options(args)
+    check_reachable(args.paths, options)
     several = len(args.paths) > 1
     failed = False
     for path in args.paths:
         if several and not args.json:
             sys.stdout.write(f"Dumping {path}\n")
         try:
-            problems = _dump_file(path, args, source=path if several else None)
+            problems = _dump_file(path, args, options, source=path if several else None)
         except (FileNotFoundError, IsADirectoryError) as exc:  # a glob that matched nothing, a typo
             problems = [f"{path}: {exc.strerror or exc}"]
         for problem in problems:
@@ -153,10 +161,10 @@ def run_dump(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _dump_file(path: str, args: argparse.Namespace, source: str | None) -> list[str]:
+def _dump_file(path: str, args: argparse.Namespace, options: StorageOptions, source: str | None) -> list[str]:
     """Print one file's records (or batch headers), each JSON object tagged with `file: source` when
     given (one of several files, so JSON lines stay one object per record); return its problems."""
-    data, scan, problems = _read_log(path)
+    data, scan, problems = _read_log(path, options)
     batches = scan.headers
     tag = {} if source is None else {"file": source}
     if args.batches:
@@ -203,16 +211,16 @@ def _base_offset_of(path: str) -> int | None:
     return int(match["offset"]) if match else None
 
 
-def verify_problems(path: str) -> tuple[list[str], int]:
+def verify_problems(path: str, options: StorageOptions | None = None) -> tuple[list[str], int]:
     """Every problem of one file, as "file: byte N: what" lines (framing, CRC, records, offset order and
     range, sidecars of a segment), and its number of batches. The same checks recovery applies."""
-    data = read_bytes(path)
+    data = read_bytes(path, options)
     base = _base_offset_of(path)
     start = base if base is not None else int.from_bytes(data[:8], "big", signed=True) if len(data) >= 8 else 0
     prefix = valid_prefix(data, start, path)
     lines = [str(p) for p in prefix.problems]
     if base is not None and not lines:
-        lines += _sidecar_problems(path, base, prefix.headers)
+        lines += _sidecar_problems(path, base, prefix.headers, options)
     return sorted(set(lines), key=_byte_of), len(prefix.headers)
 
 
@@ -221,26 +229,28 @@ def _byte_of(line: str) -> tuple[str, int]:
     return (line.split(":", 1)[0], int(match.group(1)) if match else -1)
 
 
-def _sidecar_problems(path: str, base: int, batches: BatchHeaders) -> list[str]:
+def _sidecar_problems(path: str, base: int, batches: BatchHeaders, options: StorageOptions | None) -> list[str]:
     """Problems of the `.index`/`.timeindex` beside a segment, if it has any. The newest segment of
     its directory is the active one, which legitimately lacks the final time-index entry."""
     index_uri, time_uri = sidecar_names(path)
-    index_info, time_info = object_info(index_uri), object_info(time_uri)
+    index_info, time_info = object_info(index_uri, options), object_info(time_uri, options)
     if index_info is None and time_info is None:
         return []
     directory = path.rsplit("/", 1)[0] if "/" in path else "."
-    newest = max((b for b in (_base_offset_of(info.uri) for info in list_objects(directory)
+    newest = max((b for b in (_base_offset_of(info.uri) for info in list_objects(directory, options)
                               if "/" not in info.uri[len(normalize_uri(directory)) + 1:]) if b is not None),
                  default=base)
-    return check_sidecars(batches, base, read_bytes(index_uri) if index_info else None,
-                          read_bytes(time_uri) if time_info else None, path, active=base == newest).problems
+    return check_sidecars(batches, base, read_bytes(index_uri, options) if index_info else None,
+                          read_bytes(time_uri, options) if time_info else None, path, active=base == newest).problems
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    options = storage_options(args)
+    check_reachable(args.paths, options)
     failed = False
     for path in args.paths:
         try:
-            problems, n_batches = verify_problems(path)
+            problems, n_batches = verify_problems(path, options)
         except (FileNotFoundError, KlakeError) as exc:
             problems, n_batches = [f"{path}: {exc}"], 0
         for line in problems:
@@ -256,15 +266,17 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_index_rebuild(args: argparse.Namespace) -> int:
     path = args.segment
+    options = storage_options(args)
+    check_reachable([path, *([args.out] if args.out else [])], options)
     base = args.base_offset if args.base_offset is not None else _base_offset_of(path)
     if base is None:
         raise KlakeError(f"{path}: not named NNNNNNNNNNNNNNNNNNNN.log; pass --base-offset")
-    data = read_bytes(path)
+    data = read_bytes(path, options)
     scan = scan_batches(data, path)
     offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes)
     stem = path.rstrip("/").rsplit("/", 1)[-1][:-len(".log")] if path.endswith(".log") else f"{base:020d}"
     out_dir = args.out if args.out else path.rsplit("/", 1)[0] if "/" in path else "."
-    fs, out_path = filesystem(out_dir)
+    fs, out_path = filesystem(out_dir, options)
     fs.makedirs(out_path, exist_ok=True)
     for suffix, payload in ((".index", offsets.to_bytes()), (".timeindex", times.to_bytes())):
         with fs.open(f"{out_path}/{stem}{suffix}", "wb") as handle:
@@ -277,25 +289,27 @@ def run_index_rebuild(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------- lookup
 
-def load_partition_dir(uri: str) -> list[InMemorySegment]:
+def load_partition_dir(uri: str, options: StorageOptions | None = None) -> list[InMemorySegment]:
     """Every segment of a Kafka partition directory, with indexes validated or rebuilt in memory."""
     root = normalize_uri(uri)
     name = root.rsplit("/", 1)[-1]
     tp = parse_partition_dir(name) or TopicPartition("partition", 0)
-    files = [info for info in list_objects(root) if "/" not in info.uri[len(root) + 1:]]
+    files = [info for info in list_objects(root, options) if "/" not in info.uri[len(root) + 1:]]
     partition = group_partition_files(tp, root, files)
     if not partition.segments:
         raise KlakeError(f"{uri}: no NNNNNNNNNNNNNNNNNNNN.log segments found")
     last = partition.segments[-1].base_offset
-    return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri),
-                                 read_bytes(seg.index.uri) if seg.index else None,
-                                 read_bytes(seg.timeindex.uri) if seg.timeindex else None, seg.log.uri,
+    return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri, options),
+                                 read_bytes(seg.index.uri, options) if seg.index else None,
+                                 read_bytes(seg.timeindex.uri, options) if seg.timeindex else None, seg.log.uri,
                                  active=seg.base_offset == last)
             for seg in partition.segments]
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    segments = load_partition_dir(args.partition_dir)
+    options = storage_options(args)
+    check_reachable([args.partition_dir], options)
+    segments = load_partition_dir(args.partition_dir, options)
     for segment in segments:
         for problem in segment.index_problems:
             print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)

@@ -58,6 +58,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "index_interval_bytes": DEFAULT_INDEX_INTERVAL_BYTES,
     "sticky_batch_bytes": 16_384,
     "batch_bytes": 0,
+    "driver_max_bytes": 64 << 20,
 }
 _SECRET_KEYS = {"key", "secret", "token", "access_key", "secret_key", "aws_access_key_id", "aws_secret_access_key"}
 _CREDENTIALS = ("credentials are read from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), "

@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -32,9 +32,17 @@ from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
-from engine.ops.run import Execute, JobRun, Prepare, run_partition_job
+from engine.ops.run import (
+    Execute,
+    JobRun,
+    PartitionInput,
+    PartitionResult,
+    Prepare,
+    run_partition_job,
+    serial_execute,
+)
 from engine.ops.topic_store import load_topic_config, save_topic_config
-from engine.times import InvalidTimeError, parse_time
+from engine.times import InvalidTimeError, format_time, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.progress import job_progress
 from jobs.runtime.report import RunReport
@@ -148,6 +156,22 @@ class JobContext:
     def execute(self, prepare: Prepare) -> Execute:
         return spark_execute(self.spark, prepare, self.progress())
 
+    def runs_in_driver(self, planned_bytes: int) -> bool:
+        """Whether work that reads `planned_bytes` runs in this process: a small question (an offset for a
+        time, an hour of one topic) is answered in a second where Spark's start-up alone takes ten (issue
+        26); `jobs.driver_max_bytes` sets the limit, above it the work goes to Spark."""
+        return planned_bytes <= int(self.config.jobs["driver_max_bytes"])
+
+    def execute_by_size(self, prepare: Prepare, planned_bytes: Callable[[Sequence[PartitionInput]], int]) -> Execute:
+        """`execute`, or the partitions one after another in this process when their plan is small
+        (`runs_in_driver`); decided on the partitions' inputs, so the catalog is read once. The report's
+        `results.executed_in` says which ("driver" or "spark")."""
+        def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
+            in_driver = self.runs_in_driver(planned_bytes(items))
+            self.report.results["executed_in"] = "driver" if in_driver else "spark"
+            return (serial_execute(prepare) if in_driver else self.execute(prepare))(items)
+        return execute
+
     def catalogued_partitions(self) -> list[TopicPartition]:
         """The catalog's partitions; none before an append or import created it (asking creates nothing)."""
         try:
@@ -156,11 +180,13 @@ class JobContext:
             return []
 
     def selected_partitions(self) -> list[TopicPartition]:
-        """The catalogued partitions the job's --topic/--partition select (all by default)."""
+        """The catalogued partitions the job's --topic/--partition select (all by default). A --partition
+        no selected topic has is a typo, refused (issue 26): Kafka answers UNKNOWN_TOPIC_OR_PARTITION."""
         found = self.catalog.partitions()
         topics, numbers = set(self.args.topics), set(self.args.partition_ids)
         if missing := topics - {tp.topic for tp in found}:
             raise KlakeError(f"topic(s) not in the catalog {self.config.catalog_uri}: {sorted(missing)}")
+        check_partitions(found, topics, numbers, self.config)
         return [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
 
     def topic_config(self, topic: str) -> TopicConfig:
@@ -199,15 +225,47 @@ class JobContext:
         return run
 
 
+def check_partitions(found: Iterable[TopicPartition], topics: set[str], numbers: set[int],
+                     config: KlakeConfig | None) -> None:
+    """Refuse a --partition number none of the selected topics (all when `topics` is empty) has, by the
+    catalog or the configuration's declared count: a typo, where Kafka answers UNKNOWN_TOPIC_OR_PARTITION
+    (issue 26), not a run that selects nothing and succeeds."""
+    counts: dict[str, int] = {}
+    for tp in found:
+        if not topics or tp.topic in topics:
+            declared = config.topic(tp.topic) if config is not None else None
+            declared_count = (declared.partitions or 0) if declared is not None else 0
+            counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1, declared_count)
+    if counts and (unknown := sorted(n for n in numbers if all(n >= count for count in counts.values()))):
+        have = ", ".join(f"{topic} has partitions 0..{count - 1}" for topic, count in sorted(counts.items()))
+        raise KlakeError(f"--partition {', '.join(map(str, unknown))}: no such partition ({have})")
+
+
+RANGE_FLAGS = (("from_ms", "to_ms", "--from", "--to"), ("from_offset", "to_offset", "--from-offset", "--to-offset"))
+
+
+def check_range(args: argparse.Namespace, end_inclusive: bool = False) -> None:
+    """A range (`RANGE_FLAGS`) whose end is before its start selects nothing: a typo, refused by name
+    (issue 26). An exclusive end equal to the start is refused too: that range is empty as well."""
+    for first_attr, end_attr, first_flag, end_flag in RANGE_FLAGS:
+        first, end = getattr(args, first_attr, None), getattr(args, end_attr, None)
+        if first is None or end is None or first < end or (end_inclusive and first == end):
+            continue
+        show = format_time if first_attr == "from_ms" else str
+        raise KlakeError(f"{first_flag} {show(first)} is {'after' if first > end else 'equal to'} {end_flag} "
+                         f"{show(end)}: the range selects nothing")
+
+
 def check_before_work(ctx: JobContext) -> None:
     """Bad input that needs no data, found before a job reads, writes or starts Spark: an invalid
-    --topic name, and a root or catalog out of reach (S3: credentials, endpoint, bucket; one LIST each)
-    or, for a run that writes, a local root that cannot be created."""
+    --topic name, an empty --from/--to range, and a root or catalog out of reach (S3: credentials,
+    endpoint, bucket; one LIST each) or, for a run that writes, a local root that cannot be created."""
     for topic in ctx.args.topics:
         try:
             validate_topic(topic)
         except InvalidNameError as exc:
             raise KlakeError(f"--topic: {exc}") from None
+    check_range(ctx.args)
     write = ctx.spec.mutates and not ctx.dry_run
     check_access(ctx.config.root, ctx.options, write)
     if not ctx.config.catalog_uri.startswith(ctx.config.root + "/"):

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from typing import TextIO
 
 import humanize
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 LOG_EVERY_S = 30.0
 
@@ -23,6 +21,9 @@ class TerminalProgress:
     """A rich bar of finished partitions, started at the first report and closed when all are done."""
 
     def __init__(self, label: str, stream: TextIO) -> None:
+        from rich.console import Console  # imported for a terminal only: a job's start-up waits for no bar
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self._label = label
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("partitions"), TimeElapsedColumn(), console=Console(file=stream),

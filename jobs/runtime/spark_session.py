@@ -5,7 +5,9 @@ I/O through fsspec with `engine/`, and returns its step (catalog rows, counters)
 commits once. No hadoop-aws or Delta jar is needed: tasks never touch Spark's own filesystems.
 
 A session klake starts logs through the package's `log4j2.properties`: warnings and errors, minus the
-ones every local run prints, so a job's output is its summary; `verbose` lowers its level to INFO.
+ones every local run prints, so a job's output is its summary; `verbose` lowers its level to INFO. The
+JVM's own start-up warning about incubator modules is dropped from its stderr
+(`launch_jvm_without_incubator_warning`).
 Under spark-submit the JVM is configured already: its log4j2 setup rules, at WARN unless `verbose`.
 """
 
@@ -63,10 +65,48 @@ def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool 
             filter(None, [settings.get("spark.driver.extraJavaOptions"), logging]))
     for key, value in settings.items():
         builder = builder.config(key, value)
+    if not under_spark_submit():
+        launch_jvm_without_incubator_warning({"spark.master": master, "spark.app.name": config.spark_app_name,
+                                              **settings})
     spark = builder.getOrCreate()
     if not verbose:  # also quiets a session that was already running, and one spark-submit configured
         spark.sparkContext.setLogLevel(os.environ.get("KLAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+INCUBATOR_WARNING = b"WARNING: Using incubator modules:"
+
+
+def launch_jvm_without_incubator_warning(settings: dict[str, str]) -> None:
+    """Start the driver JVM as `getOrCreate` would (spark-submit with `settings`), its stderr passed through
+    to ours but for the JVM's `WARNING: Using incubator modules: jdk.incubator.vector` (issue 26). Spark's
+    launcher always adds `--add-modules=jdk.incubator.vector` (`JavaModuleOptions`), and the JVM's module
+    system prints that line at boot with no option to silence it (`-Xlog:disable` does not), so the line
+    is dropped from the JVM's stderr. A JVM already running (a session before, or spark-submit's) is left
+    alone."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf()
+    for key, value in settings.items():
+        conf.set(key, value)
+    read_end, write_end = os.pipe()  # read from the start: a JVM that writes more than a pipe holds never blocks
+    threading.Thread(target=_pass_stderr, args=(read_end,), name="klake-jvm-stderr", daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    finally:
+        os.close(write_end)
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _pass_stderr(read_end: int) -> None:
+    """Copy the JVM's stderr to ours line by line, without the incubator warning."""
+    with os.fdopen(read_end, "rb", buffering=0) as lines:
+        for line in iter(lines.readline, b""):
+            if not line.startswith(INCUBATOR_WARNING):
+                os.write(2, line)  # where the JVM wrote it, as when it inherited our stderr
 
 
 def spark_execute(spark: SparkSession, prepare: Prepare, progress: Callable[[int, int], None] | None = None

@@ -35,12 +35,16 @@ NO_CREDENTIALS = {"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_F
                   "AWS_CONFIG_FILE": "/nonexistent"}
 
 
+INSPECTION_COMMANDS = ("segments", "dump", "verify", "lookup", "index")  # no progress to silence
+
+
 def klake(*argv: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """`python -m jobs.cli.main argv...` with this process's environment (moto's endpoint and fake
     credentials once the moto fixture ran), `env` added and the variables in `drop` removed."""
     environ = {k: v for k, v in os.environ.items() if k not in drop} | (env or {})
     environ["PYTHONPATH"] = str(PROJECT_ROOT)
-    return subprocess.run([sys.executable, "-m", "jobs.cli.main", *argv, "--no-progress"], cwd=PROJECT_ROOT,
+    quiet = [] if argv[0] in INSPECTION_COMMANDS else ["--no-progress"]
+    return subprocess.run([sys.executable, "-m", "jobs.cli.main", *argv, *quiet], cwd=PROJECT_ROOT,
                           env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -163,6 +167,21 @@ def corrupt_parquet(store: Store, tmp: Path):  # noqa: ANN201
              "--set", "topics.t.partitions=2"], {}, (), [str(bad)])
 
 
+def corrupt_data_page(store: Store, tmp: Path):  # noqa: ANN201
+    """A Parquet file whose footer is fine but a data page of its second row group is not: found by the
+    input task that reads it (Spark runs), before anything is appended."""
+    n = 2000
+    path = write_parquet(tmp / "in" / "part-0.parquet", records(n, value=pa.array([b"value-%d" % i * 4 for i in range(n)])))
+    pq.write_table(pq.read_table(path), path, compression="snappy", row_group_size=n // 2, use_dictionary=False)
+    chunk = pq.ParquetFile(path).metadata.row_group(1).column(1)  # row group 1's `value` column
+    data = bytearray(Path(path).read_bytes())
+    middle = chunk.data_page_offset + chunk.total_compressed_size // 2
+    data[middle:middle + 500] = b"\xff" * 500
+    Path(path).write_bytes(bytes(data))
+    return (["append", "--input", str(tmp / "in"), "--topic", "t", "--root", store.root, "--master", "local[1]",
+             "--set", "topics.t.partitions=2"], {}, (), [path, "row group 1", "Corrupt snappy compressed data"])
+
+
 def missing_input_with_job_id(store: Store, tmp: Path):  # noqa: ANN201
     missing = str(tmp / "no-such-input")
     return (["append", "--input", missing, "--topic", "t", "--job-id", "mine", "--root", store.root,
@@ -230,6 +249,14 @@ def s3_append(root: Callable[[Store], str], *extra: str) -> Callable[[Store, Pat
     return argv
 
 
+TOPIC = PARTITION_DIR.rsplit("-", 1)[0]
+
+
+def job(*argv: str, names: list[str]) -> Case:
+    """A job or inspection command on the seeded store (`ROOT` in `argv` is its root)."""
+    return lambda store, tmp: ([a.replace("ROOT", store.root) for a in argv], {}, (), names)
+
+
 LOCAL_CASES: dict[str, Case] = {
     "wrong value type": wrong_value_type,
     "wrong timestamp type": wrong_timestamp_type,
@@ -259,6 +286,30 @@ LOCAL_CASES: dict[str, Case] = {
                                            conf="storage: {root: ROOT, secret_key: abc}\n"),
     "config: no root": config(names=["storage.root", "required"], conf="topics: {t: {partitions: 1}}\n"),
     "config: not YAML": config(names=["not valid YAML"], conf="storage: [ROOT\n"),
+    "corrupt data page behind a good footer": corrupt_data_page,
+    "read: --from after --to": job("read", "--root", "ROOT", "--topic", TOPIC, "--from", "2026-11-04T12:00:00Z",
+                                   "--to", "2026-11-04T10:00:00Z",
+                                   names=["--from 2026-11-04T12:00:00Z is after --to 2026-11-04T10:00:00Z"]),
+    "read: --from-offset after --to-offset": job("read", "--root", "ROOT", "--topic", TOPIC, "--from-offset", "9",
+                                                 "--to-offset", "3", names=["--from-offset 9 is after --to-offset 3"]),
+    "export: --from equal to --to": job("export", "--root", "ROOT", "--output", "ROOT-out", "--from", "5000",
+                                        "--to", "5000", names=["--from 1970-01-01T00:00:05Z", "equal to --to"]),
+    "segments: --from after --to": job("segments", "--root", "ROOT", "--from", "2026-11-05", "--to", "2026-11-04",
+                                       names=["--from 2026-11-05T00:00:00Z is after --to 2026-11-04T00:00:00Z"]),
+    "read: a partition the topic lacks": job("read", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",
+                                             names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
+    "retention: a partition no topic has": job("retention", "--root", "ROOT", "--partition", "3",
+                                               names=["--partition 3", f"{TOPIC} has partitions 0..0"]),
+    "append: a partition the topic lacks": lambda store, tmp: (
+        append_of(records(), "--topic", "t", "--partition", "5")(store, tmp)[0], {}, (),
+        ["--partition 5", "t has partitions 0..1"]),
+    "segments: a partition the topic lacks": job("segments", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",
+                                                 names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
+    "truncate beyond the log end": job("truncate", "--root", "ROOT", "--topic", TOPIC, "--partition", "0",
+                                       "--offset", "1000000", names=["--offset 1000000", f"{TOPIC}-0 ends at",
+                                                                     "--allow-beyond-end"]),
+    "delete-records beyond the log end": job("delete-records", "--root", "ROOT", "--topic", TOPIC, "--partition",
+                                             "0", "--offset", "1000000", names=["--offset 1000000", f"{TOPIC}-0 ends at"]),
 }
 
 def s3_input_of_wrong_type(store: Store, tmp: Path) -> list[str]:
@@ -269,6 +320,15 @@ def s3_input_of_wrong_type(store: Store, tmp: Path) -> list[str]:
     return ["append", "--input", store.root.rsplit("/", 1)[0] + "/landing/", "--topic", "t", "--root", store.root,
             "--set", "topics.t.partitions=2"]
 
+
+def conf_file(tmp: Path, text: str) -> str:
+    (tmp / "klake.yaml").write_text(text)
+    return str(tmp / "klake.yaml")
+
+
+UNREACHABLE = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+ENDPOINT_ENV = ("KLAKE_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+NO_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 S3_CASES: dict[str, Case] = {
     "wrong column type in an s3:// input": s3_case(
@@ -282,6 +342,26 @@ S3_CASES: dict[str, Case] = {
     "import into a missing bucket": s3_case(
         lambda s, tmp: ["import", str(KAFKA_FIXTURES / "broker"), "--root", "s3://klake-no-such-bucket/root"],
         lambda s: ["klake-no-such-bucket", "does not exist"]),
+    # the inspection commands take --conf/--set as the jobs do, and name what is wrong in one line
+    "segments: the configuration's endpoint, a missing bucket": s3_case(
+        lambda s, tmp: ["segments", "--conf", conf_file(tmp, "storage: {root: s3://klake-no-such-bucket/root, "
+                                                             f"endpoint_url: '{os.environ['KLAKE_S3_ENDPOINT_URL']}'}}\n")],
+        lambda s: ["s3://klake-no-such-bucket/root", "does not exist"], drop=ENDPOINT_ENV),
+    "segments: missing credentials": s3_case(lambda s, tmp: ["segments", "--catalog", f"{s.root}/_catalog"],
+                                             lambda s: [s.root.split("/")[2], "credentials"], env=NO_CREDENTIALS,
+                                             drop=NO_KEYS),
+    "segments: an unreachable endpoint": s3_case(
+        lambda s, tmp: ["segments", "--root", s.root, "--set", f"storage.endpoint_url={UNREACHABLE}"],
+        lambda s: [s.root, "cannot reach the S3 endpoint", UNREACHABLE]),
+    "dump: a missing bucket": s3_case(lambda s, tmp: ["dump", "s3://klake-no-such-bucket/t-0/00000000000000000000.log"],
+                                      lambda s: ["klake-no-such-bucket", "does not exist"]),
+    "verify: missing credentials": s3_case(
+        lambda s, tmp: ["verify", f"{s.root}/{PARTITION_DIR}/00000000000000000000.log"],
+        lambda s: [s.root.split("/")[2], "credentials"], env=NO_CREDENTIALS, drop=NO_KEYS),
+    "lookup: the configuration's endpoint, a missing bucket": s3_case(
+        lambda s, tmp: ["lookup", "s3://klake-no-such-bucket/t-0", "--timestamp", "-1", "--conf",
+                        conf_file(tmp, f"storage: {{root: {s.root}, endpoint_url: '{os.environ['KLAKE_S3_ENDPOINT_URL']}'}}\n")],
+        lambda s: ["klake-no-such-bucket", "does not exist"], drop=ENDPOINT_ENV),
 }
 
 

@@ -623,6 +623,23 @@ def test_truncate_delete_records_offsets_for_times_and_catalog_maintenance(spark
             f"(timestamp {format_time(hit['timestamp'])})") in summary
     assert f"t-0 @ {format_time(int(ts.max()) + 1)}: no offset (no record at or after it)" in summary
 
+    # small questions run in the driver (no Spark task); the Spark path, forced, gives the same answers
+    assert report["results"]["executed_in"] == "driver"
+    code, on_spark = jobs.run(offsets_for_times.SPEC, *args, "--topic", "t", "--set", "jobs.driver_max_bytes=0")
+    assert code == 0 and on_spark["results"]["executed_in"] == "spark"
+    assert on_spark["results"]["answers"] == answers
+    window = ["--topic", "t", "--from", str(int(np.median(ts))), "--to", str(int(ts.max())), "--from-offset", "60"]
+    code, small = jobs.run(read.SPEC, *window, "--output", str(tmp_path / "read-driver"))
+    assert code == 0 and small["results"]["executed_in"] == "driver", small["failures"]
+    code, large = jobs.run(read.SPEC, *window, "--output", str(tmp_path / "read-spark"), "--set", "jobs.driver_max_bytes=0")
+    assert code == 0 and large["results"]["executed_in"] == "spark", large["failures"]
+    by_offset = [("partition", "ascending"), ("offset", "ascending")]
+    driver_rows, spark_rows = (pq.read_table(tmp_path / name).sort_by(by_offset) for name in ("read-driver", "read-spark"))
+    assert driver_rows.num_rows > 0 and driver_rows.equals(spark_rows)
+    assert small["results"]["read"] == {**large["results"]["read"], "tasks": small["results"]["read"]["tasks"],
+                                        "output": small["results"]["read"]["output"]}
+    assert (small["requests"]["GET"], small["bytes"]["read"]) == (large["requests"]["GET"], large["bytes"]["read"])
+
     records = {p: jobs.records("t", p) for p in range(2)}
     version = jobs.catalog.version()
     code, report = jobs.run(catalog_maintenance.SPEC, "--vacuum-retention-hours", "0")  # below the safe minimum

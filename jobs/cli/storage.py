@@ -1,0 +1,52 @@
+"""How the inspection commands (`segments`, `dump`, `verify`, `lookup`, `index rebuild`) reach storage.
+
+They take `--conf FILE` and `--set key=value` as the jobs do, so a configuration's endpoint and region
+apply to them too (credentials come from the environment, as for the jobs: `jobs.runtime.config`), and
+they check every `s3://` location they are given with one LIST before reading it, so a missing bucket,
+missing credentials or an unreachable endpoint are one line naming the bucket (exit 2), not a
+traceback (issue 26).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from dataclasses import replace
+
+from jobs.runtime.config import KlakeConfig, load_config
+from layouts.store import StorageOptions, check_access, is_s3
+
+PATHS_ROOT = "."  # the root of a configuration read only for its storage settings: commands on paths use none
+
+
+def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("storage")
+    group.add_argument("--conf", metavar="FILE", help="klake YAML configuration, for its storage settings (endpoint, "
+                                                      "region)")
+    group.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a configuration key, e.g. storage.endpoint_url=http://localhost:9000")
+    group.add_argument("--endpoint-url", help="S3-compatible endpoint (default: the configuration's, else "
+                                              "KLAKE_S3_ENDPOINT_URL or AWS_ENDPOINT_URL)")
+
+
+def load_storage_config(args: argparse.Namespace, root: str | None = None) -> KlakeConfig | None:
+    """The configuration `--conf`/`--set` give (with `root` overriding its root when given), or None."""
+    if args.conf is None and not args.overrides:
+        return None
+    return load_config(args.conf, args.overrides, root=root)
+
+
+def storage_options(args: argparse.Namespace, config: KlakeConfig | None = None) -> StorageOptions:
+    """`--endpoint-url`, else the configuration's storage settings, else the environment's."""
+    if config is None and (args.conf is not None or args.overrides):
+        config = load_config(args.conf, args.overrides, root=PATHS_ROOT)
+    if config is None:
+        return StorageOptions.from_env(endpoint_url=args.endpoint_url)
+    return replace(config.storage, endpoint_url=args.endpoint_url) if args.endpoint_url else config.storage
+
+
+def check_reachable(uris: Iterable[str], options: StorageOptions) -> None:
+    """One LIST per distinct `s3://` folder: raises `StorageAccessError` naming the bucket and what is
+    wrong (credentials, endpoint, bucket) before any work."""
+    for location in dict.fromkeys(u.rstrip("/").rsplit("/", 1)[0] for u in uris if is_s3(u)):
+        check_access(location, options)
