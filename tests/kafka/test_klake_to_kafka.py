@@ -1,7 +1,8 @@
 """klake -> Kafka: the segments klake's jobs write pass Kafka's own `kafka-dump-log` (issue 27, 3b).
 
 Every live segment of a store after append (all five codecs, LogAppendTime, headers, null keys and values),
-roll and compact is laid out as a broker would hold it (`<base offset>.log|.index|.timeindex`) and given
+truncate (a segment cut inside), recover (a rebuilt `.index`, a corrupt tail cut), retention, roll and
+compact is laid out as a broker would hold it (`<base offset>.log|.index|.timeindex`) and given
 to `kafka.tools.DumpLogSegments` twice: `--deep-iteration --index-sanity-check` (every batch and record
 decoded, CRCs checked, every index passing the broker's start-up sanity check) and `--verify-index-only`
 (every index entry points at the batch holding its offset and timestamp). Kafka's report is the truth:
@@ -16,7 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs import append, compact, roll
+from jobs import append, compact, recover, retention, roll
+from jobs import truncate as truncate_job
 from layouts.store import read_bytes
 from tests.jobs.test_jobs import HOUR, NOW, Jobs, compact_input, input_table, local_backend, write_parquet
 from tests.oracles.kafka_tools import dump_log_segments
@@ -44,6 +46,9 @@ def test_segments_of_append_roll_and_compact_pass_kafka_dump_log(spark, tmp_path
     topics = {f"c-{codec}": {"partitions": 1, "segment.bytes": 2000, "index.interval.bytes": 200,
                              "compression.type": codec, "segment.ms": 600_000} for codec in CODECS}
     topics["lat"] = {"partitions": 1, "segment.bytes": 1500, "message.timestamp.type": "LogAppendTime"}
+    topics["trunc"] = {"partitions": 1, "segment.bytes": 3000, "index.interval.bytes": 150}
+    topics["recov"] = {"partitions": 1, "segment.bytes": 3000, "index.interval.bytes": 150, "max.message.bytes": 400}
+    topics["ret"] = {"partitions": 1, "segment.bytes": 3000, "retention.ms": 10 * HOUR}
     topics["state"] = {"partitions": 1, "cleanup.policy": "compact", "segment.bytes": 1200,
                        "index.interval.bytes": 100}
     jobs = Jobs(tmp_path, local_backend(tmp_path), topics)
@@ -59,6 +64,22 @@ def test_segments_of_append_roll_and_compact_pass_kafka_dump_log(spark, tmp_path
         assert jobs.run(append.SPEC, "--input", str(path), "--topic", "lat", now=NOW + i * HOUR)[0] == 0
     path = write_parquet(tmp_path / "state.parquet", compact_input(300, seed=5))
     assert jobs.run(append.SPEC, "--input", str(path), "--topic", "state")[0] == 0
+    for topic in ("trunc", "recov", "ret"):
+        table = input_table(200, seed=len(topic), start_ts=NOW - 30 * HOUR, step_ms=500_000, tag=topic)
+        path = write_parquet(tmp_path / f"{topic}.parquet", table)
+        assert jobs.run(append.SPEC, "--input", str(path), "--topic", topic)[0] == 0
+    trunc = jobs.rows("trunc", 0)
+    cut = trunc[-2].base_offset + 3  # inside the last closed segment: its .log and indexes are rewritten
+    assert jobs.run(truncate_job.SPEC, "--topic", "trunc", "--partition", "0", "--offset", str(cut))[0] == 0
+    recov = jobs.rows("recov", 0)
+    jobs.backend.put(recov[1].index_key, b"\x07" * 37)  # a garbage .index, rebuilt by recover
+    corrupt = bytearray(read_bytes(recov[3].log_key))
+    corrupt[len(corrupt) // 2] ^= 0x55  # a CRC mismatch: recover cuts the segment's tail
+    jobs.backend.put(recov[3].log_key, bytes(corrupt))
+    code, report = jobs.run(recover.SPEC)
+    assert code == 0 and report["results"]["segments_repaired"] == 2, report
+    code, report = jobs.run(retention.SPEC)
+    assert code == 0 and report["results"]["segments_deleted"] > 0, report
     code, report = jobs.run(roll.SPEC)
     assert code == 0 and report["results"]["segments_rolled"] >= len(CODECS), report
     code, report = jobs.run(compact.SPEC, "--force")
