@@ -191,7 +191,8 @@ class KafkaBroker:
     def create_topic(self, name: str, *, partitions: int = 1, segment_bytes: int | None = None,
                      **configs: str | int) -> str:
         """Create `name` (a per-test name) with topic configs given as keyword arguments, dots as '_'
-        (`cleanup_policy="compact"`); `segment_bytes` below Kafka's 1 MiB floor goes to `internal.segment.bytes`."""
+        (`cleanup_policy="compact"`); `segment_bytes` below Kafka's 1 MiB floor goes to `internal.segment.bytes`.
+        Returns once the broker has made the partitions' directories."""
         from kafka.admin import NewTopic
 
         topic_configs = {key.replace("_", "."): str(value) for key, value in configs.items()}
@@ -202,7 +203,17 @@ class KafkaBroker:
             admin.create_topics([NewTopic(name, partitions, 1, topic_configs=topic_configs)])
         finally:
             admin.close()
+        deadline = time.monotonic() + START_TIMEOUT_S  # the controller answers before the broker makes the logs
+        while not all((self.topic_dir(name, p) / "partition.metadata").is_file() for p in range(partitions)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name}: no partition directories after {START_TIMEOUT_S} s:\n{self.log_tail()}")
+            time.sleep(0.05)
         return name
+
+    def topic_id(self, topic: str) -> str:
+        """The topic id the cluster gave `topic`, from its partition 0's `partition.metadata`."""
+        text = (self.topic_dir(topic) / "partition.metadata").read_text()
+        return dict(line.split(": ", 1) for line in text.splitlines())["topic_id"]
 
     def copy_topic(self, topic: str, dest: Path, partition: int = 0) -> Path:
         """A copy of the partition's directory as it is now (the broker may be running)."""

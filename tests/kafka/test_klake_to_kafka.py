@@ -12,15 +12,21 @@ no error line, every index passes, and offsets are consecutive except where comp
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka.protocol.consumer.offsets import OffsetSpec
 
-from jobs import append, compact, recover, retention, roll
+from jobs import append, compact, export, offsets_for_times, recover, retention, roll
 from jobs import truncate as truncate_job
 from layouts.store import read_bytes
 from tests.jobs.test_jobs import HOUR, NOW, Jobs, compact_input, input_table, local_backend, write_parquet
+from tests.kafka_broker import KafkaBroker
 from tests.oracles.kafka_tools import dump_log_segments
 
 pytestmark = pytest.mark.spark
@@ -110,3 +116,68 @@ def test_segments_of_append_roll_and_compact_pass_kafka_dump_log(spark, tmp_path
 
     verify = dump_log_segments([f for f in every if f.suffix != ".log"], "--verify-index-only")
     assert verify.errors == [], "\n".join(verify.errors)
+
+
+def test_a_topic_restored_into_a_live_broker_is_served_whole(spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    """The README's restore: create the topic, stop the broker, `klake export --topic-id` into its log dir,
+    start it. The broker serves every record from the kept log start offset, its ListOffsets answers what
+    klake's offsets-for-times answers, and its log recovery truncates nothing."""
+    topic = f"restored-{uuid.uuid4().hex[:8]}"
+    jobs = Jobs(tmp_path, local_backend(tmp_path), {topic: {"partitions": 1, "segment.bytes": 2500,
+                                                            "index.interval.bytes": 300, "compression.type": "zstd"}})
+    table = input_table(400, seed=9, null_key_every=9, start_ts=NOW - 5 * HOUR, step_ms=40_000)
+    stamps = (np.asarray(table["timestamp"]) + np.random.default_rng(9).integers(-120_000, 120_000, 400))
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", pa.array(stamps, pa.int64()))
+    assert jobs.run(append.SPEC, "--input", str(write_parquet(tmp_path / "in.parquet", table)), "--topic", topic)[0] == 0
+    start = jobs.rows(topic, 0)[1].base_offset + 5  # a log start offset inside the second segment
+    assert jobs.run(truncate_job.DELETE_RECORDS, "--topic", topic, "--partition", "0", "--offset", str(start))[0] == 0
+    records = jobs.records(topic, 0)
+    assert records[0][0] == start and len(jobs.rows(topic, 0)) >= 3
+
+    kafka_broker.create_topic(topic, retention_ms=-1)
+    topic_id = kafka_broker.topic_id(topic)
+    log_offset = kafka_broker.log_file.stat().st_size
+    with kafka_broker.stopped():
+        code, report = jobs.run(export.SPEC, "--topic", topic, "--output", str(kafka_broker.log_dir),
+                                "--topic-id", f"{topic}={topic_id}")
+        assert code == 0, report["failures"]
+    broker_log = kafka_broker.log_file.read_bytes()[log_offset:].decode(errors="replace")
+    mentions = [line for line in broker_log.splitlines() if f"{topic}-0" in line]
+    end = jobs.rows(topic, 0)[-1].next_offset
+    assert any(f"logStartOffset={start}, logEndOffset={end})" in line for line in mentions if "Completed load" in line), \
+        mentions
+    assert not [line for line in mentions if re.search(r"[Tt]runcat|[Cc]orrupt|[Ii]nvalid|[Rr]ecovering segment|"
+                                                       r"[Dd]eleting segment|WARN|ERROR", line)], mentions
+
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+    try:
+        consumer.assign([tp])
+        assert (consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]) == (start, end)
+        consumer.seek_to_beginning(tp)
+        served = []
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            served += [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
+                       for r in consumer.poll(timeout_ms=500).get(tp, [])]
+    finally:
+        consumer.close()
+    assert served == records
+
+    distinct = sorted({r[1] for r in records})
+    targets = [-1, -2, -3, distinct[0] - HOUR, *distinct[::25], *(t + 1 for t in distinct[::25]), distinct[-1] + 1]
+    code, report = jobs.run(offsets_for_times.SPEC, "--topic", topic, *(a for t in targets for a in ("--timestamp", str(t))))
+    assert code == 0, report["failures"]
+    ours = [(a["offset"], -1 if a["target"] in (-1, -2) else a["timestamp"]) if a["found"] else (-1, -1)
+            for a in report["results"]["answers"]]
+    admin = kafka_broker.admin()
+    try:
+        theirs = []
+        for target in targets:
+            spec = {-1: OffsetSpec.LATEST, -2: OffsetSpec.EARLIEST, -3: OffsetSpec.MAX_TIMESTAMP}.get(target, target)
+            answer = admin.list_partition_offsets({tp: spec})[tp]
+            theirs.append((answer.offset, answer.timestamp))
+    finally:
+        admin.close()
+    assert ours == theirs
