@@ -1,11 +1,12 @@
 """Broker -> klake: a real broker's log dirs, imported by `klake import`, read and answer like the broker (issue 27, 3a).
 
 Topics are produced into the session's broker (`kafka_broker`, tests/kafka_broker.py) by kafka-python's
-producer: all five codecs, an idempotent producer, a transactional one with a committed and an aborted
-transaction, headers (repeated keys, empty values), null keys, tombstones, out-of-order timestamps, a LogAppendTime
+producer, and by kafka-clients (`tests/oracles/jvm/NullShapesProducer.java`) for records with neither key nor
+value and headers with null values, which kafka-python refuses: all five codecs, an idempotent producer, a transactional one with a committed and an aborted
+transaction, headers (repeated keys, empty values), null keys, batches of exactly `max.message.bytes`, tombstones, out-of-order timestamps, a LogAppendTime
 topic, and segments of 4 KiB so each log has many. The partition directories are copied twice, once while
 the broker runs (active segments with their preallocated indexes) and once after a clean shutdown, and
-imported (in place, and `--copy`). Kafka is the truth for both sides:
+imported: in place and `--copy` on a local root, and in place from a moto S3 bucket. Kafka is the truth for both sides:
 - every record `klake read` returns equals what Kafka's consumer fetched (read_uncommitted: aborted records
   included, control records not), offset, timestamp and its type, key, value and headers;
 - `klake offsets-for-times` answers, for 60+ targets per topic (every timestamp's neighbourhood, -1, -2, -3),
@@ -25,14 +26,18 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.consumer.offsets import OffsetSpec
 
+from engine.format.batch import scan_batches
 from jobs import import_log, offsets_for_times, read
 from jobs.runtime.job_runner import JobSpec, main
+from tests.conftest import Backend
 from tests.kafka_broker import KafkaBroker
+from tests.oracles.kafka_tools import run_java_helper
 
 pytestmark = pytest.mark.spark
 
 CODECS = (None, "gzip", "snappy", "lz4", "zstd")
 SEGMENT_BYTES = 4096
+MAX_MESSAGE_BYTES = 4000  # the broker refuses a batch above segment.bytes too (RECORD_LIST_TOO_LARGE)
 HOUR = 3_600_000
 
 Record = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
@@ -66,11 +71,21 @@ def produce(broker: KafkaBroker, topic: str, t0: int, seed: int) -> None:
             send(producer, i)
             i += 1
         producer.close()
+    producer = KafkaProducer(enable_idempotence=False, acks=1, max_request_size=2 * MAX_MESSAGE_BYTES, **common)
+    for n in range(2):  # batches of exactly max.message.bytes (61 B batch header, 12 B of record framing), each
+        value = b"%d" % n * (MAX_MESSAGE_BYTES - 73)  # nearly a whole segment: each rolls one
+        producer.send(topic, key=b"big", value=value, partition=0, timestamp_ms=t0 + i * 1000).get(timeout=30)
+        i += 1
+    producer.close()
     producer = KafkaProducer(enable_idempotence=True, acks="all", compression_type="lz4", **common)
     for _ in range(100):
         send(producer, i)
         i += 1
     producer.close()
+    java_codec = CODECS[seed % len(CODECS)] or "none"  # kafka-clients for what kafka-python refuses to write
+    assert run_java_helper("NullShapesProducer", broker.bootstrap, topic, java_codec, str(t0 + i * 1000), "30") \
+        == "produced 30\n"
+    i += 30
     producer = KafkaProducer(transactional_id=f"tx-{topic}", compression_type="zstd", **common)
     producer.init_transactions()
     for commit in (True, False, True):
@@ -150,12 +165,12 @@ def targets_for(records: list[Record]) -> list[int]:
 
 
 def test_a_brokers_log_dir_imported_reads_and_answers_list_offsets_like_the_broker(
-        spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+        spark, kafka_broker: KafkaBroker, s3_backend: Backend, tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     mixed = kafka_broker.create_topic(f"mixed-{suffix}", segment_bytes=SEGMENT_BYTES, retention_ms=-1,
-                                      index_interval_bytes=512)
+                                      index_interval_bytes=512, max_message_bytes=MAX_MESSAGE_BYTES)
     lat = kafka_broker.create_topic(f"lat-{suffix}", segment_bytes=SEGMENT_BYTES, retention_ms=-1,
-                                    message_timestamp_type="LogAppendTime")
+                                    message_timestamp_type="LogAppendTime", max_message_bytes=MAX_MESSAGE_BYTES)
     t0 = int(time.time() * 1000) - 3 * HOUR
     produce(kafka_broker, mixed, t0, seed=1)
     produce(kafka_broker, lat, t0, seed=2)
@@ -169,6 +184,8 @@ def test_a_brokers_log_dir_imported_reads_and_answers_list_offsets_like_the_brok
     running = tmp_path / "running"  # copied while the broker runs: active segments, preallocated indexes
     for topic in topics:
         kafka_broker.copy_topic(topic, running)
+    sizes = [int(s) for log in (running / f"{mixed}-0").glob("*.log") for s in scan_batches(log.read_bytes()).headers.size]
+    assert sizes.count(MAX_MESSAGE_BYTES) == 2  # the two batches at the limit
     stopped_at = time.monotonic()
     with kafka_broker.stopped():
         stopped = tmp_path / "stopped"  # after a clean shutdown
@@ -176,9 +193,12 @@ def test_a_brokers_log_dir_imported_reads_and_answers_list_offsets_like_the_brok
             kafka_broker.copy_topic(topic, stopped)
     print(f"broker stop + restart: {time.monotonic() - stopped_at:.1f} s")
 
-    for source, copy in ((running, False), (stopped, True)):
-        root = str(tmp_path / f"root-{source.name}")
-        run(import_log.SPEC, tmp_path, str(source), "--root", root, *(["--copy"] if copy else []))
+    on_s3 = s3_backend.upload_tree(stopped, s3_backend.uri("kafka-logs"), skip_suffixes=())
+    imports = [(str(running), str(tmp_path / "root-running"), False),   # local, in place
+               (str(stopped), str(tmp_path / "root-stopped"), True),    # local, --copy
+               (on_s3, s3_backend.uri("root"), False)]                  # moto S3, in place
+    for source, root, copy in imports:
+        run(import_log.SPEC, tmp_path, source, "--root", root, *(["--copy"] if copy else []))
         for topic in topics:
-            assert klake_records(tmp_path, root, topic) == truth[topic], (source.name, topic)
-            assert klake_list_offsets(tmp_path, root, topic, targets[topic]) == listed[topic], (source.name, topic)
+            assert klake_records(tmp_path, root, topic) == truth[topic], (source, topic)
+            assert klake_list_offsets(tmp_path, root, topic, targets[topic]) == listed[topic], (source, topic)
