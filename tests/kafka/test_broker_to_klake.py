@@ -9,6 +9,8 @@ the broker runs (active segments with their preallocated indexes) and once after
 imported: in place and `--copy` on a local root, and in place from a moto S3 bucket. Kafka is the truth for both sides:
 - every record `klake read` returns equals what Kafka's consumer fetched (read_uncommitted: aborted records
   included, control records not), offset, timestamp and its type, key, value and headers;
+- the catalog's facts of every segment (offsets, record and batch counts, bytes, largest and first batch
+  timestamps) are what Kafka's `DumpLogSegments` reports of the file;
 - `klake offsets-for-times` answers, for 60+ targets per topic (every timestamp's neighbourhood, -1, -2, -3),
   what the broker's ListOffsets answers (kafka-python's `list_partition_offsets`).
 """
@@ -16,6 +18,7 @@ imported: in place and `--copy` on a local root, and in place from a moto S3 buc
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -27,11 +30,12 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.consumer.offsets import OffsetSpec
 
 from engine.format.batch import scan_batches
+from engine.ops.catalog_table import Catalog
 from jobs import import_log, offsets_for_times, read
 from jobs.runtime.job_runner import JobSpec, main
 from tests.conftest import Backend
 from tests.kafka_broker import KafkaBroker
-from tests.oracles.kafka_tools import run_java_helper
+from tests.oracles.kafka_tools import Dump, dump_log_segments, run_java_helper
 
 pytestmark = pytest.mark.spark
 
@@ -155,6 +159,32 @@ def klake_list_offsets(tmp: Path, root: str, topic: str, targets: list[int]) -> 
             for a in answers]
 
 
+BATCH_LINE = re.compile(r"baseOffset: (\d+) lastOffset: (\d+) count: (\d+) .* position: (\d+) "
+                        r"(?:CreateTime|LogAppendTime): (-?\d+) size: (\d+) ")
+
+
+def segment_facts(dump: Dump) -> list[tuple[int, int, int, int, int, int, int]]:
+    """Per segment, from DumpLogSegments' batch lines: base offset (the file's), last offset, records, batches,
+    bytes, largest timestamp and the first batch's timestamp."""
+    assert dump.errors == [], dump.errors
+    segments: list[list[tuple[int, ...]]] = []
+    bases = []
+    for line in dump.output.splitlines():
+        if line.startswith("Dumping "):
+            bases.append(int(Path(line.removeprefix("Dumping ")).stem))
+            segments.append([])
+        elif match := BATCH_LINE.search(line):
+            segments[-1].append(tuple(int(g) for g in match.groups()))
+    return [(base, max(b[1] for b in batches), sum(b[2] for b in batches), len(batches), sum(b[5] for b in batches),
+             max(b[4] for b in batches), batches[0][4]) for base, batches in zip(bases, segments, strict=True) if batches]
+
+
+def catalog_facts(root: str, topic: str) -> list[tuple[int, int, int, int, int, int, int]]:
+    rows = Catalog.open(f"{root}/_catalog").live_segments(topic, 0)
+    return [(r.base_offset, r.last_offset, r.record_count, r.batch_count, r.size_bytes, r.largest_timestamp,
+             r.first_batch_timestamp) for r in rows if r.size_bytes]
+
+
 def targets_for(records: list[Record]) -> list[int]:
     """-1, -2, -3 and, around 20 of the distinct timestamps, the timestamp itself and its neighbours, plus
     the ends (before the first record, after the last)."""
@@ -199,6 +229,10 @@ def test_a_brokers_log_dir_imported_reads_and_answers_list_offsets_like_the_brok
                (on_s3, s3_backend.uri("root"), False)]                  # moto S3, in place
     for source, root, copy in imports:
         run(import_log.SPEC, tmp_path, source, "--root", root, *(["--copy"] if copy else []))
+        if source == str(stopped):  # the catalog's segment facts are what DumpLogSegments reports of each file
+            for topic in topics:
+                logs = sorted((stopped / f"{topic}-0").glob("*.log"))
+                assert catalog_facts(root, topic) == segment_facts(dump_log_segments(logs)), topic
         for topic in topics:
             assert klake_records(tmp_path, root, topic) == truth[topic], (source, topic)
             assert klake_list_offsets(tmp_path, root, topic, targets[topic]) == listed[topic], (source, topic)
