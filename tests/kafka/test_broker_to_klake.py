@@ -6,7 +6,7 @@ value and headers with null values, which kafka-python refuses: all five codecs,
 transaction, headers (repeated keys, empty values), null keys, batches of exactly `max.message.bytes`, tombstones, out-of-order timestamps, a LogAppendTime
 topic, and segments of 4 KiB so each log has many. The partition directories are copied twice, once while
 the broker runs (active segments with their preallocated indexes) and once after a clean shutdown, and
-imported: in place and `--copy` on a local root, and in place from a moto S3 bucket. Kafka is the truth for both sides:
+imported in place and `--copy`, on a local root and on a moto S3 bucket. Kafka is the truth for both sides:
 - every record `klake read` returns equals what Kafka's consumer fetched (read_uncommitted: aborted records
   included, control records not), offset, timestamp and its type, key, value and headers;
 - the catalog's facts of every segment (offsets, record and batch counts, bytes, largest and first batch
@@ -226,7 +226,8 @@ def test_a_brokers_log_dir_imported_reads_and_answers_list_offsets_like_the_brok
     on_s3 = s3_backend.upload_tree(stopped, s3_backend.uri("kafka-logs"), skip_suffixes=())
     imports = [(str(running), str(tmp_path / "root-running"), False),   # local, in place
                (str(stopped), str(tmp_path / "root-stopped"), True),    # local, --copy
-               (on_s3, s3_backend.uri("root"), False)]                  # moto S3, in place
+               (on_s3, s3_backend.uri("root"), False),                  # moto S3, in place
+               (on_s3, s3_backend.uri("copied"), True)]                 # moto S3, --copy
     for source, root, copy in imports:
         run(import_log.SPEC, tmp_path, source, "--root", root, *(["--copy"] if copy else []))
         if source == str(stopped):  # the catalog's segment facts are what DumpLogSegments reports of each file
