@@ -1,8 +1,9 @@
 """Compaction against Kafka's LogCleaner: the records the broker's cleaner keeps are the records `klake compact`
-keeps of the same pre-clean log (issue 27, 3c, without transactions).
+keeps of the same pre-clean log (issue 27, 3c).
 
 A topic is produced into the session's broker with `cleanup.policy=delete` (so nothing cleans it yet): 40
-keys updated many times, tombstones, headers, out-of-order timestamps, 4 KiB segments. The partition is
+keys updated many times, tombstones, headers, out-of-order timestamps, 4 KiB segments, and halfway
+transactions, two committed and two aborted. The partition is
 copied; then the policy becomes `compact` (dirty ratio 0.01, no compaction lag) and the broker's cleaner
 cleans up to the active segment's base offset, which `cleaner-offset-checkpoint` shows when it is done.
 Neither side's choice depends on time: a first clean keeps every tombstone (their delete horizon starts
@@ -40,19 +41,35 @@ def test_klake_compact_keeps_what_kafkas_log_cleaner_keeps(spark, kafka_broker: 
                                       delete_retention_ms=24 * HOUR)
     rng = np.random.default_rng(3)
     t0 = int(time.time() * 1000) - 2 * HOUR
-    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5, batch_size=1024,
-                             enable_idempotence=False, acks=1, compression_type="gzip")
-    for i in range(900):
-        key = b"key-%02d" % rng.integers(40)
-        value = None if i % 13 == 6 else b"v-%04d|" % i + b"x" * int(rng.integers(0, 80))
-        headers = [("i", b"%d" % i)] if i % 4 == 0 else []
-        producer.send(topic, key=key, value=value, headers=headers, partition=0,
-                      timestamp_ms=t0 + i * 5000 + int(rng.integers(-20_000, 20_000)))
+
+    def updates(numbers: range) -> None:
+        producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5, batch_size=1024,
+                                 enable_idempotence=False, acks=1, compression_type="gzip")
+        for i in numbers:
+            key = b"key-%02d" % rng.integers(40)
+            value = None if i % 13 == 6 else b"v-%04d|" % i + b"x" * int(rng.integers(0, 80))
+            headers = [("i", b"%d" % i)] if i % 4 == 0 else []
+            producer.send(topic, key=key, value=value, headers=headers, partition=0,
+                          timestamp_ms=t0 + i * 5000 + int(rng.integers(-20_000, 20_000)))
+        producer.close()
+
+    updates(range(450))
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, transactional_id=f"tx-{topic}", linger_ms=5)
+    producer.init_transactions()
+    for n, commit in enumerate((True, False, True, False)):  # aborted records go, their markers stay (first clean)
+        producer.begin_transaction()
+        for k in range(12):
+            producer.send(topic, key=b"key-%02d" % ((7 * n + k) % 40), value=b"tx-%d-%d" % (n, k), partition=0,
+                          timestamp_ms=t0 + (450 + 12 * n + k) * 5000)
+        producer.flush()
+        producer.commit_transaction() if commit else producer.abort_transaction()
     producer.close()
+    updates(range(450, 900))
     pre = tmp_path / "pre-clean"
     kafka_broker.copy_topic(topic, pre)
     active = max(int(p.stem) for p in (pre / f"{topic}-0").glob("*.log"))
-    assert active > 0
+    aborted = {r[0] for r in consumed(kafka_broker, topic) if (r[4] or b"").startswith((b"tx-1-", b"tx-3-"))}
+    assert min(aborted) < active  # aborted records lie in the part the cleaners clean
 
     admin = kafka_broker.admin()
     try:
@@ -80,4 +97,5 @@ def test_klake_compact_keeps_what_kafkas_log_cleaner_keeps(spark, kafka_broker: 
     assert code == 0 and report["results"]["records_removed"] > 0, report
     ours = klake_records(tmp_path, jobs.root, topic)
     assert len(kafka) < 900 and any(r[4] is None for r in kafka)  # the cleaner removed records, kept tombstones
+    assert not {r[0] for r in kafka if r[0] < active} & aborted  # and the aborted records below its cleaning point
     assert ours == kafka
