@@ -56,10 +56,10 @@ def test_klake_compact_keeps_what_kafkas_log_cleaner_keeps(spark, kafka_broker: 
     updates(range(450))
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, transactional_id=f"tx-{topic}", linger_ms=5)
     producer.init_transactions()
-    for n, commit in enumerate((True, False, True, False)):  # aborted records go, their markers stay (first clean)
+    for n, commit in enumerate((True, False, True, False)):  # keys of their own: only the abort removes them
         producer.begin_transaction()
         for k in range(12):
-            producer.send(topic, key=b"key-%02d" % ((7 * n + k) % 40), value=b"tx-%d-%d" % (n, k), partition=0,
+            producer.send(topic, key=b"txn-%d-%02d" % (n, k), value=b"tx-%d-%d" % (n, k), partition=0,
                           timestamp_ms=t0 + (450 + 12 * n + k) * 5000)
         producer.flush()
         producer.commit_transaction() if commit else producer.abort_transaction()
