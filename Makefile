@@ -18,7 +18,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/python tests/oracles/fetch_kafka_clients.py
+	$(VENV)/bin/python tests/oracles/fetch_jvm.py
 	$(VENV)/bin/python -m pytest -q
 	$(MAKE) test-airflow
 
@@ -46,7 +46,7 @@ crash-sweep: $(STAMP)
 	KLAKE_CRASH_SWEEP=full $(VENV)/bin/python -m pytest -q tests/crash/test_crash_injection.py
 
 bench: $(STAMP)
-	$(VENV)/bin/python tests/oracles/fetch_kafka_clients.py
+	$(VENV)/bin/python tests/oracles/fetch_jvm.py kafka
 	$(VENV)/bin/python benchmarks/codec_bench.py
 
 bench-spark: $(STAMP)

@@ -61,7 +61,7 @@ import org.apache.kafka.common.utils.Utils;
  * n, int32[n] key lengths, key bytes, int32[n] value lengths, value bytes, int64[n] timestamps, int32
  * codec count, then per codec: int32 codec id, int32 length, klake's encoded batches back to back.
  *
- * <p>Run: java -cp KAFKA_CLIENTS_JARS benchmarks/KafkaCodecBench.java FILE... (commands on stdin)
+ * <p>Run: java -cp "$(.venv/bin/python -c 'from tests.oracles import fetch_jvm; print(fetch_jvm.classpath("kafka"))')" benchmarks/KafkaCodecBench.java FILE... (commands on stdin)
  */
 public final class KafkaCodecBench {
     private static final byte[] MAGIC = "KLBENCH1".getBytes();

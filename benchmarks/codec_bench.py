@@ -1,8 +1,8 @@
 """Decode/encode throughput of klake's v2 record codec against Apache kafka-clients on the JVM (issue 13).
 
 Both sides run in one invocation on the same pinned core, their timed passes interleaved: this process
-pins all its threads to `--core` and starts `benchmarks/KafkaCodecBench.java` (kafka-clients 3.9.1, the
-jars `tests/oracles/fetch_kafka_clients.py` fetches) under `taskset -c CORE` as one long-lived process that
+pins all its threads to `--core` and starts `benchmarks/KafkaCodecBench.java` (kafka-clients of the
+pinned `kafka` set that `tests/oracles/fetch_jvm.py` resolves; 3.9.1 until issue 27, 4.1.1 since) under `taskset -c CORE` as one long-lived process that
 takes commands on stdin. For each cell (codec, value size, op) the JVM is warmed up (JIT, `--warmup`
 seconds) and klake makes one untimed pass; then `--runs` rounds, each a kafka-clients pass then a klake
 pass, so that the two sides' passes lie seconds apart and see the same machine (a shared machine's load
@@ -55,7 +55,7 @@ from engine.format import compression  # noqa: E402
 from engine.format.batch import scan_batches  # noqa: E402
 from engine.format.builder import encode_batches  # noqa: E402
 from engine.format.records import decode_checked  # noqa: E402
-from tests.oracles import fetch_kafka_clients as fetch  # noqa: E402
+from tests.oracles import fetch_jvm  # noqa: E402
 
 BATCH = 1000
 KEY_SIZE = 16
@@ -144,7 +144,7 @@ class Jvm:
     """KafkaCodecBench.java as one long-lived process on `core`: a command line in, a JSON line out."""
 
     def __init__(self, files: list[Path], core: int) -> None:
-        command = ["java", "-Xmx2g", "-cp", os.pathsep.join(str(p) for p in fetch.jar_paths()), str(JAVA_SOURCE),
+        command = ["java", "-Xmx2g", "-cp", fetch_jvm.classpath("kafka"), str(JAVA_SOURCE),
                    *map(str, files)]
         if shutil.which("taskset"):
             command = ["taskset", "-c", str(core), *command]
@@ -186,10 +186,8 @@ class Jvm:
 
 def jvm_missing() -> str | None:
     """Why the kafka-clients side cannot run here, or None."""
-    if not fetch.jars_present():
-        why = fetch.fetch_error() or "they have not been fetched"
-        return (f"kafka-clients {fetch.KAFKA_CLIENTS_VERSION} jars are not in {fetch.CACHE_DIR} ({why}); "
-                f"run .venv/bin/python tests/oracles/fetch_kafka_clients.py")
+    if fetch_jvm.jars("kafka") is None:
+        return f"the kafka jars are not in {fetch_jvm.set_dir('kafka')}; run .venv/bin/python tests/oracles/fetch_jvm.py"
     if shutil.which("java") is None:
         return "no `java` on PATH (the kafka-clients side needs a JDK 17 with its source launcher)"
     return None

@@ -17,6 +17,7 @@ import pytest
 
 from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
 from layouts.store import StorageOptions, filesystem, join
+from tests.kafka_broker import KafkaBroker, start_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED = PROJECT_ROOT.parent / "shared"
@@ -81,6 +82,27 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
         return Backend("local", str(tmp_path / "store"), StorageOptions())
     return request.getfixturevalue("s3_backend")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real Kafka broker (KRaft, one node, loopback), started for the first test that asks for it."""
+    broker = start_broker(tmp_path_factory.mktemp("kafka-broker"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failing test that used the broker shows the tail of the broker's log."""
+    report = yield
+    if report.failed and "kafka_broker" in getattr(item, "fixturenames", ()):
+        broker = getattr(item, "funcargs", {}).get("kafka_broker")
+        if isinstance(broker, KafkaBroker):
+            report.sections.append((f"kafka broker log (tail of {broker.log_file})", broker.log_tail()))
+    return report
 
 
 @pytest.fixture(scope="session")

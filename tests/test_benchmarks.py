@@ -8,22 +8,15 @@ benchmarks/RESULTS.md (issue 14: `catalog_bench.py` had broken unnoticed).
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import PROJECT_ROOT
-from tests.oracles import fetch_kafka_clients as fetch
+from tests.oracles import fetch_jvm
 
 
 def test_codec_bench_prints_its_table_and_passes_its_checks() -> None:
-    if not fetch.jars_present():
-        pytest.skip(f"kafka-clients {fetch.KAFKA_CLIENTS_VERSION} jars are not in {fetch.CACHE_DIR} "
-                    f"({fetch.fetch_error() or 'they have not been fetched'}); run tests/oracles/fetch_kafka_clients.py")
-    if shutil.which("java") is None:
-        pytest.skip("no `java` on PATH: codec_bench's kafka-clients side needs a JDK 17")
+    fetch_jvm.require("kafka")
     done = subprocess.run([sys.executable, str(PROJECT_ROOT / "benchmarks" / "codec_bench.py"), "--batches", "2",
                            "--runs", "1", "--codecs", "none,lz4", "--values", "100", "--warmup", "0.1"],
                           capture_output=True, text=True, timeout=300, check=False)

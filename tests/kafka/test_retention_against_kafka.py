@@ -1,0 +1,80 @@
+"""Retention against Kafka: the log start offset the broker's retention leaves equals what `klake retention`
+computes on the pre-retention copy of the same log (issue 27, 3d).
+
+A topic is produced into the session's broker with `retention.ms` off: old records (10 h to 6 h ago, then
+4 h to 2 h ago, a minute apart, 4 KiB segments) and recent ones (the active segment). The partition is
+copied, then `retention.ms` is set to 5 hours; the broker's retention check (every second here) deletes
+every segment whose largest timestamp is older than its clock minus 5 hours. Kafka's choice depends on its
+clock, so it is pinned by the data: no record lies between 6 h and 4 h ago, so any check within an hour
+of the copy cuts at the same segment, and `klake retention --now` is given the time the broker was seen
+to have cut.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+
+from engine.catalog.schema import partition_log_start_offset
+from jobs import import_log, retention
+from tests.jobs.test_jobs import Jobs, local_backend
+from tests.kafka_broker import KafkaBroker
+
+pytestmark = pytest.mark.spark
+
+HOUR = 3_600_000
+RETENTION_MS = 5 * HOUR
+
+
+def beginning_offset(broker: KafkaBroker, topic: str) -> int:
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    try:
+        return consumer.beginning_offsets([tp])[tp]
+    finally:
+        consumer.close()
+
+
+def test_klake_retention_cuts_the_log_where_the_brokers_retention_did(
+        spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    topic = kafka_broker.create_topic(f"retained-{uuid.uuid4().hex[:8]}", segment_bytes=4096, retention_ms=-1)
+    now = int(time.time() * 1000)
+    stamps = [now - 10 * HOUR + i * 60_000 for i in range(240)] + [now - 4 * HOUR + i * 60_000 for i in range(120)]
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5, batch_size=1024)
+    for i, stamp in enumerate(stamps):
+        producer.send(topic, key=b"k%d" % (i % 17), value=b"old-%04d|" % i + b"x" * 60, partition=0, timestamp_ms=stamp)
+    for i in range(50):
+        producer.send(topic, key=b"k%d" % i, value=b"new-%04d" % i, partition=0)
+    producer.close()
+    pre = tmp_path / "pre-retention"
+    kafka_broker.copy_topic(topic, pre)
+    assert len(list((pre / f"{topic}-0").glob("*.log"))) > 8
+
+    admin = kafka_broker.admin()
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": str(RETENTION_MS)})],
+                            incremental=True)
+    finally:
+        admin.close()
+    deadline = time.monotonic() + 60
+    start = 0
+    while start == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        start = beginning_offset(kafka_broker, topic)
+    cut_at = int(time.time() * 1000)
+    time.sleep(2)  # a later check deletes nothing more: the cut is the data's, not the clock's
+    assert beginning_offset(kafka_broker, topic) == start > 0
+    assert start in {int(p.stem) for p in (pre / f"{topic}-0").glob("*.log")}  # whole segments went
+
+    jobs = Jobs(tmp_path / "klake", local_backend(tmp_path), {topic: {"partitions": 1, "retention.ms": RETENTION_MS}})
+    code, report = jobs.run(import_log.SPEC, str(pre), now=None)
+    assert code == 0, report.get("failures")
+    code, report = jobs.run(retention.SPEC, now=cut_at)
+    assert code == 0, report.get("failures")
+    rows = jobs.rows(topic, 0)
+    assert partition_log_start_offset(rows) == rows[0].base_offset == start
