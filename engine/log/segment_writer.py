@@ -17,11 +17,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from engine.format.batch import NO_TIMESTAMP
 from engine.index.append_rule import SegmentIndexer
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES, INT32_MAX
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.log.timestamp_floor import has_timestamp, no_timestamp
 
 ROLL_SIZE, ROLL_TIME, ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW = "size", "time", "index-full", "offset-overflow"
 
@@ -115,7 +115,7 @@ class ActiveSegment:
         self.indexer = SegmentIndexer(base_offset, policy.index_interval_bytes, min_timestamp)
         self.chunks: list[bytes] = []
         self.start_position = 0
-        self.rolling_base_timestamp = min_timestamp + NO_TIMESTAMP  # "none": -1 unless KIP-228 mode
+        self.rolling_base_timestamp = no_timestamp(min_timestamp)
         self.next_offset = base_offset
 
     @classmethod
@@ -157,7 +157,7 @@ class ActiveSegment:
         if self.size > self.policy.segment_bytes - len(incoming.data):
             return ROLL_SIZE
         if self.size > 0:
-            if self.rolling_base_timestamp >= self.indexer.min_timestamp:  # Kafka: firstTs >= 0
+            if has_timestamp(self.rolling_base_timestamp, self.indexer.min_timestamp):  # Kafka: firstTs >= 0
                 waited = incoming.max_timestamp - self.rolling_base_timestamp
             else:
                 waited = now_ms - self.created_ms

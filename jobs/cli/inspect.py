@@ -23,6 +23,7 @@ from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
 from engine.log.lookup import list_offsets
 from engine.log.segment import InMemorySegment
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.verify import record_problems, valid_prefix
 from jobs.offsets_for_times import parse_target
@@ -278,7 +279,8 @@ def run_index_rebuild(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------- lookup
 
 def load_partition_dir(uri: str) -> list[InMemorySegment]:
-    """Every segment of a Kafka partition directory, with indexes validated or rebuilt in memory."""
+    """Every segment of a Kafka partition directory (a broker's: Kafka's timestamp floor), with indexes
+    validated or rebuilt in memory."""
     root = normalize_uri(uri)
     name = root.rsplit("/", 1)[-1]
     tp = parse_partition_dir(name) or TopicPartition("partition", 0)
@@ -290,7 +292,7 @@ def load_partition_dir(uri: str) -> list[InMemorySegment]:
     return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri),
                                  read_bytes(seg.index.uri) if seg.index else None,
                                  read_bytes(seg.timeindex.uri) if seg.timeindex else None, seg.log.uri,
-                                 active=seg.base_offset == last)
+                                 min_timestamp=KAFKA_MIN_TIMESTAMP, active=seg.base_offset == last)
             for seg in partition.segments]
 
 
@@ -301,7 +303,7 @@ def run_lookup(args: argparse.Namespace) -> int:
             print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)
     for target in args.timestamp:
         try:
-            answer = list_offsets(segments, target, args.log_start_offset)
+            answer = list_offsets(segments, target, args.log_start_offset, min_timestamp=KAFKA_MIN_TIMESTAMP)
         except ValueError as exc:  # a time before 1970: a broker's log has no KIP-228
             raise KlakeError(str(exc)) from None
         print(json.dumps({"target": target, "offset": answer.offset, "timestamp": answer.timestamp}))

@@ -561,13 +561,13 @@ class LogModel(RuleBasedStateMachine):
             targets |= {rng.randint(low - 50, high + 50) for _ in range(4)}
         for target in sorted(t for t in targets if t >= 0):
             expected = next(((r.offset, r.timestamp) for r in visible if r.timestamp >= target), (-1, -1))
-            got = list_offsets(stored, target, start)
+            got = list_offsets(stored, target, start, min_timestamp=0)
             assert (got.offset, got.timestamp) == expected, f"ListOffsets({target})"
-        assert (list_offsets(stored, LATEST, start).offset, list_offsets(stored, EARLIEST, start).offset) == (
-            self.leo, self.lso)
+        latest, earliest = (list_offsets(stored, t, start, min_timestamp=0) for t in (LATEST, EARLIEST))
+        assert (latest.offset, earliest.offset) == (self.leo, self.lso)
         top = max((r.timestamp for r in visible), default=None)
         expected = (-1, -1) if top is None else (next(r.offset for r in visible if r.timestamp == top), top)
-        got = list_offsets(stored, MAX_TIMESTAMP, start)
+        got = list_offsets(stored, MAX_TIMESTAMP, start, min_timestamp=0)
         assert (got.offset, got.timestamp) == expected, "ListOffsets(-3): the first record with the max (5.3)"
 
 

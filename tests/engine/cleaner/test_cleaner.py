@@ -641,6 +641,31 @@ def test_legacy_tombstones_follow_segment_mtimes() -> None:
     assert [r[0] for r in read_records(output_bytes(clean_log(no_clock, config, NOW)))] == [0]  # kept: no mtime
 
 
+@pytest.mark.parametrize("retention", [0, 4_000, 5_000, 9_000, 12_000])
+def test_pre_1970_legacy_horizon_and_min_lag_age_by_the_negative_timestamps(retention: int) -> None:
+    """A KIP-228 topic's segments without mtimes, all before 1970: their largest timestamps stand in for the
+    mtimes of the legacy tombstone horizon (Kafka's lastModified - delete.retention.ms) and age them for
+    min.compaction.lag.ms (largestTimestamp), as brute force over the same numbers says."""
+    def message(offset: int, ts: int, key: bytes, value: bytes | None) -> bytes:
+        builder = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+        builder.append(offset, ts, key, value)
+        return bytes(builder.build())
+
+    stamps = [-20_000, -11_000, -10_000, -9_000]
+    values = [None, None, b"3", b"4"]
+    sources = [SourceSegment(i, message(i, ts, b"k%d" % i, v), is_active=i == 3)
+               for i, (ts, v) in enumerate(zip(stamps, values, strict=True))]
+    config = TopicConfig(cleanup_policy="compact", delete_retention_ms=retention,
+                         allow_negative_timestamps=True)
+    horizon = stamps[1] - retention  # the last segment below the first dirty offset 2
+    kept = [i for i in range(3) if values[i] is not None or stamps[i] > horizon]
+    assert [r[0] for r in read_records(output_bytes(clean_log(sources, config, NOW, 2)))] == kept
+    for lag in (NOW + 8_999, NOW + 9_000, NOW + 10_001, NOW + 10_999, NOW + 11_001, NOW + 20_001):
+        lagged = replace(config, min_compaction_lag_ms=lag)
+        young = [i for i in range(3) if stamps[i] > NOW - lag]
+        assert clean_log(sources, lagged, NOW).range.round_end == (young[0] if young else 3), lag
+
+
 def test_connect_status_topic_from_a_broker() -> None:
     """A real compacted topic (Kafka 2.1 broker, 20 keys, tombstones): the latest record of each key stays;
     tombstones get a horizon and go in a round after it."""

@@ -146,12 +146,13 @@ def test_a_range_is_cut_at_batches_with_the_brokers_recovery_indexes(backend, im
     kept = [e for e in entries if 7000 <= e["offset"] < 16000]
     for target in sorted({e["timestamp"] for e in kept[::97]} | {kept[0]["timestamp"] - 1, kept[-1]["timestamp"]}):
         brute = next(((e["offset"], e["timestamp"]) for e in kept if e["timestamp"] >= target), (-1, -1))
-        answer = list_offsets(segments, target)
+        answer = list_offsets(segments, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == brute
         if brute[0] != -1 and brute[0] < 15363:
-            assert list_offsets(source, target, 7000).offset == brute[0]
+            assert list_offsets(source, target, 7000, min_timestamp=0).offset == brute[0]
     for target in (-1, -2, -3):
-        assert list_offsets(segments, target).offset == list_offsets(segments, target, 7000).offset
+        assert (list_offsets(segments, target, min_timestamp=0).offset
+                == list_offsets(segments, target, 7000, min_timestamp=0).offset)
 
     # times: [first offset with ts >= from, first offset with ts >= to)
     t0, t1 = entries[1234]["timestamp"], entries[20000]["timestamp"]

@@ -109,7 +109,7 @@ def test_lookups_over_appended_data_equal_brute_force(backend: Backend) -> None:
     for target in [int(ts.min()) - 1, *ts[::17].tolist(), int(ts.max()), int(ts.max()) + 1]:
         hits = np.flatnonzero(ts >= target)
         expected = (int(hits[0]), int(ts[hits[0]])) if hits.size else (-1, -1)
-        answer = list_offsets(segments, target)
+        answer = list_offsets(segments, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected
 
 

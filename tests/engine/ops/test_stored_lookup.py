@@ -57,7 +57,7 @@ def test_catalog_lookups_equal_golden_with_bounded_requests(catalogued) -> None:
         segments = [StoredSegment(row, backend.options) for row in rows]  # cold: nothing cached
         with metered() as meter:
             requests = meter.requests
-            answer = list_offsets(segments, expected["target"])
+            answer = list_offsets(segments, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
         if expected["target"] in (-1, -2):
             assert sum(requests.values()) == 0
@@ -72,7 +72,7 @@ def test_small_read_window_still_finds_records_across_chunks(catalogued) -> None
               (KAFKA_FIXTURES / "broker" / f"{PARTITION}.lookups.golden.jsonl").read_text().splitlines()]
     segments = [StoredSegment(row, backend.options, read_window=100) for row in rows]
     for expected in golden[::7] if backend.name == "local" else golden[::31]:
-        answer = list_offsets(segments, expected["target"])
+        answer = list_offsets(segments, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
 
 
@@ -91,12 +91,12 @@ def test_lookup_windows_read_little_and_a_task_reads_each_range_once(catalogued)
     for expected in golden if backend.name == "local" else golden[::5]:
         cold = [stored_segment(row, backend.options, config) for row in rows]
         with metered() as meter:
-            answer = list_offsets(cold, expected["target"])
+            answer = list_offsets(cold, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
         assert meter.requests["GET"] <= 3 and meter.bytes["read"] <= sidecars + window, (expected, meter)
-        list_offsets(warm, expected["target"])
+        list_offsets(warm, expected["target"], min_timestamp=0)
         with metered() as again:
-            assert list_offsets(warm, expected["target"]) == answer
+            assert list_offsets(warm, expected["target"], min_timestamp=0) == answer
         assert again.requests["GET"] == 0, expected
 
 
@@ -136,14 +136,15 @@ def test_paged_sidecars_answer_as_brute_force_and_fall_back_whole_when_damaged(b
         expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
         cold = [stored_segment(rows[0], backend.options)]
         with metered() as meter:
-            answer = list_offsets(cold, target)
+            answer = list_offsets(cold, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected, (damage, target)
-        assert astuple(list_offsets(task, target))[:2] == expected, (damage, target)
+        assert astuple(list_offsets(task, target, min_timestamp=0))[:2] == expected, (damage, target)
         if damage == "none":
             assert meter.bytes["read"] < sidecars / 2, (target, meter.bytes)
     assert bool(task[0].index_problems) == (damage != "none"), task[0].index_problems
     top = int(np.argmax(stamps))
-    assert (list_offsets(task, -3).offset, list_offsets(task, -3).timestamp) == (top, int(stamps[top]))
+    top_answer = list_offsets(task, -3, min_timestamp=0)
+    assert (top_answer.offset, top_answer.timestamp) == (top, int(stamps[top]))
 
 
 def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Backend) -> None:
@@ -177,7 +178,7 @@ def test_rows_carry_the_sidecar_sizes_so_a_cold_lookup_gets_the_searched_pages_d
             hits = np.flatnonzero(stamps >= target) if target >= 0 else [int(np.argmax(stamps))]
             expected = (int(hits[0]), int(stamps[hits[0]])) if len(hits) else (-1, -1)
             with metered() as meter:
-                answer = list_offsets([stored_segment(variant, backend.options)], target)
+                answer = list_offsets([stored_segment(variant, backend.options)], target, min_timestamp=0)
             assert (answer.offset, answer.timestamp) == expected, (name, target)
             if name == "sizes":
                 assert meter.requests["GET"] <= 3 and sum(meter.requests.values()) == meter.requests["GET"], \
@@ -252,9 +253,9 @@ def test_a_batch_index_leads_a_cold_lookup_to_the_answering_batch_alone(backend:
         expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
         cold = [stored_segment(row, backend.options) for row in rows]
         with metered() as meter:
-            answer = list_offsets(cold, target)
+            answer = list_offsets(cold, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected, target
-        assert astuple(list_offsets(task, target))[:2] == expected, target
+        assert astuple(list_offsets(task, target, min_timestamp=0))[:2] == expected, target
         if not hits.size:
             continue
         row = next(r for r in rows if r.base_offset <= expected[0] < r.next_offset)
@@ -283,5 +284,6 @@ def test_a_batch_index_that_places_batches_wrongly_is_set_aside_and_answers_stay
     task = [stored_segment(row, backend.options) for row in rows]
     for target in rng.choice(stamps, 30 if backend.name == "local" else 6).tolist():
         hits = np.flatnonzero(stamps >= target)
-        assert astuple(list_offsets(task, target))[:2] == (int(hits[0]), int(stamps[hits[0]])), target
+        answer = list_offsets(task, target, min_timestamp=0)
+        assert astuple(answer)[:2] == (int(hits[0]), int(stamps[hits[0]])), target
     assert any("is not in the log there" in p for s in task for p in s.index_problems)
