@@ -285,15 +285,16 @@ def _finish(rng: CleanableRange, end_offset: int, omap: OffsetMap, sources: Sequ
                        else max(infos[i].next_offset, rng.round_end)) - 1 for i in range(n)]
     min_ts = min_timestamp(config)
     groups = group_segments(bases, estimated_last, outputs, config.segment_bytes, config.segment_index_bytes,
-                            config.index_interval_bytes, min_ts)
+                            config.index_interval_bytes, min_timestamp=min_ts)
     cleaned = []
     for group in groups:
-        written = write_segment(bases[group[0]], [outputs[k] for k in group], config.index_interval_bytes, min_ts)
+        written = write_segment(bases[group[0]], [outputs[k] for k in group], config.index_interval_bytes,
+                                min_timestamp=min_ts)
         last = sources[group[-1]]
         cleaned.append(CleanedSegment(
             base_offset=written.base_offset, log=written.log, index=written.index, timeindex=written.timeindex,
             summary=summarize_segment(written.log, written.base_offset, f"{written.base_offset:020d}.log.cleaned",
-                                      min_ts),
+                                      min_timestamp=min_ts),
             replaces=tuple(bases[k] for k in group),
             last_modified_ms=last.last_modified_ms,
             unchanged=len(group) == 1 and written.log == sources[group[0]].log))

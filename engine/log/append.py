@@ -217,7 +217,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     if resume is not None:
         writer = SegmentWriter.resume(policy, resume, segment_key, resume_log)
     else:
-        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_ts)
+        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_timestamp=min_ts)
     offset = log_end_offset
     for data, n, m in zip(batches, lengths.tolist(), max_ts.tolist(), strict=True):
         writer.append(Append(data, offset, offset + n - 1, m, offset + n - 1), now_ms)

@@ -39,7 +39,7 @@ class InMemorySegment:
         `min_timestamp` is the topic's floor (`engine.log.topic_config.min_timestamp`)."""
         scan = scan_batches(data, source)
         offsets, times, check = settle_indexes(scan.headers, base_offset, index, timeindex, source,
-                                               index_interval_bytes, active, min_timestamp)
+                                               index_interval_bytes, active, min_timestamp=min_timestamp)
         return cls(base_offset, data, scan, offsets, times, source, check.problems, bool(check.problems))
 
     @property

@@ -46,7 +46,7 @@ class SegmentSummary:
     problems: list[CorruptRecordError] = field(default_factory=list)
 
 
-def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: int = 0) -> tuple[int, int]:
+def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: int) -> tuple[int, int]:
     """(max batch maxTimestamp, last offset of the first batch carrying it); (none, base) without any
     timestamp >= `min_timestamp` (`engine.log.topic_config.min_timestamp`), none being one below it."""
     if len(headers) == 0:
@@ -65,7 +65,7 @@ def timestamp_type_label(headers: BatchHeaders) -> str:
     return TIMESTAMP_TYPE_LABELS[kinds.pop()] if len(kinds) == 1 else "Mixed"
 
 
-def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", min_timestamp: int = 0
+def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", *, min_timestamp: int
                       ) -> SegmentSummary:
     """Summarize the valid prefix of a segment; defects (corrupt or partial batches) go to `problems`.
     Timestamps below `min_timestamp` (`engine.log.topic_config.min_timestamp`) count as none.

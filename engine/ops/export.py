@@ -251,7 +251,8 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
             log = data[cut.start:cut.stop]
             headers = scan_batches(log, row.log_key).headers
         if check is None or not check.valid:
-            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes, floor)
+            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes,
+                                           min_timestamp=floor)
             index, timeindex = offsets.to_bytes(), times.to_bytes()
         keys = kafka_segment_keys(output, tp, cut.base_offset)
         for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):

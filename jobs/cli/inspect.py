@@ -234,7 +234,8 @@ def _sidecar_problems(path: str, base: int, batches: BatchHeaders) -> list[str]:
                               if "/" not in info.uri[len(normalize_uri(directory)) + 1:]) if b is not None),
                  default=base)
     return check_sidecars(batches, base, read_bytes(index_uri) if index_info else None,
-                          read_bytes(time_uri) if time_info else None, path, active=base == newest).problems
+                          read_bytes(time_uri) if time_info else None, path, active=base == newest,
+                          min_timestamp=KAFKA_MIN_TIMESTAMP).problems
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -262,7 +263,8 @@ def run_index_rebuild(args: argparse.Namespace) -> int:
         raise KlakeError(f"{path}: not named NNNNNNNNNNNNNNNNNNNN.log; pass --base-offset")
     data = read_bytes(path)
     scan = scan_batches(data, path)
-    offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes)
+    offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes,
+                                   min_timestamp=KAFKA_MIN_TIMESTAMP)
     stem = path.rstrip("/").rsplit("/", 1)[-1][:-len(".log")] if path.endswith(".log") else f"{base:020d}"
     out_dir = args.out if args.out else path.rsplit("/", 1)[0] if "/" in path else "."
     fs, out_path = filesystem(out_dir)

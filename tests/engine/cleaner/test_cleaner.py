@@ -207,7 +207,7 @@ def model_groups(parts: list[list[tuple[bytes, int, int]]], bases: list[int], es
                  config: TopicConfig) -> list[list[int]]:
     """Greedy grouping by brute force: build each candidate group's indexes with `SegmentIndexer`."""
     def fits(group: list[int]) -> bool:
-        indexer = SegmentIndexer(bases[group[0]], config.index_interval_bytes)
+        indexer = SegmentIndexer(bases[group[0]], config.index_interval_bytes, min_timestamp=0)
         for k in group:
             for data, last, ts in parts[k]:
                 indexer.append(indexer.size, len(data), last, ts, last)
@@ -334,7 +334,7 @@ def _check_segments(result: CleanResult, sources: list[SourceSegment], config: T
         assert seg.base_offset == seg.replaces[0]
         headers = scan_batches(seg.log, "out").headers
         offsets = OffsetIndex.load(seg.index, seg.base_offset)
-        times = TimeIndex.load(seg.timeindex, seg.base_offset)
+        times = TimeIndex.load(seg.timeindex, seg.base_offset, min_timestamp=0)
         assert offsets.ok and times.ok
         assert check_indexes(headers, offsets.index, times.index, "out.log") == []
         assert seg.summary.size_bytes == len(seg.log) and seg.summary.base_offset == seg.base_offset
@@ -611,7 +611,8 @@ def test_kafka_go_mixed_magic_partition() -> None:
     after_ = scan_batches(output_bytes(result), "out").headers
     assert set(after_.magic.tolist()) <= set(before.magic.tolist())
     assert check_indexes(after_, OffsetIndex.load(result.segments[0].index, 0).index,
-                         TimeIndex.load(result.segments[0].timeindex, 0).index, "out.log") == []
+                         TimeIndex.load(result.segments[0].timeindex, 0,
+                                        min_timestamp=0).index, "out.log") == []
 
 
 def _v0_message(offset: int, key: bytes, value: bytes | None) -> bytes:
@@ -700,7 +701,7 @@ def test_broker_segments_merge_up_to_segment_bytes() -> None:
     assert merged.stats.records_kept == merged.stats.records_read and merged.stats.batches_copied == merged.stats.batches_read
     seg = merged.segments[0]
     headers = scan_batches(seg.log, "out").headers
-    assert check_indexes(headers, OffsetIndex.load(seg.index, 0).index, TimeIndex.load(seg.timeindex, 0).index,
+    assert check_indexes(headers, OffsetIndex.load(seg.index, 0).index, TimeIndex.load(seg.timeindex, 0, min_timestamp=0).index,
                          "out.log") == []
     alone = clean_log(sources, TopicConfig(cleanup_policy="compact", segment_bytes=1 << 20), NOW)
     assert [c.replaces for c in alone.segments] == [(s.base_offset,) for s in sources[:3]]
