@@ -21,6 +21,7 @@ from engine.index.common import OffsetOverflowError
 from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
 from engine.index.time_index import TimeIndex
+from tests.golden import golden_text
 from tests.index_lookups import batch_for_offset, first_batch_at_or_after_timestamp, position_for_offset
 
 BROKER_DIR = "broker/timeindex_test-0"
@@ -42,13 +43,12 @@ class BrokerSegment:
     record_timestamps: np.ndarray
 
 
-def _read_golden(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _read_golden(log: Path) -> tuple[np.ndarray, np.ndarray]:
     offsets, stamps = [], []
-    with path.open() as f:
-        for line in f:
-            rec = json.loads(line)
-            offsets.append(rec["offset"])
-            stamps.append(rec["timestamp"])
+    for line in golden_text(log).splitlines():
+        rec = json.loads(line)
+        offsets.append(rec["offset"])
+        stamps.append(rec["timestamp"])
     return np.asarray(offsets, np.int64), np.asarray(stamps, np.int64)
 
 
@@ -62,7 +62,7 @@ def broker(kafka_fixtures: Path) -> dict[str, BrokerSegment]:
         headers = scan_batches(log.read_bytes(), log.name).headers
         index_bytes = (folder / f"{stem}.index").read_bytes()
         time_bytes = (folder / f"{stem}.timeindex").read_bytes()
-        offsets, stamps = _read_golden(folder / f"{stem}.log.golden.jsonl")
+        offsets, stamps = _read_golden(log)
         segments[stem] = BrokerSegment(
             name=str(log), base=base, headers=headers, index_bytes=index_bytes, time_bytes=time_bytes,
             index=OffsetIndex.load(index_bytes, base, f"{stem}.index").index,

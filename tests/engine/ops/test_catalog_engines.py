@@ -2,8 +2,8 @@
 pinned `duckdb-ext-delta` package: no download), Polars and Spark answer the same time-range question
 as klake's own `Catalog.segments`, and as a brute-force filter of the rows klake wrote.
 
-Spark reads the Parquet files the Delta log lists (Delta's Spark jars cannot be had here; see
-shared/design/PRACTICAL-NOTES.md); DuckDB and Polars read the Delta table itself.
+Spark reads the Parquet files the Delta log lists (the test environment has no Delta jars for Spark);
+DuckDB and Polars read the Delta table itself.
 """
 
 from __future__ import annotations
