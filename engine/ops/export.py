@@ -50,6 +50,7 @@ from engine.log.kafka_files import (
     partition_metadata,
 )
 from engine.log.lookup import offset_for_timestamp
+from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import (
     LEADER_EPOCH_CHECKPOINT,
@@ -186,7 +187,7 @@ def check_times(rng: ExportRange, config: TopicConfig, topic: str = "the topic")
     any int64 with KIP-228's opt-in); -1/-2/-3 are times here, not ListOffsets' special targets."""
     floor = min_timestamp(config)
     for name, value in (("from", rng.from_ms), ("to", rng.to_ms)):
-        if value is not None and value < floor:
+        if value is not None and not has_timestamp(value, floor):
             raise KlakeError(f"export --{name} {format_time(value)} is before {topic}'s earliest timestamp "
                              f"{format_time(floor)}; times before 1970 need klake.timestamps.allow.negative "
                              "(KIP-228)")

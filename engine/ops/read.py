@@ -36,6 +36,7 @@ from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
 from engine.format.records import HEADERS_TYPE, RecordTable
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.log.timestamp_floor import has_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
 from engine.times import format_time
@@ -84,7 +85,7 @@ class ReadRange:
             if (value := getattr(self, name)) is not None and value < 0:
                 raise KlakeError(f"read range: {name} must be >= 0, got {value}")
         for name in ("from_ms", "to_ms"):
-            if (value := getattr(self, name)) is not None and value < self.floor:
+            if (value := getattr(self, name)) is not None and not has_timestamp(value, self.floor):
                 raise KlakeError(f"read range: {name} {format_time(value)} is before the topic's earliest "
                                  f"timestamp {format_time(self.floor)}"
                                  + ("; times before 1970 need klake.timestamps.allow.negative (KIP-228)"
