@@ -26,6 +26,7 @@ import pyarrow as pa
 from deltalake import PostCommitHookProperties, write_deltalake
 
 from engine.catalog.schema import CATALOG_SCHEMA, EXTERNAL_COLUMN, KEY_COLUMNS, STORED_SCHEMA
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP
 from engine.ops.catalog_table import Catalog, default_root
 from layouts.root_keys import external, stored_keys
 
@@ -102,15 +103,16 @@ def measure(uri: str, label: str, window: tuple[int, int], repeat: int) -> None:
     frm, to = window
 
     def cold() -> int:
-        return Catalog.open(uri).segments(from_ms=frm, to_ms=to).num_rows
+        return Catalog.open(uri).segments(from_ms=frm, to_ms=to, min_timestamp=KAFKA_MIN_TIMESTAMP).num_rows
 
     handle = Catalog.open(uri)
 
     def warm() -> int:
-        return handle.segments(from_ms=frm, to_ms=to).num_rows
+        return handle.segments(from_ms=frm, to_ms=to, min_timestamp=KAFKA_MIN_TIMESTAMP).num_rows
 
     def one_partition() -> int:
-        return handle.segments(topic="topic-007", partition=3, from_ms=frm, to_ms=to).num_rows
+        return handle.segments(topic="topic-007", partition=3, from_ms=frm, to_ms=to,
+                               min_timestamp=KAFKA_MIN_TIMESTAMP).num_rows
 
     for name, run in (("cold (open + query)", cold), ("warm (open handle)", warm),
                       ("warm, one partition", one_partition)):

@@ -46,7 +46,7 @@ from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE  # noqa: E402
 from engine.index.time_index import TimeIndex  # noqa: E402
 from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets  # noqa: E402
 from engine.log.segment_writer import Append, RollPolicy, SegmentWriter  # noqa: E402
-from engine.log.topic_config import TopicConfig  # noqa: E402
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, TopicConfig  # noqa: E402
 from engine.names import TopicPartition  # noqa: E402
 from engine.ops.stored_segment import stored_segment  # noqa: E402
 from engine.ops.versions import store_segment_version  # noqa: E402
@@ -72,7 +72,8 @@ def write_partition(root: str, tp: TopicPartition, records: int, segment_bytes: 
     """Records with rising, slightly disordered timestamps, appended a batch at a time and stored."""
     per_batch = max(1, batch_bytes // (VALUE_BYTES + 20))
     stamps = START_MS + np.sort(rng.integers(0, 86_400_000, records)) + rng.integers(-2_000, 2_000, records)
-    writer = SegmentWriter(RollPolicy(segment_bytes=segment_bytes, segment_ms=10**15))
+    writer = SegmentWriter(RollPolicy(segment_bytes=segment_bytes, segment_ms=10**15),
+                           min_timestamp=KAFKA_MIN_TIMESTAMP)
     value = b"v" * VALUE_BYTES
     for first in range(0, records, per_batch):
         ts = stamps[first:first + per_batch]
@@ -82,7 +83,7 @@ def write_partition(root: str, tp: TopicPartition, records: int, segment_bytes: 
         writer.append(Append(data, first, last, int(ts.max()), last), now_ms=0)
     closed = [*writer.closed, writer.active.close(None)]
     rows = [store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED,
-                                  "bench", 0, None) for seg in closed]
+                                  "bench", 0, None, min_timestamp=KAFKA_MIN_TIMESTAMP) for seg in closed]
     return Partition(rows, np.arange(records, dtype=np.int64), stamps)
 
 
@@ -136,7 +137,7 @@ def minimum_bytes(part: Partition, targets: list[int], answers: list[tuple[int, 
         slot = int(np.searchsorted(index.offsets, offset, side="right")) - 1
         touch(row.index_key, OFFSET_ENTRY_SIZE, slot)
         if target != MAX_TIMESTAMP:
-            times = TimeIndex.load(time_data, row.base_offset).index
+            times = TimeIndex.load(time_data, row.base_offset, min_timestamp=KAFKA_MIN_TIMESTAMP).index
             slot = times.floor_slot(target)
             touch(row.timeindex_key, TIME_ENTRY_SIZE, slot)
             touch(row.timeindex_key, TIME_ENTRY_SIZE, slot + 1)

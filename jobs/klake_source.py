@@ -172,7 +172,7 @@ class KlakeReader(DataSourceReader):
             self.storage = replace(self.storage, endpoint_url=endpoint)
         floor = min_timestamp(load_topic_config(self.root, self.topic, self.storage))
         self.range = ReadRange(self._time("startingtimestamp"), self._time("endingtimestamp"),
-                               self._int("startingoffset"), self._int("endingoffset"), floor)
+                               self._int("startingoffset"), self._int("endingoffset"), floor=floor)
         listed = self.options.get("partitions")
         self.partition_tests: list[tuple[str, Any]] = (
             [("in", tuple(int(p) for p in listed.split(",") if p.strip()))] if listed else [])
@@ -219,7 +219,8 @@ class KlakeReader(DataSourceReader):
         merged.narrow("ms", lower_ms, upper_ms)
         merged.narrow("offset", None if wanted.from_offset is None else max(wanted.from_offset, 0),
                       None if wanted.to_offset is None else max(wanted.to_offset, 0))
-        self.range = ReadRange(merged.from_ms, merged.to_ms, merged.from_offset, merged.to_offset, r.floor)
+        self.range = ReadRange(merged.from_ms, merged.to_ms, merged.from_offset, merged.to_offset,
+                               floor=r.floor)
         self.partition_tests += wanted.partition_tests
         self.nothing = wanted.topics is not None and self.topic not in wanted.topics
 

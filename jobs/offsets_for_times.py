@@ -76,7 +76,7 @@ def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: St
     start = partition_log_start_offset(rows)
     answers = []
     for target in targets:
-        answer = list_offsets(segments, target, start, min_timestamp(item.config))
+        answer = list_offsets(segments, target, start, min_timestamp=min_timestamp(item.config))
         answers.append({"topic": item.tp.topic, "partition": item.tp.partition, "target": target,
                         "offset": answer.offset, "timestamp": answer.timestamp, "found": answer.found})
     return PartitionStep(LookupOutcome(answers=answers))

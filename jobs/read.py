@@ -201,7 +201,8 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
     chosen = None if partitions is None else set(partitions).__contains__
     interval = int(config.jobs["index_interval_bytes"])
     floor = min_timestamp(load_topic_config(config.root, topic, config.storage))
-    plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset, floor), config.storage,
+    plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset,
+                                               floor=floor), config.storage,
                      chosen, split_bytes, interval)
     return records_frame(spark, plan.items, config.storage, interval)
 
@@ -233,7 +234,7 @@ def run(ctx: JobContext) -> None:
     chosen = {(tp.topic, tp.partition) for tp in ctx.selected_partitions()}
     interval = int(ctx.config.jobs["index_interval_bytes"])
     ranges = {topic: ReadRange(args.from_ms, args.to_ms, args.from_offset, args.to_offset,
-                               min_timestamp(ctx.topic_config(topic))) for topic in dict.fromkeys(args.topics)}
+                               floor=min_timestamp(ctx.topic_config(topic))) for topic in dict.fromkeys(args.topics)}
     rng = next(iter(ranges.values()))
     plans = [plan_read(ctx.catalog, topic, topic_range, ctx.options, lambda p, t=topic: (t, p) in chosen,
                        args.split_bytes, interval) for topic, topic_range in ranges.items()]

@@ -1,4 +1,4 @@
-"""Shared test fixtures: the broker fixtures (`../shared/` beside the project root) and storage backends.
+"""Shared test fixtures: the Kafka fixtures (`tests/fixtures/kafka/`, see its README) and storage backends.
 
 `backend` runs a test twice: on a local temporary directory and on a fresh bucket of a real
 `moto_server` subprocess (started once per session on a free 127.0.0.1 port, stopped at the end).
@@ -20,14 +20,13 @@ from layouts.store import StorageOptions, filesystem, join
 from tests.kafka_broker import KafkaBroker, start_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SHARED = PROJECT_ROOT.parent / "shared"
-KAFKA_FIXTURES = SHARED / "fixtures" / "kafka"
+KAFKA_FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "kafka"
 
 
 @pytest.fixture(scope="session")
 def kafka_fixtures() -> Path:
     if not KAFKA_FIXTURES.is_dir():
-        pytest.fail(f"shared fixtures not found at {KAFKA_FIXTURES}: CI runs with ../shared beside the clone")
+        pytest.fail(f"Kafka fixtures not found at {KAFKA_FIXTURES}")
     return KAFKA_FIXTURES
 
 
@@ -49,7 +48,7 @@ class Backend:
     def uri(self, *parts: str) -> str:
         return join(self.base, *parts)
 
-    def upload_tree(self, local_dir: Path, dest: str, skip_suffixes: tuple[str, ...] = (".jsonl",)) -> str:
+    def upload_tree(self, local_dir: Path, dest: str, skip_suffixes: tuple[str, ...] = (".jsonl", ".jsonl.gz")) -> str:
         """Copy the files of `local_dir` (recursively) under `dest`, leaving out `skip_suffixes`."""
         fs, root = filesystem(dest, self.options)
         for path in sorted(local_dir.rglob("*")):

@@ -3,11 +3,11 @@
 Every ```sh block is run, in README order, unless `SKIPPED` names it (by its first line) with the
 reason; every ```python block too, as one command (`.venv/bin/python -` with the block on its stdin),
 whose `#>` lines (comments to Python) are what it must print. A block runs as one bash script (its
-variables carry from line to line) with `pipefail`, so a failing command before `| head` fails too; each command's exit code and output are captured on their
-own. The commands run in a scratch directory laid out like a clone: `.venv/bin/klake` there runs this
-checkout's code with the Python running the tests (a fresh clone's own `.venv` in CI), and `../shared`
-is the shared folder beside the checkout. The tour's first command is the demo itself (`klake demo
---local`), so every later command sees a fresh demo's output, made once.
+variables carry from line to line) with `pipefail`, so a failing command before `| head` fails too; each
+command's exit code and output are captured on their own. The commands run in a scratch directory laid out like a clone: `.venv/bin/klake` there runs this
+checkout's code with the Python running the tests (a fresh clone's own `.venv` in CI), and
+`tests/fixtures` is the checkout's (the Kafka fixtures the examples read). The tour's first command is
+the demo itself (`klake demo --local`), so every later command sees a fresh demo's output, made once.
 
 Checked: each command exits 0 and prints something; each `#> text` line under a command appears in
 what that command printed; and, against the demo's own input, the tour's ListOffsets answers are real
@@ -141,9 +141,9 @@ class Outcome:
     err: str
 
 
-def clone_like(tmp: Path, shared: Path) -> Path:
+def clone_like(tmp: Path, fixtures: Path) -> Path:
     """A directory where the README's relative paths resolve: `.venv/bin/klake` running this
-    checkout's code, and `../shared` beside it."""
+    checkout's code, and `tests/fixtures` the checkout's `fixtures`."""
     clone = tmp / "clone"
     (clone / ".venv" / "bin").mkdir(parents=True)
     shim = clone / ".venv" / "bin" / "klake"
@@ -154,7 +154,8 @@ def clone_like(tmp: Path, shared: Path) -> Path:
     python.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}" '
                       f'exec {shlex.quote(sys.executable)} "$@"\n')
     python.chmod(0o755)
-    (tmp / "shared").symlink_to(shared, target_is_directory=True)
+    (clone / "tests").mkdir()
+    (clone / "tests" / "fixtures").symlink_to(fixtures, target_is_directory=True)
     return clone
 
 
@@ -173,7 +174,7 @@ def run_block(block: Block, clone: Path, outputs: Path) -> dict[int, Outcome]:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory, kafka_fixtures: Path) -> Path:
-    return clone_like(tmp_path_factory.mktemp("readme"), kafka_fixtures.parent.parent)
+    return clone_like(tmp_path_factory.mktemp("readme"), kafka_fixtures.parent)
 
 
 @pytest.fixture(scope="module")

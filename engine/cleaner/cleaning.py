@@ -60,6 +60,7 @@ from engine.cleaner.txn import TxnState, control_types, transaction_state
 from engine.format.batch import NO_TIMESTAMP, BatchHeaders, scan_batches
 from engine.format.records import RecordTable, decode_records
 from engine.log.summary import SegmentSummary, largest_timestamp, summarize_segment
+from engine.log.timestamp_floor import has_timestamp, no_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 
 _MAX_TIMESTAMP_AT = {2: (35, ">q"), 1: (18, ">q")}
@@ -134,15 +135,15 @@ class CleanResult:
     stats: CleanStats = field(default_factory=CleanStats)
 
 
-def segment_info(segment: SourceSegment, headers: BatchHeaders | None = None) -> SegmentInfo:
-    """Selection facts of a segment from its bytes (`log_summary` definitions)."""
-    h = scan_batches(segment.log, segment.source).headers if headers is None else headers
-    largest, _ = largest_timestamp(h, segment.base_offset)
+def segment_info(segment: SourceSegment, headers: BatchHeaders, floor: int) -> SegmentInfo:
+    """Selection facts of a segment from its batches (`log_summary` definitions), timestamps below the
+    topic's `floor` (`min_timestamp`) counting as none."""
+    largest, _ = largest_timestamp(headers, segment.base_offset, floor)
     return SegmentInfo(
         base_offset=segment.base_offset,
-        next_offset=int(h.last_offset[-1]) + 1 if len(h) else segment.base_offset,
+        next_offset=int(headers.last_offset[-1]) + 1 if len(headers) else segment.base_offset,
         size_bytes=len(segment.log), largest_timestamp=largest,
-        first_batch_timestamp=int(h.max_timestamp[0]) if len(h) else NO_TIMESTAMP,
+        first_batch_timestamp=int(headers.max_timestamp[0]) if len(headers) else no_timestamp(floor),
         is_active=segment.is_active, last_modified_ms=segment.last_modified_ms)
 
 
@@ -163,7 +164,8 @@ def clean_log(segments: Sequence[SourceSegment], config: TopicConfig, now_ms: in
               max_map_entries: int | None = None, producer_expiration_ms: int | None = None) -> CleanResult:
     """One cleaning round over a partition's segments (all of them, in offset order)."""
     scans = [scan_batches(s.log, s.source).headers for s in segments]
-    infos = [segment_info(s, h) for s, h in zip(segments, scans, strict=True)]
+    floor = min_timestamp(config)
+    infos = [segment_info(s, h, floor) for s, h in zip(segments, scans, strict=True)]
     rng = cleanable_range(infos, config, now_ms, first_dirty_offset, log_start_offset=log_start_offset,
                           last_stable_offset=last_stable_offset, high_watermark=high_watermark)
     if rng.cleanable_bytes == 0:
@@ -201,31 +203,34 @@ def _decode(segments: Sequence[SourceSegment], headers: Sequence[BatchHeaders]) 
 
 
 def _legacy_retains_deletes(infos: Sequence[SegmentInfo], n_seg: int, first_dirty: int,
-                            delete_retention_ms: int) -> np.ndarray:
+                            delete_retention_ms: int, floor: int) -> np.ndarray:
     """Per source segment, Kafka's `retainLegacyDeletesAndTxnMarkers`: its mtime > mtime of the last
     segment below the first dirty offset - delete.retention.ms (0 when there is none). An unknown mtime
-    (no `last_modified_ms` and no timestamp) keeps the tombstones."""
+    (no `last_modified_ms` and no timestamp above the topic's `floor`) keeps the tombstones."""
     below = overlapping(infos, 0, first_dirty)
     horizon = 0
     if below:
-        last_clean = _mtime(infos[below[-1]])
+        last_clean = _mtime(infos[below[-1]], floor)
         if last_clean is None:
             return np.ones(n_seg, bool)
         horizon = last_clean - delete_retention_ms
-    return np.array([(m := _mtime(infos[i])) is None or m > horizon for i in range(n_seg)], bool)
+    return np.array([(m := _mtime(infos[i], floor)) is None or m > horizon for i in range(n_seg)], bool)
 
 
-def _mtime(info: SegmentInfo) -> int | None:
+def _mtime(info: SegmentInfo, floor: int) -> int | None:
+    """The segment's mtime, Kafka's legacy tombstone clock (`LogSegment.lastModified`); when unknown its
+    largest timestamp stands in for it (`SourceSegment`), if it has one."""
     if info.last_modified_ms is not None:
         return info.last_modified_ms
-    return info.largest_timestamp if info.largest_timestamp > NO_TIMESTAMP else None
+    return info.largest_timestamp if has_timestamp(info.largest_timestamp, floor) else None
 
 
 def _plan(rnd: _Round, n_seg: int, heads: BatchHeaders, txn: TxnState, ctype: np.ndarray, infos: Sequence[SegmentInfo],
           rng: CleanableRange, omap: OffsetMap, codes: np.ndarray, offsets: np.ndarray,
           record_batch: np.ndarray, config: TopicConfig, now_ms: int) -> Plan:
     n = len(heads)
-    seg_retains = _legacy_retains_deletes(infos, n_seg, rng.first_dirty_offset, config.delete_retention_ms)
+    seg_retains = _legacy_retains_deletes(infos, n_seg, rng.first_dirty_offset, config.delete_retention_ms,
+                                          min_timestamp(config))
     batch_segment = np.repeat(np.arange(n_seg), np.diff(rnd.batch_start[:n_seg + 1]))
     has_value = np.concatenate([t.value.is_valid().to_numpy(zero_copy_only=False)
                                 for t in rnd.records[:n_seg]]) if n_seg else np.zeros(0, bool)
@@ -280,15 +285,16 @@ def _finish(rng: CleanableRange, end_offset: int, omap: OffsetMap, sources: Sequ
                        else max(infos[i].next_offset, rng.round_end)) - 1 for i in range(n)]
     min_ts = min_timestamp(config)
     groups = group_segments(bases, estimated_last, outputs, config.segment_bytes, config.segment_index_bytes,
-                            config.index_interval_bytes, min_ts)
+                            config.index_interval_bytes, min_timestamp=min_ts)
     cleaned = []
     for group in groups:
-        written = write_segment(bases[group[0]], [outputs[k] for k in group], config.index_interval_bytes, min_ts)
+        written = write_segment(bases[group[0]], [outputs[k] for k in group], config.index_interval_bytes,
+                                min_timestamp=min_ts)
         last = sources[group[-1]]
         cleaned.append(CleanedSegment(
             base_offset=written.base_offset, log=written.log, index=written.index, timeindex=written.timeindex,
             summary=summarize_segment(written.log, written.base_offset, f"{written.base_offset:020d}.log.cleaned",
-                                      min_ts),
+                                      min_timestamp=min_ts),
             replaces=tuple(bases[k] for k in group),
             last_modified_ms=last.last_modified_ms,
             unchanged=len(group) == 1 and written.log == sources[group[0]].log))

@@ -85,8 +85,8 @@ class _IndexSizer:
 
 
 def group_segments(bases: Sequence[int], estimated_last_offsets: Sequence[int], outputs: Sequence[OutputBatches],
-                   segment_bytes: int, segment_index_bytes: int, index_interval_bytes: int,
-                   min_timestamp: int = 0) -> list[list[int]]:
+                   segment_bytes: int, segment_index_bytes: int, index_interval_bytes: int, *,
+                   min_timestamp: int) -> list[list[int]]:
     """Greedy grouping, oldest first (see the module docstring); returns lists of segment positions."""
     groups: list[list[int]] = []
     k = 0
@@ -117,11 +117,11 @@ class WrittenSegment:
     timeindex: bytes
 
 
-def write_segment(base_offset: int, outputs: Sequence[OutputBatches], index_interval_bytes: int,
-                  min_timestamp: int = 0) -> WrittenSegment:
+def write_segment(base_offset: int, outputs: Sequence[OutputBatches], index_interval_bytes: int, *,
+                  min_timestamp: int) -> WrittenSegment:
     """Append every batch through `SegmentIndexer` (one append per batch) and close the segment.
     `min_timestamp` is the time index's KIP-228 opt-in (`engine.index.time_index`)."""
-    indexer = SegmentIndexer(base_offset, index_interval_bytes, min_timestamp)
+    indexer = SegmentIndexer(base_offset, index_interval_bytes, min_timestamp=min_timestamp)
     chunks: list[bytes] = []
     for out in outputs:
         for data, last, ts in zip(out.data, out.last_offset.tolist(), out.max_timestamp.tolist(), strict=True):

@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentState, first_dirty_offsets, log_start_offsets
-from engine.format.batch import NO_TIMESTAMP
 from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
-from engine.log.topic_config import TopicConfig
+from engine.log.timestamp_floor import has_timestamp, largest_timestamp_or_mtime
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.times import format_duration
 
@@ -51,22 +51,26 @@ class SegmentInfo:
     base_offset: int
     next_offset: int
     size_bytes: int
-    largest_timestamp: int = NO_TIMESTAMP
-    first_batch_timestamp: int = NO_TIMESTAMP
+    largest_timestamp: int
+    first_batch_timestamp: int
     is_active: bool = False
     last_modified_ms: int | None = None
 
-    @property
-    def largest_timestamp_or_mtime(self) -> int:
-        """`LogSegment.largestTimestamp`: the max timestamp, else the file's mtime (spec 7.3)."""
-        if self.last_modified_ms is None:
-            return self.largest_timestamp
-        return int(largest_timestamp_or_mtime(np.array([self.largest_timestamp]), np.array([self.last_modified_ms]))[0])
+
+def largest_timestamps_or_mtimes(segments: Sequence[SegmentInfo], floor: int) -> np.ndarray:
+    """Each segment's `LogSegment.largestTimestamp` (`largest_timestamp_or_mtime`); without a known mtime the
+    largest timestamp stands for it (none: the segment ages as the oldest)."""
+    largest = np.array([s.largest_timestamp for s in segments], np.int64)
+    mtime = np.array([s.largest_timestamp if s.last_modified_ms is None else s.last_modified_ms
+                      for s in segments], np.int64)
+    return largest_timestamp_or_mtime(largest, mtime, floor)
 
 
-def largest_timestamp_or_mtime(largest: np.ndarray, mtime: np.ndarray) -> np.ndarray:
-    """`LogSegment.largestTimestamp` of many segments: the max timestamp, else the file's mtime (spec 7.3)."""
-    return np.where(largest > NO_TIMESTAMP, largest, mtime)
+def lag_first_batch(first_batch_ts: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Whether a dirty segment's first batch timestamp enters `maxCompactionDelay`: Kafka keeps those `> 0`
+    (spec 8.1), so one at the epoch itself is skipped like one without a timestamp; a KIP-228 topic counts
+    every timestamp it has (`has_timestamp` with its floor)."""
+    return has_timestamp(first_batch_ts, floor) & ((first_batch_ts != 0) | (floor != KAFKA_MIN_TIMESTAMP))
 
 
 @dataclass(frozen=True)
@@ -169,13 +173,14 @@ _CLEANS = np.array([w in (CleanWhy.DIRTY, CleanWhy.LAGGED, CleanWhy.DIRTY_AND_LA
 def cleanable_ranges(base: np.ndarray, nxt: np.ndarray, size: np.ndarray, aged_by: np.ndarray,
                      first_batch_ts: np.ndarray, active: np.ndarray, starts: np.ndarray, ends: np.ndarray, *,
                      log_start: np.ndarray, checkpoint: np.ndarray, stable_bound: np.ndarray, min_lag: np.ndarray,
-                     max_lag: np.ndarray, now_ms: int) -> dict[str, np.ndarray]:
+                     max_lag: np.ndarray, floor: np.ndarray, now_ms: int) -> dict[str, np.ndarray]:
     """Kafka's dirty range and dirtiness (module docstring) of many partitions at once, from the columns of
     their segments (rows `[starts[g], ends[g])` of partition g, offset order, only a last one active; a
     partition may have none). Per row: `aged_by` is the largest timestamp or the mtime
-    (`SegmentInfo.largest_timestamp_or_mtime`). Per partition: `log_start`, `checkpoint` (the cleaner's,
+    (`largest_timestamp_or_mtime`). Per partition: `log_start`, `checkpoint` (the cleaner's,
     before its reset), `stable_bound` (min of the last stable offset and the high watermark; int64 max
-    for none), `min_lag`/`max_lag` (the topic's compaction lags). Each step is one pass over the columns;
+    for none), `min_lag`/`max_lag` (the topic's compaction lags), `floor` (its `min_timestamp`). Each
+    step is one pass over the columns;
     `round_rows` (per row) marks the segments of each round (the cleanable bytes' rows)."""
     n, groups = len(base), len(starts)
     nonempty = ends > starts
@@ -229,7 +234,8 @@ def cleanable_ranges(base: np.ndarray, nxt: np.ndarray, size: np.ndarray, aged_b
     round_rows = overlapping_rows(np.minimum(first_dirty, round_end), round_end)
     cleanable_bytes = group_sum(np.where(round_rows, size, 0))
     total = clean_bytes + cleanable_bytes
-    earliest = group_min(np.where(dirty_non_active & (first_batch_ts > 0), first_batch_ts, _INF))
+    lagging = dirty_non_active & lag_first_batch(first_batch_ts, floor[gid])
+    earliest = group_min(np.where(lagging, first_batch_ts, _INF))
     clean_until = now_ms - np.maximum(max_lag, 0)
     delay = np.where((earliest < _INF) & (earliest < clean_until), clean_until - earliest, 0)
     return {"log_start_offset": log_start, "log_end_offset": log_end, "checkpoint": checkpoint,
@@ -282,14 +288,17 @@ def cleanable_range(segments: Sequence[SegmentInfo], config: TopicConfig, now_ms
         segments[0].base_offset if segments else 0)
     checkpoint = log_start if first_dirty_offset is None else first_dirty_offset
     bound = min((x for x in (last_stable_offset, high_watermark) if x is not None), default=_INF)
-    columns = np.array([(s.base_offset, s.next_offset, s.size_bytes, s.largest_timestamp_or_mtime,
-                         s.first_batch_timestamp, s.is_active) for s in segments], np.int64).reshape(-1, 6)
+    floor = min_timestamp(config)
+    columns = np.array([(s.base_offset, s.next_offset, s.size_bytes, s.first_batch_timestamp, s.is_active)
+                        for s in segments], np.int64).reshape(-1, 5)
     one = np.array([0]), np.array([len(segments)])
-    _validate(columns[:, 0], columns[:, 1], columns[:, 5].astype(bool), *one, lambda _: "")
-    ranges = cleanable_ranges(*columns[:, :5].T, columns[:, 5].astype(bool), *one,
-                              log_start=np.array([log_start]), checkpoint=np.array([checkpoint]),
+    _validate(columns[:, 0], columns[:, 1], columns[:, 4].astype(bool), *one, lambda _: "")
+    ranges = cleanable_ranges(*columns[:, :3].T, largest_timestamps_or_mtimes(segments, floor),
+                              columns[:, 3], columns[:, 4].astype(bool),
+                              *one, log_start=np.array([log_start]), checkpoint=np.array([checkpoint]),
                               stable_bound=np.array([bound]), min_lag=np.array([config.min_compaction_lag_ms]),
-                              max_lag=np.array([config.max_compaction_lag_ms]), now_ms=now_ms)
+                              max_lag=np.array([config.max_compaction_lag_ms]), floor=np.array([floor]),
+                              now_ms=now_ms)
     return range_at(ranges, 0)
 
 
@@ -435,10 +444,13 @@ def plan_compaction(segments: pa.Table, configs: Mapping[str, TopicConfig], now_
     log_start = log_start_offsets(base, int64(table["log_start_offset"]), g.starts)
     checkpoint = first_dirty_offsets(base, nxt, cleaned, log_start, g.starts, g.ends)
     per_topic = g.topic_of
+    floor = np.array([min_timestamp(c) for c in cfgs], np.int64)[per_topic]
     ranges = cleanable_ranges(
-        base, nxt, size, largest_timestamp_or_mtime(int64(table["largest_timestamp"]), int64(table["created_at_ms"])),
+        base, nxt, size,
+        largest_timestamp_or_mtime(int64(table["largest_timestamp"]), int64(table["created_at_ms"]),
+                                   floor[g.gid]),
         int64(table["first_batch_timestamp"]), active, g.starts, g.ends, log_start=log_start, checkpoint=checkpoint,
-        stable_bound=np.full(len(g.starts), _INF), now_ms=now_ms,
+        stable_bound=np.full(len(g.starts), _INF), floor=floor, now_ms=now_ms,
         min_lag=np.array([c.min_compaction_lag_ms for c in cfgs], np.int64)[per_topic],
         max_lag=np.array([c.max_compaction_lag_ms for c in cfgs], np.int64)[per_topic])
     threshold = np.array([c.min_cleanable_dirty_ratio for c in cfgs], np.float64)[per_topic]

@@ -35,7 +35,7 @@ class TimeIndexAppendRule:
     counts as ("no timestamp" stays distinct from every real one).
     """
 
-    min_timestamp: int = 0
+    min_timestamp: int
 
     @property
     def none(self) -> int:
@@ -65,8 +65,8 @@ class SegmentIndexer:
     `min_timestamp` is the KIP-228 opt-in of `engine.index.time_index`; the default 0 is Kafka's rule.
     """
 
-    def __init__(self, base_offset: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 min_timestamp: int = 0) -> None:
+    def __init__(self, base_offset: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, *,
+                 min_timestamp: int) -> None:
         if index_interval_bytes < 0:
             raise ValueError(f"index.interval.bytes must be >= 0, got {index_interval_bytes}")
         self.base_offset = base_offset
@@ -112,7 +112,7 @@ class SegmentIndexer:
         since = size - last_pos if bytes_since_last_index_entry is None else bytes_since_last_index_entry
         if not 0 <= since <= size:
             raise ValueError(f"bytes since the last index entry {since} is outside [0, size {size}]")
-        indexer = cls(offset_index.base_offset, index_interval_bytes, time_index.min_timestamp)
+        indexer = cls(offset_index.base_offset, index_interval_bytes, min_timestamp=time_index.min_timestamp)
         indexer._size = size
         indexer._last_offset = last_offset
         indexer._bytes_since_last_entry = since

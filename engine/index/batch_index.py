@@ -105,8 +105,8 @@ def group_from_bytes(data: bytes) -> BatchGroup | None:
     return BatchGroup(raw["max_timestamp"][:used].astype(np.int64), offsets, positions, sizes[:used])
 
 
-def batch_index_bytes(batch_count: int, timeindex: bytes, base_offset: int, headers: Callable[[], BatchHeaders],
-                      min_timestamp: int = 0) -> bytes | None:
+def batch_index_bytes(batch_count: int, timeindex: bytes, base_offset: int, headers: Callable[[], BatchHeaders], *,
+                      min_timestamp: int) -> bytes | None:
     """The `.batchindex` for a segment version of `batch_count` batches (their `headers`, scanned only if
     needed) and its `.timeindex`, or None where it does not pay: a `.timeindex` that does not load, spans
     averaging at most `PINNED_GROUP` batches, or padding above `MAX_PADDING` entries per batch."""

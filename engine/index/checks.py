@@ -144,7 +144,7 @@ class SidecarCheck:
 
 
 def check_sidecars(headers: BatchHeaders, base_offset: int, index: bytes | None, timeindex: bytes | None,
-                   source: str, active: bool = False, min_timestamp: int = 0) -> SidecarCheck:
+                   source: str, active: bool = False, *, min_timestamp: int) -> SidecarCheck:
     """Load both sidecars of the segment `source` (its `.log` name) and check them against `headers`;
     `min_timestamp` is the topic's (`engine.log.topic_config.min_timestamp`)."""
     index_name, timeindex_name = sidecar_names(source)
@@ -159,7 +159,7 @@ def check_sidecars(headers: BatchHeaders, base_offset: int, index: bytes | None,
     if timeindex is None:
         problems.append(f"{timeindex_name}: missing")
     else:
-        loaded_t = TimeIndex.load(timeindex, base_offset, timeindex_name, min_timestamp)
+        loaded_t = TimeIndex.load(timeindex, base_offset, timeindex_name, min_timestamp=min_timestamp)
         problems += loaded_t.problems
         times = loaded_t.index
     if offsets is not None and times is not None and not problems:
@@ -169,11 +169,12 @@ def check_sidecars(headers: BatchHeaders, base_offset: int, index: bytes | None,
 
 def settle_indexes(headers: BatchHeaders, base_offset: int, index: bytes | None, timeindex: bytes | None,
                    source: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, active: bool = False,
-                   min_timestamp: int = 0) -> tuple[OffsetIndex, TimeIndex, SidecarCheck]:
+                   *, min_timestamp: int) -> tuple[OffsetIndex, TimeIndex, SidecarCheck]:
     """Indexes to use for the segment: its own when they check out, else rebuilt by Kafka's recovery
     rule (spec 7.2). The check says what was wrong (empty problems = the files were used)."""
-    check = check_sidecars(headers, base_offset, index, timeindex, source, active, min_timestamp)
+    check = check_sidecars(headers, base_offset, index, timeindex, source, active,
+                           min_timestamp=min_timestamp)
     if check.valid:
         return check.offset_index, check.time_index, check
-    offsets, times = build_indexes(headers, base_offset, index_interval_bytes, min_timestamp)
+    offsets, times = build_indexes(headers, base_offset, index_interval_bytes, min_timestamp=min_timestamp)
     return offsets, times, check

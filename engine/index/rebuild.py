@@ -17,8 +17,8 @@ from engine.index.time_index import TimeIndex
 
 
 def build_indexes(headers: BatchHeaders, base_offset: int,
-                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                  min_timestamp: int = 0) -> tuple[OffsetIndex, TimeIndex]:
+                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, *,
+                  min_timestamp: int) -> tuple[OffsetIndex, TimeIndex]:
     """Rebuild a segment's indexes from its batch headers with Kafka's recovery rule (spec 7.2).
 
     Per batch: if `validBytes - lastEntryPos > interval`, add `(batch.lastOffset, validBytes)` and

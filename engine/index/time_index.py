@@ -39,7 +39,7 @@ class TimeIndex:
     base_offset: int
     timestamps: np.ndarray
     relative_offsets: np.ndarray
-    min_timestamp: int = 0
+    min_timestamp: int
 
     def __post_init__(self) -> None:
         ts = frozen_column(self.timestamps, np.int64, "timestamps")
@@ -54,12 +54,12 @@ class TimeIndex:
         object.__setattr__(self, "relative_offsets", rel)
 
     @classmethod
-    def empty(cls, base_offset: int, min_timestamp: int = 0) -> TimeIndex:
+    def empty(cls, base_offset: int, min_timestamp: int) -> TimeIndex:
         return cls(base_offset, np.zeros(0, np.int64), np.zeros(0, np.int32), min_timestamp)
 
     @classmethod
-    def load(cls, data: bytes, base_offset: int, source: str = "<timeindex>",
-             min_timestamp: int = 0) -> IndexLoad[TimeIndex]:
+    def load(cls, data: bytes, base_offset: int, source: str = "<timeindex>", *,
+             min_timestamp: int) -> IndexLoad[TimeIndex]:
         """Parse a `.timeindex` file, keeping its longest valid prefix (spec 1.12 recommendation).
 
         Valid: timestamps strictly increasing with the first >= `min_timestamp`, relative offsets

@@ -64,6 +64,7 @@ from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
 from engine.log.summary import SegmentSummary
+from engine.log.timestamp_floor import has_timestamp, no_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.times import format_duration, format_time
 
@@ -216,7 +217,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     if resume is not None:
         writer = SegmentWriter.resume(policy, resume, segment_key, resume_log)
     else:
-        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_ts)
+        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_timestamp=min_ts)
     offset = log_end_offset
     for data, n, m in zip(batches, lengths.tolist(), max_ts.tolist(), strict=True):
         writer.append(Append(data, offset, offset + n - 1, m, offset + n - 1), now_ms)
@@ -465,19 +466,21 @@ class _Written:
         lo = min(max(base - self.first_offset, 0), total)
         hi = min(max(next_offset - self.first_offset, 0), total)
         stamps = self.record_timestamps[lo:hi]
-        stamps = stamps[stamps >= self.min_timestamp]
+        stamps = stamps[has_timestamp(stamps, self.min_timestamp)]
         old = self.resumed if self.resumed is not None and self.resumed.base_offset == base else None
         old_batches = old is not None and old.batch_count > 0
         lows = ([int(stamps.min())] if stamps.size else []) + \
-            ([old.base_timestamp] if old_batches and old.base_timestamp >= self.min_timestamp else [])
+            ([old.base_timestamp] if old_batches and has_timestamp(old.base_timestamp, self.min_timestamp)
+             else [])
         types = ({self.timestamp_type} if batches.size else set()) | ({old.timestamp_type} if old_batches else set())
         magics = ([2] if batches.size else []) + ([old.magic] if old_batches else [])
         if old_batches:
             first_batch = old.first_batch_timestamp
         else:
-            first_batch = int(self.max_timestamps[batches[0]]) if batches.size else NO_TIMESTAMP
-        none = self.min_timestamp - 1
-        has_largest = largest >= self.min_timestamp
+            first_batch = (int(self.max_timestamps[batches[0]]) if batches.size
+                           else no_timestamp(self.min_timestamp))
+        none = no_timestamp(self.min_timestamp)
+        has_largest = has_timestamp(largest, self.min_timestamp)
         return SegmentSummary(
             base_offset=base, last_offset=next_offset - 1, next_offset=next_offset,
             record_count=hi - lo + (old.record_count if old else 0),

@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.format.batch import NO_TIMESTAMP, BatchHeaders
 from engine.format.records import decode_records
+from engine.log.timestamp_floor import has_timestamp
 from engine.times import format_time
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -69,8 +70,8 @@ class OffsetAnswer:
 NO_ANSWER = OffsetAnswer(-1, NO_TIMESTAMP)
 
 
-def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_offset: int | None = None,
-                 min_timestamp: int = 0) -> OffsetAnswer:
+def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_offset: int | None = None, *,
+                 min_timestamp: int) -> OffsetAnswer:
     """Answer one ListOffsets query over a partition's segments (in offset order).
 
     -1, -2 and -3 are always ListOffsets' special targets (latest, earliest, max timestamp); any other
@@ -83,8 +84,8 @@ def list_offsets(segments: Sequence[SearchableSegment], target: int, log_start_o
     if target == EARLIEST:
         return OffsetAnswer(start, NO_TIMESTAMP)
     if target == MAX_TIMESTAMP:
-        return max_timestamp_offset(segments, start)
-    if target < min_timestamp:
+        return max_timestamp_offset(segments, start, min_timestamp)
+    if not has_timestamp(target, min_timestamp):
         raise ValueError(f"timestamp {format_time(target)} is before the topic's earliest "
                          f"{format_time(min_timestamp)} and not one of -1 (latest), -2 (earliest), -3 (max); "
                          "times before 1970 need klake.timestamps.allow.negative (KIP-228)")
@@ -136,8 +137,11 @@ def _first_record(data: bytes, headers: BatchHeaders, rows: np.ndarray, source: 
     return None
 
 
-def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset: int) -> OffsetAnswer:
-    """-3: the largest timestamp at or after the log start offset and the first offset carrying it.
+def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset: int, min_timestamp: int
+                         ) -> OffsetAnswer:
+    """-3: the largest timestamp at or after the log start offset and the first offset carrying it; none
+    when no record has a timestamp (`has_timestamp` with the topic's `min_timestamp`: a KIP-228 topic's
+    records before 1970 have one).
 
     Kafka picks the segment with the greatest max (first on ties), then scans from the offset-index
     floor of the max's shallow offset to the first batch whose maxTimestamp equals it (spec 5.3); that
@@ -148,14 +152,17 @@ def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset
     best: tuple[int, SearchableSegment] | None = None
     straddling: OffsetAnswer | None = None
     for segment in segments:
-        if segment.next_offset <= log_start_offset or segment.largest_timestamp <= NO_TIMESTAMP:
+        if (segment.next_offset <= log_start_offset
+                or not has_timestamp(segment.largest_timestamp, min_timestamp)):
             continue
         if segment.base_offset < log_start_offset:
-            straddling = _max_from(segment, log_start_offset)
-            largest = straddling.timestamp if straddling is not None else NO_TIMESTAMP
+            straddling = _max_from(segment, log_start_offset, min_timestamp)
+            if straddling is None:
+                continue
+            largest = straddling.timestamp
         else:
             largest = segment.largest_timestamp
-        if largest > NO_TIMESTAMP and (best is None or largest > best[0]):
+        if best is None or largest > best[0]:
             best = (largest, segment)
     if best is None:
         return NO_ANSWER
@@ -171,7 +178,7 @@ def max_timestamp_offset(segments: Sequence[SearchableSegment], log_start_offset
     return NO_ANSWER
 
 
-def _max_from(segment: SearchableSegment, log_start_offset: int) -> OffsetAnswer | None:
+def _max_from(segment: SearchableSegment, log_start_offset: int, min_timestamp: int) -> OffsetAnswer | None:
     """The largest record timestamp at or after `log_start_offset` in one segment, and its first offset."""
     best: OffsetAnswer | None = None
     for data, headers in segment.batches_from(log_start_offset):
@@ -180,7 +187,7 @@ def _max_from(segment: SearchableSegment, log_start_offset: int) -> OffsetAnswer
         if ts.shape[0] == 0:
             continue
         i = int(np.argmax(ts))  # the first of equal maxima
-        if ts[i] > NO_TIMESTAMP and (best is None or ts[i] > best.timestamp):
+        if has_timestamp(int(ts[i]), min_timestamp) and (best is None or ts[i] > best.timestamp):
             epoch = int(headers.partition_leader_epoch[records.batch_index[i]])
             best = OffsetAnswer(int(records.offset[i]), int(ts[i]), epoch if epoch >= 0 else None)
     return best

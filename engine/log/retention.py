@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 
 from engine.catalog.schema import LIVE_STATES, SegmentState, log_start_offsets, owned
 from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
+from engine.log.timestamp_floor import has_timestamp, largest_timestamp_or_mtime
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.times import format_duration, format_time
@@ -540,8 +541,8 @@ def plan_retention(segments: pa.Table, configs: Mapping[str, TopicConfig], now_m
     stop2 = np.where(ran2, first_stop(~size_ok, stop1), stop1)
     # pass 3: retention.ms, aging by the largest timestamp or the mtime fallback
     largest, created = int64(table["largest_timestamp"]), int64(table["created_at_ms"])
-    from_mtime = largest < floor[gid]
-    aged_by = np.where(from_mtime, created, largest)
+    from_mtime = ~has_timestamp(largest, floor[gid])
+    aged_by = largest_timestamp_or_mtime(largest, created, floor[gid])
     age = now_ms - aged_by
     past = age > retention_ms[gid]
     time_status = np.where(~deletes, _POLICY, np.where(retention_ms < 0, _UNLIMITED, _RAN))

@@ -38,6 +38,7 @@ from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
 from engine.log.segment_writer import ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW, ROLL_SIZE, ROLL_TIME
+from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.times import format_time
@@ -170,7 +171,7 @@ def plan_roll(segments: pa.Table, configs: Mapping[str, TopicConfig], now_ms: in
         jitter[g] = policies[per_topic[g]].jitter_for(f"{tp}:{col['base_offset'][g]}")
 
     size, base, nxt = col["size_bytes"], col["base_offset"], col["next_offset"]
-    from_created = col["first_batch_timestamp"] < floor
+    from_created = ~has_timestamp(col["first_batch_timestamp"], floor)
     rolling_base = np.where(from_created, col["created_at_ms"], col["first_batch_timestamp"])
     waited = now_ms - rolling_base
     timed = waited > segment_ms - jitter

@@ -33,12 +33,13 @@ class InMemorySegment:
 
     @classmethod
     def load(cls, base_offset: int, data: bytes, index: bytes | None, timeindex: bytes | None,
-             source: str, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+             source: str, *, min_timestamp: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
              active: bool = False) -> InMemorySegment:
-        """Scan the log strictly (a corrupt batch raises, naming file and byte) and settle the indexes."""
+        """Scan the log strictly (a corrupt batch raises, naming file and byte) and settle the indexes;
+        `min_timestamp` is the topic's floor (`engine.log.topic_config.min_timestamp`)."""
         scan = scan_batches(data, source)
         offsets, times, check = settle_indexes(scan.headers, base_offset, index, timeindex, source,
-                                               index_interval_bytes, active)
+                                               index_interval_bytes, active, min_timestamp=min_timestamp)
         return cls(base_offset, data, scan, offsets, times, source, check.problems, bool(check.problems))
 
     @property
@@ -51,7 +52,7 @@ class InMemorySegment:
 
     @cached_property
     def _largest(self) -> tuple[int, int]:
-        return largest_timestamp(self.headers, self.base_offset)
+        return largest_timestamp(self.headers, self.base_offset, self.time_index.min_timestamp)
 
     @property
     def largest_timestamp(self) -> int:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from engine.format.batch import NO_TIMESTAMP
 from engine.index.append_rule import SegmentIndexer
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES, INT32_MAX
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.log.timestamp_floor import has_timestamp, no_timestamp
 
 ROLL_SIZE, ROLL_TIME, ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW = "size", "time", "index-full", "offset-overflow"
 
@@ -106,16 +106,16 @@ class ActiveSegmentState:
 class ActiveSegment:
     """The segment being appended to: its bytes, its indexer and its roll state."""
 
-    def __init__(self, base_offset: int, policy: RollPolicy, created_ms: int, segment_key: str,
-                 min_timestamp: int = 0) -> None:
+    def __init__(self, base_offset: int, policy: RollPolicy, created_ms: int, segment_key: str, *,
+                 min_timestamp: int) -> None:
         self.base_offset = base_offset
         self.policy = policy
         self.created_ms = created_ms
         self.jitter_ms = policy.jitter_for(f"{segment_key}:{base_offset}")
-        self.indexer = SegmentIndexer(base_offset, policy.index_interval_bytes, min_timestamp)
+        self.indexer = SegmentIndexer(base_offset, policy.index_interval_bytes, min_timestamp=min_timestamp)
         self.chunks: list[bytes] = []
         self.start_position = 0
-        self.rolling_base_timestamp = min_timestamp + NO_TIMESTAMP  # "none": -1 unless KIP-228 mode
+        self.rolling_base_timestamp = no_timestamp(min_timestamp)
         self.next_offset = base_offset
 
     @classmethod
@@ -124,7 +124,8 @@ class ActiveSegment:
         segment, without it only the bytes appended from now on (`start_position` = `state.size`)."""
         if log is not None and len(log) != state.size:
             raise ValueError(f"resume log has {len(log)} bytes but the state says {state.size}")
-        segment = cls(state.base_offset, policy, state.created_ms, "", state.time_index.min_timestamp)
+        segment = cls(state.base_offset, policy, state.created_ms, "",
+                      min_timestamp=state.time_index.min_timestamp)
         segment.jitter_ms = state.jitter_ms
         segment.indexer = SegmentIndexer.resume(
             state.offset_index, state.time_index, size=state.size,
@@ -157,7 +158,7 @@ class ActiveSegment:
         if self.size > self.policy.segment_bytes - len(incoming.data):
             return ROLL_SIZE
         if self.size > 0:
-            if self.rolling_base_timestamp >= self.indexer.min_timestamp:  # Kafka: firstTs >= 0
+            if has_timestamp(self.rolling_base_timestamp, self.indexer.min_timestamp):  # Kafka: firstTs >= 0
                 waited = incoming.max_timestamp - self.rolling_base_timestamp
             else:
                 waited = now_ms - self.created_ms
@@ -188,19 +189,20 @@ class ActiveSegment:
 class SegmentWriter:
     """Appends chunks to a partition's log, rolling segments by Kafka's rules."""
 
-    def __init__(self, policy: RollPolicy, next_offset: int = 0, segment_key: str = "", now_ms: int = 0,
-                 min_timestamp: int = 0) -> None:
+    def __init__(self, policy: RollPolicy, next_offset: int = 0, segment_key: str = "", now_ms: int = 0, *,
+                 min_timestamp: int) -> None:
         self.policy = policy
         self.segment_key = segment_key
         self.min_timestamp = min_timestamp
-        self.active = ActiveSegment(next_offset, policy, now_ms, segment_key, min_timestamp)
+        self.active = ActiveSegment(next_offset, policy, now_ms, segment_key, min_timestamp=min_timestamp)
         self.closed: list[ClosedSegment] = []
 
     @classmethod
     def resume(cls, policy: RollPolicy, state: ActiveSegmentState, segment_key: str = "",
                log: bytes | None = None) -> SegmentWriter:
         """A writer continuing the active segment `state` (see `ActiveSegment.resume`)."""
-        writer = cls(policy, state.next_offset, segment_key, state.created_ms, state.time_index.min_timestamp)
+        writer = cls(policy, state.next_offset, segment_key, state.created_ms,
+                     min_timestamp=state.time_index.min_timestamp)
         writer.active = ActiveSegment.resume(state, policy, log)
         return writer
 
@@ -220,4 +222,5 @@ class SegmentWriter:
         """Close the active segment (if it holds anything) and start a new one at `new_base_offset`."""
         if self.active.size:
             self.closed.append(self.active.close(reason))
-        self.active = ActiveSegment(new_base_offset, self.policy, now_ms, self.segment_key, self.min_timestamp)
+        self.active = ActiveSegment(new_base_offset, self.policy, now_ms, self.segment_key,
+                                    min_timestamp=self.min_timestamp)

@@ -17,12 +17,12 @@ from engine.errors import CorruptRecordError
 from engine.format.batch import (
     CREATE_TIME,
     LOG_APPEND_TIME,
-    NO_TIMESTAMP,
     NO_TIMESTAMP_TYPE,
     BatchHeaders,
     scan_batches,
 )
 from engine.format.records import decode_records
+from engine.log.timestamp_floor import has_timestamp, no_timestamp
 
 TIMESTAMP_TYPE_LABELS = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime",
                          NO_TIMESTAMP_TYPE: "NoTimestampType"}
@@ -46,15 +46,15 @@ class SegmentSummary:
     problems: list[CorruptRecordError] = field(default_factory=list)
 
 
-def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: int = 0) -> tuple[int, int]:
+def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: int) -> tuple[int, int]:
     """(max batch maxTimestamp, last offset of the first batch carrying it); (none, base) without any
     timestamp >= `min_timestamp` (`engine.log.topic_config.min_timestamp`), none being one below it."""
     if len(headers) == 0:
-        return min_timestamp - 1, base_offset
+        return no_timestamp(min_timestamp), base_offset
     row = int(np.argmax(headers.max_timestamp))  # argmax returns the first of equal maxima
     ts = int(headers.max_timestamp[row])
-    if ts < min_timestamp:
-        return min_timestamp - 1, base_offset
+    if not has_timestamp(ts, min_timestamp):
+        return no_timestamp(min_timestamp), base_offset
     return ts, int(headers.last_offset[row])
 
 
@@ -65,7 +65,7 @@ def timestamp_type_label(headers: BatchHeaders) -> str:
     return TIMESTAMP_TYPE_LABELS[kinds.pop()] if len(kinds) == 1 else "Mixed"
 
 
-def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", min_timestamp: int = 0
+def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", *, min_timestamp: int
                       ) -> SegmentSummary:
     """Summarize the valid prefix of a segment; defects (corrupt or partial batches) go to `problems`.
     Timestamps below `min_timestamp` (`engine.log.topic_config.min_timestamp`) count as none.
@@ -79,7 +79,7 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", 
         headers = headers.take(headers.next_position <= scan.valid_bytes)
     records = decode_records(data, headers, source)
     ts = records.timestamp
-    has_ts = ts[ts >= min_timestamp]
+    has_ts = ts[has_timestamp(ts, min_timestamp)]
     largest, largest_offset = largest_timestamp(headers, base_offset, min_timestamp)
     last_offset = int(headers.last_offset[-1]) if len(headers) else base_offset - 1
     return SegmentSummary(
@@ -89,8 +89,8 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", 
         record_count=len(records),
         batch_count=len(headers),
         size_bytes=len(data),
-        first_batch_timestamp=int(headers.max_timestamp[0]) if len(headers) else NO_TIMESTAMP,
-        base_timestamp=int(has_ts.min()) if has_ts.size else min_timestamp - 1,
+        first_batch_timestamp=int(headers.max_timestamp[0]) if len(headers) else no_timestamp(min_timestamp),
+        base_timestamp=int(has_ts.min()) if has_ts.size else no_timestamp(min_timestamp),
         largest_timestamp=largest,
         offset_of_largest_timestamp=largest_offset,
         timestamp_type=timestamp_type_label(headers),

@@ -23,6 +23,8 @@ from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_IN
 from engine.log.segment_writer import RollPolicy
 
 LONG_MAX = 2**63 - 1
+KAFKA_MIN_TIMESTAMP = 0
+"""Kafka's lowest timestamp (-1 is its "none", spec 9): the floor of every topic, and of a broker's log."""
 KIP228_MIN_TIMESTAMP = -(2**63) + 1
 """The lowest timestamp with klake.timestamps.allow.negative (KIP-228); -2**63 is then its "none"."""
 CLEANUP_POLICIES = frozenset({"delete", "compact"})
@@ -179,4 +181,4 @@ def min_timestamp(config: TopicConfig) -> int:
     The one place the rule is decided: append, truncation, the cleaner, the sidecar checks, stored
     segments, recovery and the catalog rows all ask here, so a KIP-228 topic's own indexes check out.
     """
-    return KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else 0
+    return KIP228_MIN_TIMESTAMP if config.allow_negative_timestamps else KAFKA_MIN_TIMESTAMP

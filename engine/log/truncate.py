@@ -121,7 +121,7 @@ class TruncatedSegment:
 
 
 def truncate_segment(log: bytes, base_offset: int, target: int, *, offset_index: OffsetIndex | None = None,
-                     time_index: TimeIndex | None = None, min_timestamp: int = 0,
+                     time_index: TimeIndex | None = None, min_timestamp: int,
                      index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                      source: str = "<segment>") -> TruncatedSegment:
     """Remove every record at or above `target` from the segment `log` (see the module docstring).
@@ -135,7 +135,8 @@ def truncate_segment(log: bytes, base_offset: int, target: int, *, offset_index:
         raise ValueError(f"target {target} is below the segment base offset {base_offset}")
     headers = scan_batches(log, source).headers
     if offset_index is None or time_index is None:
-        offset_index, time_index = build_indexes(headers, base_offset, index_interval_bytes, min_timestamp)
+        offset_index, time_index = build_indexes(headers, base_offset, index_interval_bytes,
+                                                 min_timestamp=min_timestamp)
     min_timestamp = time_index.min_timestamp
     offset_index, time_index = offset_index.truncate_to(target), time_index.truncate_to(target)
     row = int(np.searchsorted(headers.last_offset, target, side="left"))  # first batch with lastOffset >= target

@@ -67,7 +67,8 @@ def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, optio
     min_ts = min_timestamp(config)
     log = read_bytes(row.log_key, options)
     offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
-    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key, min_ts)
+    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key,
+                           min_timestamp=min_ts)
     none = min_ts - 1
     state = ActiveSegmentState(
         base_offset=row.base_offset, size=row.size_bytes, next_offset=row.next_offset,

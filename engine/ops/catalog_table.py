@@ -280,14 +280,15 @@ class Catalog:
 
     def segments(self, topic: str | None = None, partition: int | None = None, from_ms: int | None = None,
                  to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
-                 states: Iterable[SegmentState] = LIVE_STATES, min_timestamp: int = 0) -> pa.Table:
+                 states: Iterable[SegmentState] = LIVE_STATES, min_timestamp: int | None = None) -> pa.Table:
         """Rows in `states` (live by default), pruned by time and offset ranges, in (topic, partition, offset) order.
 
         A segment can hold a record in [from_ms, to_ms] only if `largest_timestamp >= from_ms` and
         `base_timestamp <= to_ms` (base_timestamp is the smallest timestamp >= the topic's `min_timestamp`,
         so this holds with out-of-order timestamps; a segment without timestamps, base_timestamp one below
         it, never matches a time bound); it overlaps offsets [from_offset, to_offset] if
-        `next_offset > from_offset` and `base_offset <= to_offset`.
+        `next_offset > from_offset` and `base_offset <= to_offset`. A `to_ms` needs the topic's
+        `min_timestamp` (no default: a forgotten floor would drop a KIP-228 topic's pre-1970 segments).
         """
         where = [f"state IN ({', '.join(_sql_string(str(s)) for s in states)})"]
         if topic is not None:
@@ -297,6 +298,8 @@ class Catalog:
         if from_ms is not None:
             where.append(f"largest_timestamp >= {int(from_ms)}")
         if to_ms is not None:
+            if min_timestamp is None:
+                raise ValueError("segments(to_ms=...) needs the topic's min_timestamp")
             where.append(f"base_timestamp <= {int(to_ms)} AND base_timestamp >= {int(min_timestamp)}")
         if from_offset is not None:
             where.append(f"next_offset > {int(from_offset)}")

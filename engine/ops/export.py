@@ -52,6 +52,7 @@ from engine.log.kafka_files import (
     partition_metadata,
 )
 from engine.log.lookup import offset_for_timestamp
+from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import (
     LEADER_EPOCH_CHECKPOINT,
@@ -190,7 +191,7 @@ def check_times(rng: ExportRange, config: TopicConfig, topic: str = "the topic")
     any int64 with KIP-228's opt-in); -1/-2/-3 are times here, not ListOffsets' special targets."""
     floor = min_timestamp(config)
     for name, value in (("from", rng.from_ms), ("to", rng.to_ms)):
-        if value is not None and value < floor:
+        if value is not None and not has_timestamp(value, floor):
             raise KlakeError(f"export --{name} {format_time(value)} is before {topic}'s earliest timestamp "
                              f"{format_time(floor)}; times before 1970 need klake.timestamps.allow.negative "
                              "(KIP-228)")
@@ -255,7 +256,8 @@ def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic
             log = data[cut.start:cut.stop]
             headers = scan_batches(log, row.log_key).headers
         if check is None or not check.valid:
-            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes, floor)
+            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes,
+                                           min_timestamp=floor)
             index, timeindex = offsets.to_bytes(), times.to_bytes()
         keys = kafka_segment_keys(output, tp, cut.base_offset)
         for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):

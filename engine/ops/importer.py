@@ -40,7 +40,7 @@ from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
 from engine.log.kafka_files import parse_offset_checkpoint
 from engine.log.summary import SegmentSummary, summarize_segment
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import LOG_START_OFFSET_CHECKPOINT, TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
@@ -144,8 +144,10 @@ class _PartitionImporter:
     """Imports the segments of one partition directory, collecting rows for the single commit."""
 
     def __init__(self, part: KafkaPartitionDir, root: str, copy: bool, job_id: str, interval: int,
-                 existing: dict[SegmentRef, SegmentRow], options: StorageOptions | None) -> None:
+                 existing: dict[SegmentRef, SegmentRow], options: StorageOptions | None, floor: int) -> None:
+        """`floor`: the topic's `min_timestamp` (a broker's log: Kafka's 0)."""
         self.part = part
+        self.floor = floor
         self.root = root
         self.copy = copy
         self.job_id = job_id
@@ -175,7 +177,7 @@ class _PartitionImporter:
             return True
         data = read_bytes(seg.log.uri, self.options)
         try:
-            summary = summarize_segment(data, seg.base_offset, seg.log.uri)
+            summary = summarize_segment(data, seg.base_offset, seg.log.uri, min_timestamp=self.floor)
         except CorruptRecordError as exc:
             self._corrupt(seg, exc, valid_bytes=None)
             return False
@@ -196,7 +198,7 @@ class _PartitionImporter:
     def _keep_valid_prefix(self, seg: KafkaSegmentFiles, prefix: bytes, outcome: SegmentOutcome) -> None:
         """Copy and register the bytes before the corruption, as Kafka's recovery would keep them."""
         prefix_id = imported_segment_id(seg.log.uri, len(prefix))
-        summary = summarize_segment(prefix, seg.base_offset, seg.log.uri)
+        summary = summarize_segment(prefix, seg.base_offset, seg.log.uri, min_timestamp=self.floor)
         sidecars = self._rebuilt(scan_batches(prefix, seg.log.uri).headers, seg,
                                  ["corrupt segment: indexes rebuilt for its valid prefix"])
         self._register(seg, prefix, summary, prefix_id, SegmentState.ROLLED, sidecars, record=False)
@@ -208,14 +210,14 @@ class _PartitionImporter:
         timeindex_bytes = read_bytes(seg.timeindex.uri, self.options) if seg.timeindex else None
         headers = scan_batches(data, seg.log.uri).headers
         check = check_sidecars(headers, seg.base_offset, index_bytes, timeindex_bytes, seg.log.uri,
-                               active=state is SegmentState.ACTIVE)
+                               active=state is SegmentState.ACTIVE, min_timestamp=self.floor)
         if not check.valid:
             return self._rebuilt(headers, seg, check.problems)
         return _Sidecars(index_bytes, timeindex_bytes, headers, problems=[],
                          source_keys=(seg.index.uri, seg.timeindex.uri))
 
     def _rebuilt(self, headers: BatchHeaders, seg: KafkaSegmentFiles, problems: list[str]) -> _Sidecars:
-        offsets, times = build_indexes(headers, seg.base_offset, self.interval)
+        offsets, times = build_indexes(headers, seg.base_offset, self.interval, min_timestamp=self.floor)
         return _Sidecars(offsets.to_bytes(), times.to_bytes(), headers, problems=problems)
 
     def _keys(self, seg: KafkaSegmentFiles, data: bytes, segment_id: str, sidecars: _Sidecars,
@@ -240,7 +242,7 @@ class _PartitionImporter:
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
         batchindex = batch_index_bytes(summary.batch_count, sidecars.timeindex, seg.base_offset,
-                                       lambda: sidecars.headers)
+                                       lambda: sidecars.headers, min_timestamp=self.floor)
         keys, layout = self._keys(seg, data, segment_id, sidecars, batchindex)
         self.rows.append(segment_row(self.part.tp, segment_id, keys, layout, summary, state, self.job_id,
                                      index_size_bytes=len(sidecars.index),
@@ -278,7 +280,8 @@ def prepare_import(item: PartitionInput, parts: Mapping[TopicPartition, KafkaPar
     """Import one partition directory against its live rows; the change is checked here, so a partition
     whose rows conflict with the import fails alone (`CatalogStateError`)."""
     existing = {row.ref: row for row in item.rows}
-    importer = _PartitionImporter(parts[item.tp], root, copy, job_id, index_interval_bytes, existing, options)
+    importer = _PartitionImporter(parts[item.tp], root, copy, job_id, index_interval_bytes, existing, options,
+                                  min_timestamp(item.config))
     importer.run()
     rows = _with_log_start(importer.rows, existing, (log_start_offsets or {}).get(item.tp))
     change = CatalogChange(add=tuple(rows), transitions=tuple(_demotions(rows, existing)))

@@ -262,7 +262,7 @@ def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None,
         state, log, _ = resume_state(active, config, tp, options)
         writer = SegmentWriter.resume(policy, state, str(tp), log)
     else:
-        writer = SegmentWriter(policy, log_end, str(tp), now_ms, min_timestamp(config))
+        writer = SegmentWriter(policy, log_end, str(tp), now_ms, min_timestamp=min_timestamp(config))
     lat = log_append_time(config, now_ms, last_log_append_time(dest, config))
     new_rows: list[SegmentRow] = []
 

@@ -36,6 +36,7 @@ from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
 from engine.format.records import HEADERS_TYPE, RecordTable
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
+from engine.log.timestamp_floor import has_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
 from engine.times import format_time
@@ -77,14 +78,14 @@ class ReadRange:
     to_ms: int | None = None
     from_offset: int | None = None
     to_offset: int | None = None
-    floor: int = 0
+    floor: int = field(kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("from_offset", "to_offset"):
             if (value := getattr(self, name)) is not None and value < 0:
                 raise KlakeError(f"read range: {name} must be >= 0, got {value}")
         for name in ("from_ms", "to_ms"):
-            if (value := getattr(self, name)) is not None and value < self.floor:
+            if (value := getattr(self, name)) is not None and not has_timestamp(value, self.floor):
                 raise KlakeError(f"read range: {name} {format_time(value)} is before the topic's earliest "
                                  f"timestamp {format_time(self.floor)}"
                                  + ("; times before 1970 need klake.timestamps.allow.negative (KIP-228)"
@@ -301,11 +302,12 @@ def _decoded_chunks(item: WorkItem, options: StorageOptions | None, index_interv
                     ) -> Iterator[tuple[RecordTable, BatchHeaders, np.ndarray]]:
     """Each chunk's candidate batches (`_candidate_batches`) decoded, their headers, and which records are in
     range (`ReadRange.mask`)."""
-    segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW, item.bounds.floor)
+    segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW,
+                            min_timestamp=item.bounds.floor)
     start, end = (item.start, item.end) if item.start is not None else _task_range(segment, item.bounds)
     # chunks_from reads up to row.size_bytes: a row ending at the range's end reads exactly the range
     ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW,
-                           item.bounds.floor)
+                           min_timestamp=item.bounds.floor)
     to_offset = item.bounds.to_offset
     for records, taken, headers in ranged.decoded_from(start, lambda h: _candidate_batches(h, item.bounds)):
         yield records, taken, item.bounds.mask(records.offset, records.timestamp)

@@ -185,7 +185,8 @@ class _Planner:
             repair.objects_written.append(uri)
 
     def _sidecar_bytes(self, check: SegmentCheck) -> tuple[bytes, bytes]:
-        offsets, times = build_indexes(check.prefix_headers, check.row.base_offset, self.interval, self.min_timestamp)
+        offsets, times = build_indexes(check.prefix_headers, check.row.base_offset, self.interval,
+                                       min_timestamp=self.min_timestamp)
         return offsets.to_bytes(), times.to_bytes()
 
     def _rebuild_sidecars(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
@@ -210,7 +211,8 @@ class _Planner:
     def _batch_index(self, check: SegmentCheck, timeindex: bytes) -> bytes | None:
         """The `.batchindex` the checked log's valid prefix and its rebuilt `.timeindex` make, if it pays."""
         headers = check.prefix_headers
-        return batch_index_bytes(len(headers), timeindex, check.row.base_offset, lambda: headers, self.min_timestamp)
+        return batch_index_bytes(len(headers), timeindex, check.row.base_offset, lambda: headers,
+                                 min_timestamp=self.min_timestamp)
 
     def _cut(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
         """Quarantine the tail first (nothing is lost if the run dies), then write the prefix."""

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRef, SegmentState
 from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import DELETE_COLUMNS, Cleanup
@@ -75,7 +75,7 @@ def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: 
     add = ()
     if plan.roll_new_active_at is not None:
         add = (store_segment_version(root, item.tp, plan.roll_new_active_at, b"", b"", b"", SegmentState.ACTIVE,
-                                     job_id, now_ms, options),)
+                                     job_id, now_ms, options, min_timestamp=min_timestamp(item.config)),)
     assert item.segments is not None, f"{item.tp}: retention plans on the driver and ships the rows as Arrow"
     retired = item.segments.filter(pc.is_in(item.segments["segment_id"], pa.array(plan.delete_ids, pa.string())))
     change = CatalogChange(add=add, transitions=tuple((SegmentRef(item.tp.topic, item.tp.partition, segment_id),

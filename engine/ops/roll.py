@@ -99,5 +99,5 @@ def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: Stora
                                    log_start_offset=active.log_start_offset, extends=active, summary=summary,
                                    min_timestamp=min_timestamp(config))
     empty = store_segment_version(root, tp, active.next_offset, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
-                                  options)
+                                  options, min_timestamp=min_timestamp(config))
     return PartitionStep(outcome, CatalogChange(add=(rolled, empty), remove=(active.ref,)))

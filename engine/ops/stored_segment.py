@@ -230,7 +230,7 @@ def _time_entries(floor: int) -> Callable[[bytes], tuple[np.ndarray, np.ndarray]
 class StoredSegment:
     def __init__(self, row: SegmentRow, options: StorageOptions | None = None,
                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                 read_window: int = DEFAULT_READ_WINDOW, min_timestamp: int = 0, keep_ranges: bool = False) -> None:
+                 read_window: int = DEFAULT_READ_WINDOW, *, min_timestamp: int, keep_ranges: bool = False) -> None:
         """`min_timestamp`: the topic's (`engine.log.topic_config.min_timestamp`), for its time index;
         `keep_ranges`: keep the log ranges read for later reads (lookups; a scan must not keep them)."""
         self.row = row
@@ -511,4 +511,5 @@ def stored_segment(row: SegmentRow, options: StorageOptions | None, config: Topi
     timestamp), keeping the pages and ranges it reads for the task's next targets."""
     config = config or TopicConfig()
     return StoredSegment(row, options, config.index_interval_bytes,
-                         lookup_window(row, config.index_interval_bytes), min_timestamp(config), keep_ranges=True)
+                         lookup_window(row, config.index_interval_bytes), min_timestamp=min_timestamp(config),
+                         keep_ranges=True)

@@ -66,9 +66,9 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
     doomed = tuple(r for r in rows if r.base_offset in plan.deleted)
     add: list[SegmentRow] = []
     remove = []
+    min_ts = min_timestamp(config)
     if plan.truncated is not None:
         row = next(r for r in rows if r.base_offset == plan.truncated)
-        min_ts = min_timestamp(config)
         cut = truncate_segment(
             read_bytes(row.log_key, options), row.base_offset, target,
             offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
@@ -90,7 +90,8 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
             # still be the target (Kafka's truncateTo), so the cut segment is closed and an empty active
             # segment starts at the target; an emptied segment simply goes
             if len(headers):
-                offsets, times = build_indexes(headers, row.base_offset, config.index_interval_bytes, min_ts)
+                offsets, times = build_indexes(headers, row.base_offset, config.index_interval_bytes,
+                                               min_timestamp=min_ts)
                 add.append(store_segment_version(root, tp, row.base_offset, cut.log, offsets.to_bytes(),
                                                  times.to_bytes(), SegmentState.ROLLED, job_id, row.created_at_ms,
                                                  options, log_start_offset=start_kept, min_timestamp=min_ts))
@@ -98,10 +99,10 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
             else:
                 doomed += (row,)
             add.append(store_segment_version(root, tp, target, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
-                                             options))
+                                             options, min_timestamp=min_ts))
     if plan.new_segment_base is not None:
         add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
-                                         job_id, now_ms, options))
+                                         job_id, now_ms, options, min_timestamp=min_ts))
     outcome.records_removed += sum(r.record_count for r in doomed)
     change = CatalogChange(add=tuple(add), remove=tuple(remove),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))

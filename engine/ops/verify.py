@@ -265,7 +265,8 @@ def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: Bat
     data = read_if_present(key, options)
     if data is None:
         return [Problem(key, None, "batchindex", "missing: the catalog row's .batchindex object does not exist")]
-    wanted = batch_index_bytes(len(headers), timeindex or b"", row.base_offset, lambda: headers, min_timestamp)
+    wanted = batch_index_bytes(len(headers), timeindex or b"", row.base_offset, lambda: headers,
+                               min_timestamp=min_timestamp)
     if wanted is None:
         return [Problem(key, None, "batchindex", "batchindex: the catalog row has one, but its log and .timeindex "
                                                  "make none (it does not pay)")]
@@ -283,8 +284,8 @@ def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: Bat
     return problems
 
 
-def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False,
-                  min_timestamp: int = 0) -> SegmentCheck:
+def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False, *,
+                  min_timestamp: int) -> SegmentCheck:
     """Verify one catalogued segment: its `.log`, its row's facts and its sidecars; `min_timestamp` is
     the topic's (`engine.log.topic_config.min_timestamp`)."""
     data = read_if_present(row.log_key, options)
@@ -302,7 +303,7 @@ def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_d
     whole = prefix.valid_bytes == len(data)
     check.problems.sort(key=lambda p: -1 if p.position is None else p.position)
     check.summary = summarize_segment(data if whole else data[:prefix.valid_bytes], row.base_offset, row.log_key,
-                                      min_timestamp)
+                                      min_timestamp=min_timestamp)
     if whole:
         facts = _fact_problems(row, check.summary, prefix.headers)
         check.facts_valid = not facts
@@ -339,5 +340,6 @@ def verify_partition(catalog: Catalog, tp: TopicPartition, options: StorageOptio
     rows = catalog.live_segments(tp.topic, tp.partition)
     gaps, problems = offset_continuity(rows)
     floor = min_timestamp(config or TopicConfig())
-    return PartitionCheck(tp.topic, tp.partition, [check_segment(row, options, min_timestamp=floor) for row in rows],
+    return PartitionCheck(tp.topic, tp.partition, [check_segment(row, options,
+                                                                 min_timestamp=floor) for row in rows],
                           gaps, problems)

@@ -28,7 +28,7 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
                           timeindex: bytes, state: SegmentState, job_id: str, created_at_ms: int | None,
                           options: StorageOptions | None, *, log_start_offset: int = -1, cleaned: bool = False,
                           summary: SegmentSummary | None = None, extends: SegmentRow | None = None,
-                          min_timestamp: int = 0, upload: bool = True) -> SegmentRow:
+                          min_timestamp: int, upload: bool = True) -> SegmentRow:
     """Write the segment's objects and return its row (not committed); `upload=False` (a dry run) writes
     nothing and returns the row the version would have. `log` may be in parts (written
     without being joined: `layouts.store.Parts`). The `.batchindex` is written where it pays
@@ -42,8 +42,9 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
         _check_extends(extends, tp, base_offset, log)
     segment_id = new_segment_id()
     keys = object_segment_keys(root, tp, base_offset, segment_id)
-    summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp)
-    batchindex = segment_batch_index(log, timeindex, base_offset, summary.batch_count, min_timestamp)
+    summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp=min_timestamp)
+    batchindex = segment_batch_index(log, timeindex, base_offset, summary.batch_count,
+                                     min_timestamp=min_timestamp)
     if upload:
         write_segment(keys, log, index, timeindex, options, batchindex=batchindex,
                       log_prefix_uri=extends.log_key if extends is not None else None,
@@ -94,12 +95,13 @@ def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: 
         batchindex_size_bytes=batchindex_size_bytes)
 
 
-def segment_batch_index(log: bytes | Parts, timeindex: bytes, base_offset: int, batch_count: int,
-                        min_timestamp: int = 0) -> bytes | None:
+def segment_batch_index(log: bytes | Parts, timeindex: bytes, base_offset: int, batch_count: int, *,
+                        min_timestamp: int) -> bytes | None:
     """The `.batchindex` of a segment version (`engine.index.batch_index.batch_index_bytes`), or None where
     it does not pay. The log's batch headers are scanned only where it may pay (`log_headers`: a log in
     parts is never joined whole)."""
-    return batch_index_bytes(batch_count, timeindex, base_offset, lambda: log_headers(log), min_timestamp)
+    return batch_index_bytes(batch_count, timeindex, base_offset, lambda: log_headers(log),
+                             min_timestamp=min_timestamp)
 
 
 def log_headers(log: bytes | Parts) -> BatchHeaders:

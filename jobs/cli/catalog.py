@@ -22,6 +22,7 @@ import sys
 import pyarrow as pa
 
 from engine.errors import KlakeError
+from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
@@ -86,7 +87,7 @@ def run_segments(args: argparse.Namespace) -> int:
     floors = {topic: min_timestamp(_topic_config(root, topic, options)) for topic in topics}
     for topic, floor in floors.items():
         for flag, value in (("--from", args.from_ms), ("--to", args.to_ms)):
-            if value is not None and value < floor:
+            if value is not None and not has_timestamp(value, floor):
                 raise KlakeError(f"{flag} {format_time(value)} is before topic {topic}'s earliest timestamp "
                                  f"{format_time(floor)}; times before 1970 need "
                                  "klake.timestamps.allow.negative (KIP-228)")
@@ -115,4 +116,4 @@ def _show(row: dict, field: str, floor: int) -> str:
     """A table cell: times in ISO-8601 UTC, "-" below the topic's floor (a segment without timestamps)."""
     if field not in _TIME_FIELDS:
         return str(row[field])
-    return format_time(row[field]) if row[field] >= floor else "-"
+    return format_time(row[field]) if has_timestamp(row[field], floor) else "-"

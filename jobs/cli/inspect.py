@@ -24,6 +24,7 @@ from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
 from engine.log.lookup import list_offsets
 from engine.log.segment import InMemorySegment
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP
 from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.verify import record_problems, valid_prefix
 from jobs.cli.storage import add_storage_arguments, check_reachable, storage_options
@@ -241,7 +242,8 @@ def _sidecar_problems(path: str, base: int, batches: BatchHeaders, options: Stor
                               if "/" not in info.uri[len(normalize_uri(directory)) + 1:]) if b is not None),
                  default=base)
     return check_sidecars(batches, base, read_bytes(index_uri, options) if index_info else None,
-                          read_bytes(time_uri, options) if time_info else None, path, active=base == newest).problems
+                          read_bytes(time_uri, options) if time_info else None, path, active=base == newest,
+                          min_timestamp=KAFKA_MIN_TIMESTAMP).problems
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -273,7 +275,8 @@ def run_index_rebuild(args: argparse.Namespace) -> int:
         raise KlakeError(f"{path}: not named NNNNNNNNNNNNNNNNNNNN.log; pass --base-offset")
     data = read_bytes(path, options)
     scan = scan_batches(data, path)
-    offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes)
+    offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes,
+                                   min_timestamp=KAFKA_MIN_TIMESTAMP)
     stem = path.rstrip("/").rsplit("/", 1)[-1][:-len(".log")] if path.endswith(".log") else f"{base:020d}"
     out_dir = args.out if args.out else path.rsplit("/", 1)[0] if "/" in path else "."
     fs, out_path = filesystem(out_dir, options)
@@ -290,7 +293,8 @@ def run_index_rebuild(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------- lookup
 
 def load_partition_dir(uri: str, options: StorageOptions | None = None) -> list[InMemorySegment]:
-    """Every segment of a Kafka partition directory, with indexes validated or rebuilt in memory."""
+    """Every segment of a Kafka partition directory (a broker's: Kafka's timestamp floor), with indexes
+    validated or rebuilt in memory."""
     root = normalize_uri(uri)
     name = root.rsplit("/", 1)[-1]
     tp = parse_partition_dir(name) or TopicPartition("partition", 0)
@@ -302,7 +306,7 @@ def load_partition_dir(uri: str, options: StorageOptions | None = None) -> list[
     return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri, options),
                                  read_bytes(seg.index.uri, options) if seg.index else None,
                                  read_bytes(seg.timeindex.uri, options) if seg.timeindex else None, seg.log.uri,
-                                 active=seg.base_offset == last)
+                                 min_timestamp=KAFKA_MIN_TIMESTAMP, active=seg.base_offset == last)
             for seg in partition.segments]
 
 
@@ -315,7 +319,7 @@ def run_lookup(args: argparse.Namespace) -> int:
             print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)
     for target in args.timestamp:
         try:
-            answer = list_offsets(segments, target, args.log_start_offset)
+            answer = list_offsets(segments, target, args.log_start_offset, min_timestamp=KAFKA_MIN_TIMESTAMP)
         except ValueError as exc:  # a time before 1970: a broker's log has no KIP-228
             raise KlakeError(str(exc)) from None
         print(json.dumps({"target": target, "offset": answer.offset, "timestamp": answer.timestamp}))

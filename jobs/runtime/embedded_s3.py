@@ -1,6 +1,6 @@
 """An embedded S3 endpoint for demos and tests: a `moto_server` subprocess on a free loopback port.
 
-PRACTICAL-NOTES: the in-process `ThreadedMotoServer` hangs under delta-rs with several processes, so
+Why a subprocess: the in-process `ThreadedMotoServer` hangs under delta-rs with several processes, so
 moto runs as its own process, is waited for, and is stopped when the context ends.
 """
 

@@ -41,7 +41,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
     rows = []
     for partition in range(partitions):
         tp = TopicPartition(topic, partition)
-        writer = SegmentWriter(RollPolicy(segment_ms=DAY - 1))
+        writer = SegmentWriter(RollPolicy(segment_ms=DAY - 1), min_timestamp=0)
         for hour in range(days * 24):
             ts = t0 + hour * HOUR
             data = encode_batch([b"k%d" % hour], [b"v%d" % hour], [ts], base_offset=hour)
@@ -52,7 +52,8 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
             keys = object_segment_keys(root, tp, seg.base_offset, segment_id)
             write_segment(keys, seg.log, seg.index, seg.timeindex, options)
             state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
-            rows.append(segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset),
+            rows.append(segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset,
+                                                                                           min_timestamp=0),
                                     state, "airflow-test-seed", created_at_ms=t0,
                                     index_size_bytes=len(seg.index), timeindex_size_bytes=len(seg.timeindex)))
     catalog.apply(CatalogChange(add=tuple(rows)), operation="seed")

@@ -276,11 +276,12 @@ def state(store: Store, output: str | None = None) -> dict:
         found = [rec for r in live for rec in read_with_kafka_python(read_bytes(r.log_key, options))[0]
                  if rec[0] >= start]
         records[str(tp)] = found
-        segments = [StoredSegment(r, options, TopicConfig().index_interval_bytes) for r in live]
+        segments = [StoredSegment(r, options, TopicConfig().index_interval_bytes,
+                                  min_timestamp=0) for r in live]
         stamps = sorted({rec[1] for rec in found})
         targets = [-2, -1, -3] + (stamps[:1] + stamps[len(stamps) // 2:len(stamps) // 2 + 1] + [stamps[-1] + 1]
                                   if stamps else [])
-        lookups[str(tp)] = [astuple(list_offsets(segments, t, start)) for t in targets]
+        lookups[str(tp)] = [astuple(list_offsets(segments, t, start, min_timestamp=0)) for t in targets]
     rejects = sorted((row["topic"], row["partition"], row["value"], row["reason"])
                      for o in list_objects(store.root, options) if "/_rejects/" in o.uri
                      for row in pq.read_table(pa.BufferReader(read_bytes(o.uri, options))).to_pylist())

@@ -98,9 +98,10 @@ def test_index_rebuild_answers_like_the_broker_indexes(tmp_path: Path, capsys: p
     data = log.read_bytes()
     headers = scan_batches(data, str(log)).headers
     rebuilt = (OffsetIndex.load((tmp_path / log.name.replace(".log", ".index")).read_bytes(), 7729).index,
-               TimeIndex.load((tmp_path / log.name.replace(".log", ".timeindex")).read_bytes(), 7729).index)
+               TimeIndex.load((tmp_path / log.name.replace(".log", ".timeindex")).read_bytes(), 7729,
+                              min_timestamp=0).index)
     broker = (OffsetIndex.load(log.with_suffix(".index").read_bytes(), 7729).index,
-              TimeIndex.load(log.with_suffix(".timeindex").read_bytes(), 7729).index)
+              TimeIndex.load(log.with_suffix(".timeindex").read_bytes(), 7729, min_timestamp=0).index)
     for offset in range(7729, 7729 + 7634, 7):
         assert position_for_offset(headers, rebuilt[0], offset) == position_for_offset(headers, broker[0], offset)
     for ts in np.unique(headers.max_timestamp)[::5].tolist():

@@ -146,7 +146,7 @@ def as_records(table: pa.Table) -> list[Record]:
 def read_locally(catalog: Catalog, backend: Backend, topic: str, split_bytes: int, **bounds) -> list[Record]:
     """`read`'s planner and task code without Spark (the same functions the Spark tasks run)."""
     partitions = bounds.pop("partitions", None)
-    rng = range_read.ReadRange(**bounds)
+    rng = range_read.ReadRange(**{"floor": 0, **bounds})
     plan = range_read.plan_read(catalog, topic, rng, backend.options,
                           None if partitions is None else set(partitions).__contains__, split_bytes)
     batches = [b for item in plan.items for b in range_read.read_item(item, backend.options)]
@@ -250,8 +250,8 @@ def test_data_source_pushes_filters_down_exactly(store, klake_source) -> None:
     narrow = source(EVENTS).where(f"timestamp > {_sql_time(lo - 1, 500)} AND timestamp < {_sql_time(hi)} "
                                   f"AND partition IN (0, 1) AND offset >= 10 AND topic = '{EVENTS}'")
     assert as_records(narrow.toArrow()) == expected(everything, EVENTS, lo, hi, from_offset=10, partitions={0, 1})
-    pruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(lo, hi, 10), backend.options, {0, 1}.__contains__, 1000)
-    unpruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(), backend.options, None, 1000)
+    pruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(lo, hi, 10, floor=0), backend.options, {0, 1}.__contains__, 1000)
+    unpruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(floor=0), backend.options, None, 1000)
     assert narrow.rdd.getNumPartitions() == len(pruned.items) < len(unpruned.items)
 
     cut = NOW  # after every archived timestamp: `timestamp < cut` alone also holds for -1 (no timestamp)
@@ -307,7 +307,8 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
     topic = "timeindex_test"
     everything = [r for r in brute_force(catalog, backend) if r[0] == topic]
     rows = table_to_rows(catalog.segments(topic=topic))
-    entries = [TimeIndex.load(read_bytes(r.timeindex_key), r.base_offset).index for r in rows]
+    entries = [TimeIndex.load(read_bytes(r.timeindex_key), r.base_offset,
+                              min_timestamp=0).index for r in rows]
     stamps = [int(t) for index in entries for t in index.timestamps[::60]]
     offsets = [int(o) for index in entries for o in index.offsets[::120]]
     rnd = random.Random(5)
@@ -333,7 +334,7 @@ def test_packs_keep_plan_order_and_share_bytes_evenly_over_whole_waves(seed: int
     rnd = random.Random(seed)
     row = SegmentRow.__new__(SegmentRow)
     items = [range_read.WorkItem(row, rnd.choice([None, 0, 10]), rnd.randint(11, rnd.choice([50, 5000, 10**6])),
-                                 range_read.ReadRange()) for _ in range(rnd.randint(0, 60))]
+                                 range_read.ReadRange(floor=0)) for _ in range(rnd.randint(0, 60))]
     target, min_packs = rnd.choice([1, 100, 3000, 10**9]), rnd.randint(1, 8)
     packs = range_read.pack_items(items, target, min_packs)
     assert [i for p in packs for i in p] == items and all(packs)

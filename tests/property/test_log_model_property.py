@@ -1,7 +1,7 @@
 """Property tests: random sequences of log operations on one catalogued partition against a brute-force model.
 
 The model is a list of records (offset, timestamp, key, value, headers) plus the log start offset, the
-log end offset and the cleaner checkpoint. It is written from the spec (kafka-log-semantics.md), not
+log end offset and the cleaner checkpoint. It is written from Kafka's rules (docs/kafka-rules.md), not
 from the engine's planners: appends reject by Kafka's per-record rules (spec 2.1, 2.3, 9), retention
 runs a literal copy of the three passes over the catalog rows seen before the step (spec 4),
 truncation keeps every record below the target (klake's partial-batch rewrite, spec 6), DeleteRecords
@@ -233,7 +233,7 @@ def read_segment(row: SegmentRow) -> Segment:
     batch_of = [positions.index(p) for p in table["batch_position"].to_pylist()]
     raw_index, raw_time = read_bytes(row.index_key), read_bytes(row.timeindex_key)
     problems = check_sidecars(headers, row.base_offset, raw_index, raw_time, row.log_key,
-                              active=row.state == SegmentState.ACTIVE).problems
+                              active=row.state == SegmentState.ACTIVE, min_timestamp=0).problems
     assert problems == [], problems
     assert len(raw_index) % 8 == 0 and len(raw_time) % 12 == 0, "index files hold whole entries (spec 1.12)"
     index = [(row.base_offset + k, p) for k, p in struct.iter_unpack(">ii", raw_index)]
@@ -561,13 +561,13 @@ class LogModel(RuleBasedStateMachine):
             targets |= {rng.randint(low - 50, high + 50) for _ in range(4)}
         for target in sorted(t for t in targets if t >= 0):
             expected = next(((r.offset, r.timestamp) for r in visible if r.timestamp >= target), (-1, -1))
-            got = list_offsets(stored, target, start)
+            got = list_offsets(stored, target, start, min_timestamp=0)
             assert (got.offset, got.timestamp) == expected, f"ListOffsets({target})"
-        assert (list_offsets(stored, LATEST, start).offset, list_offsets(stored, EARLIEST, start).offset) == (
-            self.leo, self.lso)
+        latest, earliest = (list_offsets(stored, t, start, min_timestamp=0) for t in (LATEST, EARLIEST))
+        assert (latest.offset, earliest.offset) == (self.leo, self.lso)
         top = max((r.timestamp for r in visible), default=None)
         expected = (-1, -1) if top is None else (next(r.offset for r in visible if r.timestamp == top), top)
-        got = list_offsets(stored, MAX_TIMESTAMP, start)
+        got = list_offsets(stored, MAX_TIMESTAMP, start, min_timestamp=0)
         assert (got.offset, got.timestamp) == expected, "ListOffsets(-3): the first record with the max (5.3)"
 
 

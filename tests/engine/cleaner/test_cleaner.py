@@ -207,7 +207,7 @@ def model_groups(parts: list[list[tuple[bytes, int, int]]], bases: list[int], es
                  config: TopicConfig) -> list[list[int]]:
     """Greedy grouping by brute force: build each candidate group's indexes with `SegmentIndexer`."""
     def fits(group: list[int]) -> bool:
-        indexer = SegmentIndexer(bases[group[0]], config.index_interval_bytes)
+        indexer = SegmentIndexer(bases[group[0]], config.index_interval_bytes, min_timestamp=0)
         for k in group:
             for data, last, ts in parts[k]:
                 indexer.append(indexer.size, len(data), last, ts, last)
@@ -334,7 +334,7 @@ def _check_segments(result: CleanResult, sources: list[SourceSegment], config: T
         assert seg.base_offset == seg.replaces[0]
         headers = scan_batches(seg.log, "out").headers
         offsets = OffsetIndex.load(seg.index, seg.base_offset)
-        times = TimeIndex.load(seg.timeindex, seg.base_offset)
+        times = TimeIndex.load(seg.timeindex, seg.base_offset, min_timestamp=0)
         assert offsets.ok and times.ok
         assert check_indexes(headers, offsets.index, times.index, "out.log") == []
         assert seg.summary.size_bytes == len(seg.log) and seg.summary.base_offset == seg.base_offset
@@ -611,7 +611,8 @@ def test_kafka_go_mixed_magic_partition() -> None:
     after_ = scan_batches(output_bytes(result), "out").headers
     assert set(after_.magic.tolist()) <= set(before.magic.tolist())
     assert check_indexes(after_, OffsetIndex.load(result.segments[0].index, 0).index,
-                         TimeIndex.load(result.segments[0].timeindex, 0).index, "out.log") == []
+                         TimeIndex.load(result.segments[0].timeindex, 0,
+                                        min_timestamp=0).index, "out.log") == []
 
 
 def _v0_message(offset: int, key: bytes, value: bytes | None) -> bytes:
@@ -639,6 +640,31 @@ def test_legacy_tombstones_follow_segment_mtimes() -> None:
     assert [r[0] for r in read_records(output_bytes(clean_log(unknown, config, NOW, 2)))] == [0, 1, 2]
     no_clock = [SourceSegment(0, _v0_message(0, b"a", None)), SourceSegment(1, _v0_message(1, b"b", b"1"), True)]
     assert [r[0] for r in read_records(output_bytes(clean_log(no_clock, config, NOW)))] == [0]  # kept: no mtime
+
+
+@pytest.mark.parametrize("retention", [0, 4_000, 5_000, 9_000, 12_000])
+def test_pre_1970_legacy_horizon_and_min_lag_age_by_the_negative_timestamps(retention: int) -> None:
+    """A KIP-228 topic's segments without mtimes, all before 1970: their largest timestamps stand in for the
+    mtimes of the legacy tombstone horizon (Kafka's lastModified - delete.retention.ms) and age them for
+    min.compaction.lag.ms (largestTimestamp), as brute force over the same numbers says."""
+    def message(offset: int, ts: int, key: bytes, value: bytes | None) -> bytes:
+        builder = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+        builder.append(offset, ts, key, value)
+        return bytes(builder.build())
+
+    stamps = [-20_000, -11_000, -10_000, -9_000]
+    values = [None, None, b"3", b"4"]
+    sources = [SourceSegment(i, message(i, ts, b"k%d" % i, v), is_active=i == 3)
+               for i, (ts, v) in enumerate(zip(stamps, values, strict=True))]
+    config = TopicConfig(cleanup_policy="compact", delete_retention_ms=retention,
+                         allow_negative_timestamps=True)
+    horizon = stamps[1] - retention  # the last segment below the first dirty offset 2
+    kept = [i for i in range(3) if values[i] is not None or stamps[i] > horizon]
+    assert [r[0] for r in read_records(output_bytes(clean_log(sources, config, NOW, 2)))] == kept
+    for lag in (NOW + 8_999, NOW + 9_000, NOW + 10_001, NOW + 10_999, NOW + 11_001, NOW + 20_001):
+        lagged = replace(config, min_compaction_lag_ms=lag)
+        young = [i for i in range(3) if stamps[i] > NOW - lag]
+        assert clean_log(sources, lagged, NOW).range.round_end == (young[0] if young else 3), lag
 
 
 def test_connect_status_topic_from_a_broker() -> None:
@@ -675,7 +701,7 @@ def test_broker_segments_merge_up_to_segment_bytes() -> None:
     assert merged.stats.records_kept == merged.stats.records_read and merged.stats.batches_copied == merged.stats.batches_read
     seg = merged.segments[0]
     headers = scan_batches(seg.log, "out").headers
-    assert check_indexes(headers, OffsetIndex.load(seg.index, 0).index, TimeIndex.load(seg.timeindex, 0).index,
+    assert check_indexes(headers, OffsetIndex.load(seg.index, 0).index, TimeIndex.load(seg.timeindex, 0, min_timestamp=0).index,
                          "out.log") == []
     alone = clean_log(sources, TopicConfig(cleanup_policy="compact", segment_bytes=1 << 20), NOW)
     assert [c.replaces for c in alone.segments] == [(s.base_offset,) for s in sources[:3]]

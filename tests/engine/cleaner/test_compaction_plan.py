@@ -32,7 +32,10 @@ def logs(rows: list[SegmentRow], start: int, end: float) -> list[int]:
 
 
 def kafka_selection(rows: list[SegmentRow], config: TopicConfig, now: int) -> dict:
-    """Kafka's selection for one partition's live rows, by hand: the numbers and whether it cleans."""
+    """Kafka's selection for one partition's live rows, by hand: the numbers and whether it cleans. A
+    KIP-228 topic (`klake.timestamps.allow.negative`) has a timestamp wherever it is above -2**63."""
+    kip228 = config.allow_negative_timestamps
+    none = -(2**63) if kip228 else -1
     log_start = max([rows[0].base_offset] + [r.log_start_offset for r in rows])
     checkpoint = rows[0].base_offset
     for r in rows:
@@ -55,7 +58,7 @@ def kafka_selection(rows: list[SegmentRow], config: TopicConfig, now: int) -> di
     if config.min_compaction_lag_ms > 0:
         for i in non_active_from(first_dirty):
             r = rows[i]
-            aged = r.largest_timestamp if r.largest_timestamp > -1 else r.created_at_ms
+            aged = r.largest_timestamp if r.largest_timestamp > none else r.created_at_ms
             if aged > now - config.min_compaction_lag_ms:
                 if r.base_offset < limit:
                     limit, why = r.base_offset, "min.compaction.lag.ms"
@@ -69,7 +72,8 @@ def kafka_selection(rows: list[SegmentRow], config: TopicConfig, now: int) -> di
     clean = sum(rows[i].size_bytes for i in logs(rows, -1, first_dirty))
     in_round = logs(rows, min(first_dirty, round_end), round_end)
     cleanable = sum(rows[i].size_bytes for i in in_round)
-    firsts = [rows[i].first_batch_timestamp for i in non_active_from(first_dirty) if rows[i].first_batch_timestamp > 0]
+    firsts = [rows[i].first_batch_timestamp for i in non_active_from(first_dirty)
+              if rows[i].first_batch_timestamp > (none if kip228 else 0)]
     until = now - max(config.max_compaction_lag_ms, 0)
     delay = until - min(firsts) if firsts and min(firsts) < until else 0
     ratio = cleanable / (clean + cleanable) if clean + cleanable else 0.0
@@ -90,14 +94,15 @@ _CONFIGS = st.builds(
 
 
 @st.composite
-def partition(draw: st.DrawFn, topic: str, number: int) -> list[SegmentRow]:
+def partition(draw: st.DrawFn, topic: str, number: int, shift: int = 0, none: int = -1) -> list[SegmentRow]:
     """Segments with gaps, empty ones, a leading run of cleaned ones (and cleaned ones after a dirty
-    one), timestamps missing (mtime fallback) or not, a log start offset raised inside, ACTIVE last or not."""
+    one), timestamps missing (mtime fallback) or not, a log start offset raised inside, ACTIVE last or not.
+    Every timestamp is moved by `shift` (not the mtimes); `none` is the topic's "no timestamp"."""
     rows, base = [], draw(st.integers(0, 20))
     for k in range(draw(st.integers(1, 6))):
         count = draw(st.integers(0, 30))
-        largest = draw(st.sampled_from([-1, 500, 4_000, 7_500, 9_500, NOW + 100]))
-        first = draw(st.sampled_from([-1, 0, 400, 1_500, 6_000, 9_900]))
+        largest = draw(st.sampled_from([none] + [t + shift for t in (500, 4_000, 7_500, 9_500, NOW + 100)]))
+        first = draw(st.sampled_from([none] + [t + shift for t in (0, 400, 1_500, 6_000, 9_900)]))
         row = make_row(topic, number, base, base + count, base_ts=first, largest_ts=largest,
                        segment_id=f"{topic}{number}s{k}", size=draw(st.integers(1, 500)) if count else 0)
         rows.append(replace(row, created_at_ms=draw(st.sampled_from([0, 5_000, 9_990])),
@@ -117,17 +122,48 @@ def catalogs(draw: st.DrawFn) -> tuple[list[list[SegmentRow]], dict[str, TopicCo
     return draw(st.permutations(parts)), configs
 
 
+PRE_1970 = -12_000  # moves every timestamp before 1970: 1969-12-31T23:59:48Z to 23:59:58.100Z
+_PRE_1970_CONFIGS = st.builds(
+    TopicConfig, cleanup_policy=st.sampled_from(["compact", "compact", "compact,delete"]),
+    min_cleanable_dirty_ratio=st.sampled_from([0.0, 0.5, 0.99]),
+    min_compaction_lag_ms=st.sampled_from([0, 1, 12_000, 14_500, 18_000, 21_000]),
+    max_compaction_lag_ms=st.sampled_from([1, 12_000, 16_000, 21_000, 2**63 - 1]),
+    allow_negative_timestamps=st.just(True))
+
+
+@st.composite
+def pre_1970_catalogs(draw: st.DrawFn) -> tuple[list[list[SegmentRow]], dict[str, TopicConfig]]:
+    """KIP-228 topics whose timestamps all lie before 1970 (their "none" is -2**63), with mtimes after it."""
+    configs = {t: draw(_PRE_1970_CONFIGS) for t in ("a", "b")}
+    parts = [draw(partition(t, p, PRE_1970, -(2**63)))
+             for t in configs for p in range(draw(st.integers(1, 3)))]
+    return draw(st.permutations(parts)), configs
+
+
 @settings(max_examples=400, deadline=None)
 @given(catalogs(), st.booleans())
 def test_plan_matches_kafka_selection_partition_by_partition(case: tuple[list[list[SegmentRow]],
                                                                          dict[str, TopicConfig]], force: bool) -> None:
+    _check_plan(case, NOW, force)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pre_1970_catalogs(), st.booleans())
+def test_pre_1970_compaction_lags_match_kafka_selection(
+        case: tuple[list[list[SegmentRow]], dict[str, TopicConfig]], force: bool) -> None:
+    """min.compaction.lag.ms ages segments by their (negative) largest timestamps, mtimes only where
+    a segment has none; max.compaction.lag.ms counts negative first batch timestamps (KIP-228)."""
+    _check_plan(case, NOW, force)
+
+
+def _check_plan(case: tuple[list[list[SegmentRow]], dict[str, TopicConfig]], now: int, force: bool) -> None:
     parts, configs = case
-    plan = plan_compaction(pa.concat_tables([rows_to_table(rows) for rows in parts]), configs, NOW, force)
+    plan = plan_compaction(pa.concat_tables([rows_to_table(rows) for rows in parts]), configs, now, force)
     zones = dict(zip(plan.segments["segment_id"].to_pylist(), plan.segments["zone"].to_pylist(), strict=True))
     assert len(zones) == sum(len(rows) for rows in parts)
     for rows in parts:
         tp = TopicPartition(rows[0].topic, rows[0].partition)
-        got, ref = plan.partition(tp), kafka_selection(rows, configs[tp.topic], NOW)
+        got, ref = plan.partition(tp), kafka_selection(rows, configs[tp.topic], now)
         numbers = {k: got.info[k] for k in ref if k not in ("clean", "in_round")}
         assert numbers == {k: v for k, v in ref.items() if k not in ("clean", "in_round")}
         assert got.decision.clean == ref["clean"] and got.decision.reasons
@@ -168,7 +204,7 @@ def tree_map_values(bases: list[int], start: int, end: int) -> list[int]:
 @given(st.lists(st.integers(0, 60), min_size=0, max_size=8, unique=True), st.integers(-1, 70), st.integers(0, 12))
 def test_log_segments_is_kafkas_sub_map_from_the_floor(bases: list[int], start: int, width: int) -> None:
     bases = sorted(bases)
-    infos = [SegmentInfo(base_offset=b, next_offset=b + 1, size_bytes=1) for b in bases]
+    infos = [SegmentInfo(b, b + 1, 1, -1, -1) for b in bases]
     assert overlapping(infos, start, start + width) == tree_map_values(bases, start, start + width)
     base = np.array(bases, np.int64)
     mask = log_segments(base, np.r_[base[1:], np.iinfo(np.int64).max], np.full(len(bases), start),
@@ -178,4 +214,4 @@ def test_log_segments_is_kafkas_sub_map_from_the_floor(bases: list[int], start: 
 
 def test_log_segments_refuses_a_backwards_range() -> None:
     with pytest.raises(ValueError, match="from offset 5 is above limit offset 4"):
-        overlapping([SegmentInfo(base_offset=0, next_offset=10, size_bytes=1)], 5, 4)
+        overlapping([SegmentInfo(0, 10, 1, -1, -1)], 5, 4)

@@ -9,8 +9,9 @@ import pytest
 
 from jobs.cli.main import main
 from tests.conftest import KAFKA_FIXTURES
+from tests.golden import golden_path, golden_text
 
-LOGS = sorted(p for p in KAFKA_FIXTURES.glob("*/*.records") if Path(f"{p}.golden.jsonl").exists()) + \
+LOGS = sorted(p for p in KAFKA_FIXTURES.glob("*/*.records") if golden_path(p).exists()) + \
     sorted(KAFKA_FIXTURES.glob("broker/*/*.log"))
 PARTITIONS = sorted(KAFKA_FIXTURES.glob("broker/*.lookups.golden.jsonl"))
 
@@ -18,13 +19,13 @@ PARTITIONS = sorted(KAFKA_FIXTURES.glob("broker/*.lookups.golden.jsonl"))
 @pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name[:60])
 def test_dump_json_reproduces_golden_exactly(path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["dump", "--json", str(path)]) == 0
-    assert capsys.readouterr().out == Path(f"{path}.golden.jsonl").read_text()
+    assert capsys.readouterr().out == golden_text(path)
 
 
 def test_every_magic_and_codec_is_covered() -> None:
     seen = set()
     for path in LOGS:
-        for line in Path(f"{path}.golden.jsonl").read_text().splitlines():
+        for line in golden_text(path).splitlines():
             row = json.loads(line)
             seen.add((row["magic"], row["compression"]))
     assert {(m, c) for m in (0, 1) for c in ("none", "gzip", "snappy", "lz4")} | \

@@ -23,7 +23,8 @@ from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
 
 def _segment(seed: int, batches: int, per_batch: int, disorder: int, interval: int = 4096):
     rng = np.random.default_rng(seed)
-    writer = SegmentWriter(RollPolicy(segment_bytes=2**30, segment_ms=10**15, index_interval_bytes=interval))
+    writer = SegmentWriter(RollPolicy(segment_bytes=2**30, segment_ms=10**15, index_interval_bytes=interval),
+                           min_timestamp=0)
     offset, stamps = 0, []
     for _ in range(batches):
         n = int(rng.integers(1, per_batch + 1))
@@ -45,8 +46,8 @@ def _groups(data: bytes, entries: int) -> list:
 @pytest.mark.parametrize("seed", range(6))
 def test_groups_hold_the_batches_between_time_index_entries(seed: int) -> None:
     seg, headers, _ = _segment(seed, batches=300, per_batch=8, disorder=[0, 5, 400][seed % 3])
-    times = TimeIndex.load(seg.timeindex, 0).index
-    data = batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers)
+    times = TimeIndex.load(seg.timeindex, 0, min_timestamp=0).index
+    data = batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers, min_timestamp=0)
     assert data is not None and len(data) % ENTRY_SIZE == 0
     groups = _groups(data, len(times))
     bounds = [-1, *(int(o) for o in times.relative_offsets), None]
@@ -65,8 +66,9 @@ def test_groups_hold_the_batches_between_time_index_entries(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_the_answering_batch_of_every_target_is_in_its_floor_entrys_group(seed: int) -> None:
     seg, headers, stamps = _segment(seed, batches=200, per_batch=6, disorder=[0, 50][seed % 2])
-    times = TimeIndex.load(seg.timeindex, 0).index
-    groups = _groups(batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers), len(times))
+    times = TimeIndex.load(seg.timeindex, 0, min_timestamp=0).index
+    groups = _groups(batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers,
+                                       min_timestamp=0), len(times))
     for target in np.unique(stamps):
         first = int(np.flatnonzero(stamps >= target)[0])  # brute force: the first record at or after target
         answer = int(np.searchsorted(headers.last_offset, first))
@@ -79,12 +81,12 @@ def test_the_answering_batch_of_every_target_is_in_its_floor_entrys_group(seed: 
 def test_not_written_where_kafkas_indexes_already_pin_each_batch() -> None:
     seg, headers, _ = _segment(1, batches=60, per_batch=200, disorder=0, interval=1024)  # batches > interval
     assert len(headers) <= PINNED_GROUP * (len(seg.timeindex) // 12 + 1)
-    assert batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers) is None
+    assert batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers, min_timestamp=0) is None
 
 
 def test_a_group_that_breaks_the_layout_is_refused() -> None:
     seg, headers, _ = _segment(2, batches=100, per_batch=8, disorder=0)
-    data = batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers)
+    data = batch_index_bytes(len(headers), seg.timeindex, 0, lambda: headers, min_timestamp=0)
     stride = stride_of(len(data), len(seg.timeindex) // 12)
     start, end = group_span(1, stride)
     group = bytearray(data[start:end])

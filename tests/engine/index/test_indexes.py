@@ -21,6 +21,7 @@ from engine.index.common import OffsetOverflowError
 from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
 from engine.index.time_index import TimeIndex
+from tests.golden import golden_text
 from tests.index_lookups import batch_for_offset, first_batch_at_or_after_timestamp, position_for_offset
 
 BROKER_DIR = "broker/timeindex_test-0"
@@ -42,13 +43,12 @@ class BrokerSegment:
     record_timestamps: np.ndarray
 
 
-def _read_golden(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _read_golden(log: Path) -> tuple[np.ndarray, np.ndarray]:
     offsets, stamps = [], []
-    with path.open() as f:
-        for line in f:
-            rec = json.loads(line)
-            offsets.append(rec["offset"])
-            stamps.append(rec["timestamp"])
+    for line in golden_text(log).splitlines():
+        rec = json.loads(line)
+        offsets.append(rec["offset"])
+        stamps.append(rec["timestamp"])
     return np.asarray(offsets, np.int64), np.asarray(stamps, np.int64)
 
 
@@ -62,12 +62,13 @@ def broker(kafka_fixtures: Path) -> dict[str, BrokerSegment]:
         headers = scan_batches(log.read_bytes(), log.name).headers
         index_bytes = (folder / f"{stem}.index").read_bytes()
         time_bytes = (folder / f"{stem}.timeindex").read_bytes()
-        offsets, stamps = _read_golden(folder / f"{stem}.log.golden.jsonl")
+        offsets, stamps = _read_golden(log)
         segments[stem] = BrokerSegment(
             name=str(log), base=base, headers=headers, index_bytes=index_bytes, time_bytes=time_bytes,
             index=OffsetIndex.load(index_bytes, base, f"{stem}.index").index,
-            timeindex=TimeIndex.load(time_bytes, base, f"{stem}.timeindex").index,
-            rebuilt=build_indexes(headers, base), record_offsets=offsets, record_timestamps=stamps)
+            timeindex=TimeIndex.load(time_bytes, base, f"{stem}.timeindex", min_timestamp=0).index,
+            rebuilt=build_indexes(headers, base,
+                                  min_timestamp=0), record_offsets=offsets, record_timestamps=stamps)
     return segments
 
 
@@ -113,7 +114,7 @@ def test_broker_folder_holds_the_expected_segments(kafka_fixtures: Path) -> None
 def test_broker_indexes_load_entirely_and_round_trip(broker: dict[str, BrokerSegment], stem: str) -> None:
     seg = broker[stem]
     offsets = OffsetIndex.load(seg.index_bytes, seg.base, f"{stem}.index")
-    times = TimeIndex.load(seg.time_bytes, seg.base, f"{stem}.timeindex")
+    times = TimeIndex.load(seg.time_bytes, seg.base, f"{stem}.timeindex", min_timestamp=0)
     assert offsets.problems == [] and times.problems == []
     assert offsets.valid_entries == offsets.file_entries == len(seg.index_bytes) // 8 > 200
     assert times.valid_entries == times.file_entries == len(seg.time_bytes) // 12 > 200
@@ -161,7 +162,8 @@ def test_check_indexes_accepts_broker_and_rebuilt_indexes(broker: dict[str, Brok
     seg = broker[stem]
     assert check_indexes(seg.headers, seg.index, seg.timeindex, seg.name) == []
     assert check_indexes(seg.headers, *seg.rebuilt, seg.name) == []
-    assert check_indexes(seg.headers, *build_indexes(seg.headers, seg.base, 1000), seg.name) == []
+    assert check_indexes(seg.headers, *build_indexes(seg.headers, seg.base, 1000,
+                                                     min_timestamp=0), seg.name) == []
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -232,7 +234,7 @@ def _with_offset_entry(index: OffsetIndex, i: int, position: int) -> OffsetIndex
 def _with_time_entry(index: TimeIndex, i: int, timestamp: int, offset: int) -> TimeIndex:
     stamps, rel = index.timestamps.copy(), index.relative_offsets.copy()
     stamps[i], rel[i] = timestamp, offset - index.base_offset
-    return TimeIndex(index.base_offset, stamps, rel)
+    return TimeIndex(index.base_offset, stamps, rel, 0)
 
 
 def test_check_indexes_reports_a_shifted_position(broker: dict[str, BrokerSegment]) -> None:
@@ -279,7 +281,7 @@ def test_check_indexes_reports_a_missing_final_time_entry(broker: dict[str, Brok
     seg = broker[STEMS[0]]
     times = seg.timeindex
     assert len(times) == len(seg.index) + 1  # the broker's final entry (spec 2.6) is the extra one
-    cut = TimeIndex(times.base_offset, times.timestamps[:-1], times.relative_offsets[:-1])
+    cut = TimeIndex(times.base_offset, times.timestamps[:-1], times.relative_offsets[:-1], 0)
     problems = check_indexes(seg.headers, seg.index, cut, seg.name)
     assert len(problems) == 1
     assert f"byte {len(cut) * 12}: final entry missing" in problems[0]
@@ -300,9 +302,9 @@ def test_check_indexes_reports_entries_beyond_a_truncated_log(broker: dict[str, 
 def test_check_indexes_reports_a_time_entry_below_an_earlier_batch() -> None:
     """(20, 2) is carried by batch 2, but batch 1 already reached 30: lookups for 25 would skip it."""
     h = make_headers([100] * 4, [0, 1, 2, 3], [0, 1, 2, 3], [10, 30, 20, 40])
-    offsets, good = build_indexes(h, 0, 0)
+    offsets, good = build_indexes(h, 0, 0, min_timestamp=0)
     assert list(zip(good.timestamps.tolist(), good.offsets.tolist(), strict=True)) == [(30, 1), (40, 3)]
-    bad = TimeIndex(0, np.array([20, 40], np.int64), np.array([2, 3], np.int32))
+    bad = TimeIndex(0, np.array([20, 40], np.int64), np.array([2, 3], np.int32), 0)
     problems = check_indexes(h, offsets, bad, "n.log")
     assert problems == ["n.timeindex: byte 0: entry 0 (20, 2): an earlier batch already has max timestamp 30 >= 20, "
                         "so timestamp lookups from 20 would skip it"]
@@ -312,9 +314,9 @@ def test_check_indexes_reports_a_time_entry_below_an_earlier_batch() -> None:
 
 def test_check_indexes_reports_in_memory_garbage() -> None:
     h = make_headers([100, 100, 100], [0, 1, 2], [0, 1, 2], [10, 20, 30])
-    offsets, times = build_indexes(h, 0, 50)
+    offsets, times = build_indexes(h, 0, 50, min_timestamp=0)
     assert check_indexes(h, offsets, times, "s.log") == []
-    zero_tail = TimeIndex(0, np.append(times.timestamps, 0), np.append(times.relative_offsets, 0))
+    zero_tail = TimeIndex(0, np.append(times.timestamps, 0), np.append(times.relative_offsets, 0), 0)
     problems = check_indexes(h, offsets, zero_tail, "s.log")
     assert len(times) == 2
     assert problems[0] == "s.timeindex: byte 24: entry 2: timestamp 0 does not increase over the previous entry's 30"
@@ -329,7 +331,7 @@ def test_zero_padded_time_index_keeps_only_its_valid_prefix(broker: dict[str, Br
     padded = seg.time_bytes + bytes(preallocated - len(seg.time_bytes))
     kafka_view = np.frombuffer(padded, dtype=[("t", ">i8"), ("o", ">i4")])
     assert (int(kafka_view[-1]["t"]), int(kafka_view[-1]["o"])) == (0, 0)  # what Kafka would trust
-    loaded = TimeIndex.load(padded, seg.base, "0.timeindex")
+    loaded = TimeIndex.load(padded, seg.base, "0.timeindex", min_timestamp=0)
     assert loaded.file_entries == 873_813
     assert loaded.valid_entries == len(seg.time_bytes) // 12
     assert loaded.index == seg.timeindex
@@ -359,7 +361,7 @@ def test_garbage_inside_an_index_ends_the_valid_prefix(broker: dict[str, BrokerS
         f"{int(seg.index.positions[9])}; it and the 238 entries after it are ignored (valid prefix: 10 of 249 entries)"]
     times = bytearray(seg.time_bytes)
     times[7 * 12:7 * 12 + 8] = seg.time_bytes[6 * 12:6 * 12 + 8]  # entry 7 repeats entry 6's timestamp
-    loaded_times = TimeIndex.load(bytes(times), seg.base, "x.timeindex")
+    loaded_times = TimeIndex.load(bytes(times), seg.base, "x.timeindex", min_timestamp=0)
     assert loaded_times.valid_entries == 7
     assert loaded_times.problems[0].startswith("x.timeindex: byte 84: entry 7: timestamp")
 
@@ -371,7 +373,7 @@ def test_index_length_not_a_multiple_of_the_entry_size(broker: dict[str, BrokerS
     assert offsets.index == seg.index and offsets.valid_entries == offsets.file_entries
     assert offsets.problems == [f"y.index: byte {len(seg.index_bytes)}: file length {len(seg.index_bytes) + extra} "
                                 f"is not a multiple of the 8-byte entry size; {extra} trailing bytes ignored"]
-    times = TimeIndex.load(seg.time_bytes + b"\x01" * (extra + 4), seg.base, "y.timeindex")
+    times = TimeIndex.load(seg.time_bytes + b"\x01" * (extra + 4), seg.base, "y.timeindex", min_timestamp=0)
     assert times.index == seg.timeindex
     assert len(times.problems) == 1 and "12-byte entry size" in times.problems[0]
 
@@ -384,15 +386,15 @@ def test_load_rejects_invalid_first_entries() -> None:
     negative_rel = OffsetIndex.load((-1).to_bytes(4, "big", signed=True) + (5).to_bytes(4, "big"), 0)
     assert negative_rel.valid_entries == 0 and "negative" in negative_rel.problems[0]
     negative_ts = (-5).to_bytes(8, "big", signed=True) + (3).to_bytes(4, "big")
-    assert TimeIndex.load(negative_ts, 0).valid_entries == 0
+    assert TimeIndex.load(negative_ts, 0, min_timestamp=0).valid_entries == 0
     kip228 = TimeIndex.load(negative_ts, 0, min_timestamp=-1000)  # opt-in negative timestamps
     assert kip228.ok and kip228.index.entry(0) == (-5, 3)
     assert kip228.index.lookup(-6) == (-1001, 0)  # the "no entry" sentinel sits below the minimum
     decreasing = (10).to_bytes(8, "big") + (5).to_bytes(4, "big") + (11).to_bytes(8, "big") + (4).to_bytes(4, "big")
-    loaded = TimeIndex.load(decreasing, 0)
+    loaded = TimeIndex.load(decreasing, 0, min_timestamp=0)
     assert loaded.valid_entries == 1 and "relative offset 4 is below" in loaded.problems[0]
     assert OffsetIndex.load(b"", 7).index.last_entry() == (7, 0)
-    assert TimeIndex.load(b"", 7).index.last_entry() == (-1, 7)
+    assert TimeIndex.load(b"", 7, min_timestamp=0).index.last_entry() == (-1, 7)
 
 
 # ---------------------------------------------------------------- lookups and truncation of index objects
@@ -403,11 +405,11 @@ def test_index_lookups_follow_kafka_floor_rules() -> None:
     assert [offsets.lookup(t) for t in (5, 100, 109, 110, 119, 120, 10**12)] == [
         (100, 0), (100, 0), (100, 0), (110, 1000), (110, 1000), (120, 2000), (130, 3000)]
     assert offsets.last_entry() == (130, 3000)
-    times = TimeIndex(100, np.array([50, 60, 70], np.int64), np.array([10, 20, 20], np.int32))
+    times = TimeIndex(100, np.array([50, 60, 70], np.int64), np.array([10, 20, 20], np.int32), 0)
     assert [times.lookup(t) for t in (-5, 49, 50, 65, 70, 2**70)] == [
         (-1, 100), (-1, 100), (50, 110), (60, 120), (70, 120), (70, 120)]
     assert OffsetIndex.empty(9).lookup(50) == (9, 0)
-    assert TimeIndex.empty(9).lookup(50) == (-1, 9)
+    assert TimeIndex.empty(9, 0).lookup(50) == (-1, 9)
 
 
 def test_truncate_to_drops_entries_at_or_after_the_offset() -> None:
@@ -418,7 +420,7 @@ def test_truncate_to_drops_entries_at_or_after_the_offset() -> None:
     assert offsets.truncate_to(111).positions.tolist() == [1000]
     assert len(offsets.truncate_to(100)) == len(offsets.truncate_to(3)) == 0
     assert offsets.truncate_to(131) == offsets == offsets.truncate_to(2**40)
-    times = TimeIndex(100, np.array([50, 60, 70], np.int64), np.array([10, 20, 20], np.int32))
+    times = TimeIndex(100, np.array([50, 60, 70], np.int64), np.array([10, 20, 20], np.int32), 0)
     assert times.truncate_to(120).timestamps.tolist() == [50]
     assert times.truncate_to(121) == times
     assert times.truncate_to(110).last_entry() == (-1, 100)
@@ -433,7 +435,7 @@ def test_truncating_broker_indexes_with_the_log(broker: dict[str, BrokerSegment]
         target = int(h.base_offset[row])  # batch-aligned, as replication truncates
         kept = h.take(slice(0, row))
         offsets, times = seg.index.truncate_to(target), seg.timeindex.truncate_to(target)
-        assert offsets == build_indexes(kept, seg.base)[0]
+        assert offsets == build_indexes(kept, seg.base, min_timestamp=0)[0]
         assert check_indexes(kept, offsets, times, seg.name, active=True) == []
         # the recomputed segment max (spec 6 step 9) reaches the index only at roll/close (spec 2.6)
         behind = len(kept) > 0 and int(kept.max_timestamp.max()) > times.last_entry()[0]
@@ -460,7 +462,7 @@ def test_segment_indexer_hand_computed_scenario() -> None:
         (675, 10, 36, 1300, 36),  # entry (36, 675); time max 1300 not > 1300: no time entry
         (685, 300, 40, 1400, 38),  # new max (1400, 38), no entry
     ]
-    indexer = SegmentIndexer(0, index_interval_bytes=100)
+    indexer = SegmentIndexer(0, index_interval_bytes=100, min_timestamp=0)
     assert indexer.max_timestamp == -1 and indexer.offset_of_max_timestamp == -1
     for append in appends:
         indexer.append(*append)
@@ -477,13 +479,13 @@ def test_segment_indexer_hand_computed_scenario() -> None:
 
 
 def test_segment_indexer_without_timestamps_and_index_full() -> None:
-    v0 = SegmentIndexer(10, index_interval_bytes=0)
+    v0 = SegmentIndexer(10, index_interval_bytes=0, min_timestamp=0)
     for i in range(4):
         v0.append(i * 50, 50, 10 + i, -1, 10 + i)
     offsets, times = v0.close()
     assert offsets.offsets.tolist() == [11, 12, 13] and len(times) == 0  # v0 never gets time entries
     assert v0.is_full(24) and not v0.is_full(32)  # 24 bytes hold 3 offset entries
-    timed = SegmentIndexer(0, index_interval_bytes=0)
+    timed = SegmentIndexer(0, index_interval_bytes=0, min_timestamp=0)
     timed.append(0, 50, 0, 5, 0)
     assert not timed.is_full(24)
     timed.append(50, 50, 1, 6, 1)
@@ -491,7 +493,7 @@ def test_segment_indexer_without_timestamps_and_index_full() -> None:
 
 
 def test_segment_indexer_rejects_what_kafka_rejects() -> None:
-    indexer = SegmentIndexer(1000)
+    indexer = SegmentIndexer(1000, min_timestamp=0)
     with pytest.raises(OffsetOverflowError):
         indexer.append(0, 100, 999, 5, 999)
     with pytest.raises(OffsetOverflowError):
@@ -502,11 +504,11 @@ def test_segment_indexer_rejects_what_kafka_rejects() -> None:
     with pytest.raises(ValueError, match="does not increase"):
         indexer.append(100, 100, 1005, 5, 1005)
     with pytest.raises(OffsetOverflowError):
-        build_indexes(make_headers([100], [0], [0], [1]), 1)
+        build_indexes(make_headers([100], [0], [0], [1]), 1, min_timestamp=0)
     gap = make_headers([100, 100], [0, 1], [0, 1], [1, 2])
     gap.position[1] += 5
     with pytest.raises(ValueError, match="back to back"):
-        build_indexes(gap, 0)
+        build_indexes(gap, 0, min_timestamp=0)
 
 
 # ---------------------------------------------------------------- properties
@@ -531,7 +533,7 @@ def segments(draw: st.DrawFn) -> tuple[BatchHeaders, int, int, list[bool]]:
 
 
 def index_per_batch(h: BatchHeaders, base: int, interval: int) -> tuple[OffsetIndex, TimeIndex]:
-    indexer = SegmentIndexer(base, interval)
+    indexer = SegmentIndexer(base, interval, min_timestamp=0)
     for p, s, last, ts in zip(h.position.tolist(), h.size.tolist(), h.last_offset.tolist(),
                               h.max_timestamp.tolist(), strict=True):
         indexer.append(p, s, last, ts, last)
@@ -541,7 +543,7 @@ def index_per_batch(h: BatchHeaders, base: int, interval: int) -> tuple[OffsetIn
 def index_per_chunk(h: BatchHeaders, base: int, interval: int, starts: list[bool]) -> tuple[OffsetIndex, TimeIndex]:
     """Multi-batch appends (follower path): shallow offset = last offset of the first batch with the max."""
     cuts = [i for i, s in enumerate(starts) if s or i == 0] + [len(h)]
-    indexer = SegmentIndexer(base, interval)
+    indexer = SegmentIndexer(base, interval, min_timestamp=0)
     for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
         ts = h.max_timestamp[lo:hi]
         first_max = lo + int(np.argmax(ts))
@@ -562,7 +564,7 @@ def assert_lookups_are_brute_force(h: BatchHeaders, offsets: OffsetIndex, times:
 
 def assert_invariants(offsets: OffsetIndex, times: TimeIndex) -> None:
     reload_offsets = OffsetIndex.load(offsets.to_bytes(), offsets.base_offset)
-    reload_times = TimeIndex.load(times.to_bytes(), times.base_offset)
+    reload_times = TimeIndex.load(times.to_bytes(), times.base_offset, min_timestamp=0)
     assert reload_offsets.ok and reload_offsets.index == offsets
     assert reload_times.ok and reload_times.index == times
 
@@ -571,7 +573,7 @@ def assert_invariants(offsets: OffsetIndex, times: TimeIndex) -> None:
 @given(segments())
 def test_per_batch_appends_build_the_recovery_indexes(segment: tuple[BatchHeaders, int, int, list[bool]]) -> None:
     h, base, interval, _ = segment
-    rebuilt = build_indexes(h, base, interval)
+    rebuilt = build_indexes(h, base, interval, min_timestamp=0)
     live = index_per_batch(h, base, interval)
     assert live[0] == rebuilt[0] and live[1] == rebuilt[1]
     assert_invariants(*rebuilt)
@@ -600,7 +602,8 @@ def test_truncated_indexes_stay_consistent(segment: tuple[BatchHeaders, int, int
     row = data.draw(st.integers(0, len(h)))
     target = int(h.base_offset[row]) if row < len(h) else (int(h.last_offset[-1]) + 1 if len(h) else base)
     kept = h.take(slice(0, row))
-    for offsets, times in (build_indexes(h, base, interval), index_per_chunk(h, base, interval, starts)):
+    for offsets, times in (build_indexes(h, base, interval,
+                                         min_timestamp=0), index_per_chunk(h, base, interval, starts)):
         cut_offsets, cut_times = offsets.truncate_to(target), times.truncate_to(target)
         assert np.all(cut_offsets.offsets < target) and np.all(cut_times.offsets < target)
         assert len(cut_offsets) == int(np.sum(offsets.offsets < target))

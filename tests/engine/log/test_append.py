@@ -413,10 +413,11 @@ def test_appending_in_arbitrary_calls_keeps_records_and_valid_indexes(rows, data
     assert [r for log in logs for r in read_with_kafka_python(log)[0]] == _read_all(whole)[0]
     for base, log, index, timeindex, *_ in closed:
         headers = scan_batches(log).headers
-        assert check_indexes(headers, OffsetIndex.load(index, base).index, TimeIndex.load(timeindex, base).index,
+        assert check_indexes(headers, OffsetIndex.load(index, base).index, TimeIndex.load(timeindex, base, min_timestamp=0).index,
                              "seg") == []
     assert check_indexes(scan_batches(active[1]).headers, OffsetIndex.load(active[2], active[0]).index,
-                         TimeIndex.load(active[3], active[0]).index, "active", active=True) == []
+                         TimeIndex.load(active[3], active[0],
+                                        min_timestamp=0).index, "active", active=True) == []
 
 
 def test_active_segment_state_round_trips() -> None:
@@ -453,11 +454,11 @@ def test_segment_facts_come_from_the_encoder_and_equal_a_decode_of_the_bytes(row
     cut = data.draw(st.integers(0, len(rows)))
     first = append_records(table.slice(0, cut), config, log_end_offset=1000, now_ms=NOW, segment_key="t-0")
     act = first.active
-    resumed = summarize_segment(b"".join(act.pieces), act.base_offset, "active", floor)
+    resumed = summarize_segment(b"".join(act.pieces), act.base_offset, "active", min_timestamp=floor)
     second = append_records(table.slice(cut), config, log_end_offset=first.log_end_offset, now_ms=NOW + 1,
                             resume=act.state, resume_log=b"".join(act.pieces), resume_summary=resumed, segment_key="t-0")
     for result in (first, second):
         segments = [(s.base_offset, s.log) for s in result.closed] + [(result.active.base_offset, b"".join(result.active.pieces))]
         assert len(result.summaries) == len(segments)
         for (base, log), summary in zip(segments, result.summaries, strict=True):
-            assert summary == summarize_segment(log, base, "segment", floor), base
+            assert summary == summarize_segment(log, base, "segment", min_timestamp=floor), base

@@ -1,5 +1,5 @@
 """The files a broker keeps beside its segments: checked against a Kafka 3.4 broker's own files
-(`../shared/fixtures/kafka/broker/timeindex_test-0/`) and against Kafka's rules written out by hand."""
+(`tests/fixtures/kafka/broker/timeindex_test-0/`) and against Kafka's rules written out by hand."""
 
 from __future__ import annotations
 

@@ -81,7 +81,8 @@ def _encode(spec: dict, base_offset: int, keep: int | None = None, last_offset_d
 def _segment(codec: int) -> tuple[bytes, list[dict], list[int], OffsetIndex, TimeIndex]:
     """(log, specs, batch base offsets, live indexes) of a segment written one batch per append."""
     specs = _batch_specs(codec)
-    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=120), next_offset=BASE)
+    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=120), next_offset=BASE,
+                           min_timestamp=0)
     bases, offset = [], BASE
     for spec in specs:
         data = _encode(spec, offset)
@@ -114,7 +115,8 @@ def test_truncation_at_every_offset_keeps_everything_below_target(codec: int) ->
     assert len(offset_index) > 2 and len(time_index) > 1
     modes = []
     for target in range(BASE, next_offset + 1):
-        result = truncate_segment(log, BASE, target, offset_index=offset_index, time_index=time_index)
+        result = truncate_segment(log, BASE, target, offset_index=offset_index, time_index=time_index,
+                                  min_timestamp=0)
         modes.append(result.mode)
         # independent truth: the records below target, read back identically by kafka-python
         kept, batches = read_with_kafka_python(result.log)
@@ -157,7 +159,7 @@ def test_truncation_at_every_offset_keeps_everything_below_target(codec: int) ->
 
 def test_truncation_without_indexes_rebuilds_them() -> None:
     log, _, bases, _, _ = _segment(compression.ZSTD)
-    result = truncate_segment(log, BASE, bases[6] + 2, index_interval_bytes=100)
+    result = truncate_segment(log, BASE, bases[6] + 2, index_interval_bytes=100, min_timestamp=0)
     assert result.mode == KLAKE_REWRITE and len(result.offset_index) > 0
     assert check_indexes(scan_batches(result.log).headers, result.offset_index, result.time_index, "t",
                          active=True) == []
@@ -184,7 +186,7 @@ def test_legacy_batches_keep_kafkas_whole_batch_rule() -> None:
     wrappers = {0: range(0, 3), 5: range(5, 8), 8: range(8, 10)}
     modes = []
     for target in range(0, 14):
-        result = truncate_segment(log, 0, target, index_interval_bytes=50)
+        result = truncate_segment(log, 0, target, index_interval_bytes=50, min_timestamp=0)
         modes.append(result.mode)
         kept, _ = read_with_kafka_python(result.log)
         holder = next((r for r in wrappers.values() if r.start < target <= r[-1]), None)
@@ -208,7 +210,7 @@ def test_kip228_rewrite_keeps_a_negative_max_timestamp() -> None:
     result = truncate_segment(data, 0, 2, min_timestamp=-(2**63) + 1)
     _, batches = read_with_kafka_python(result.log)
     assert batches[0].max_timestamp == -20 and result.max_timestamp == -20
-    kafka = truncate_segment(data, 0, 2)
+    kafka = truncate_segment(data, 0, 2, min_timestamp=0)
     assert read_with_kafka_python(kafka.log)[1][0].max_timestamp == -1 and kafka.max_timestamp == -1
 
 
@@ -219,7 +221,8 @@ def test_truncated_segment_resumes_appends() -> None:
                                          "timestamp": list(range(now - 600, now, 10))})
     first = append_records(table, config, log_end_offset=0, now_ms=now)
     active = first.active
-    cut = truncate_segment(b"".join(active.pieces), 0, 37, offset_index=active.offset_index, time_index=active.time_index)
+    cut = truncate_segment(b"".join(active.pieces), 0, 37, offset_index=active.offset_index, time_index=active.time_index,
+                           min_timestamp=0)
     state = cut.state(active.state.created_ms, active.state.jitter_ms, now_ms=now + 5)
     assert state.bytes_since_last_index_entry == 0 and state.next_offset == 37 and state.created_ms == now
     assert state.rolling_base_timestamp == read_with_kafka_python(cut.log)[1][0].max_timestamp
@@ -228,7 +231,8 @@ def test_truncated_segment_resumes_appends() -> None:
     assert [r[0] for r in records] == list(range(60)) and records == read_with_kafka_python(b"".join(active.pieces))[0]
     assert check_indexes(scan_batches(b"".join(again.active.pieces)).headers, again.active.offset_index,
                          again.active.time_index, "t", active=True) == []
-    emptied = truncate_segment(b"".join(active.pieces), 0, 0, offset_index=active.offset_index, time_index=active.time_index)
+    emptied = truncate_segment(b"".join(active.pieces), 0, 0, offset_index=active.offset_index, time_index=active.time_index,
+                               min_timestamp=0)
     empty_state = emptied.state(1, 0, now_ms=now + 5)
     assert emptied.log == b"" and empty_state.created_ms == now + 5 and empty_state.rolling_base_timestamp == -1
     assert (emptied.max_timestamp, emptied.offset_of_max_timestamp) == (-1, 0)
@@ -236,7 +240,7 @@ def test_truncated_segment_resumes_appends() -> None:
 
 def test_target_below_the_segment_is_an_error() -> None:
     with pytest.raises(ValueError, match="below the segment base"):
-        truncate_segment(b"", 10, 9)
+        truncate_segment(b"", 10, 9, min_timestamp=0)
 
 
 def test_plan_truncation_examples() -> None:

@@ -30,6 +30,7 @@ from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
 from layouts.store import delete_object, filesystem, list_objects, object_info, read_bytes
 from tests.catalog_rows import offset_bounds
+from tests.golden import golden_text
 
 BROKER_PARTITIONS = ("_confluent-command-0", "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0",
                      "docker-connect-status-0", "timeindex_test-0")
@@ -75,8 +76,7 @@ def kafka_python_batches(data: bytes) -> list:
 
 @cache
 def expected_segment(log_path: Path) -> Expected:
-    golden_path = log_path.with_name(log_path.name + ".golden.jsonl")
-    golden = [json.loads(line) for line in golden_path.read_text().splitlines()]
+    golden = [json.loads(line) for line in golden_text(log_path).splitlines()]
     data = log_path.read_bytes()
     batches = kafka_python_batches(data)
     largest = max(r["timestamp"] for r in golden)
@@ -346,7 +346,7 @@ def test_segments_command_lists_live_segments_pruned_by_time(backend, broker_src
     assert FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"] not in out
     golden = {}
     for base in TIMEINDEX_BASES:
-        lines = (kafka_fixtures / "broker" / "timeindex_test-0" / f"{base:020d}.log.golden.jsonl").read_text()
+        lines = golden_text(kafka_fixtures / "broker" / "timeindex_test-0" / f"{base:020d}.log")
         golden[base] = [json.loads(line)["timestamp"] for line in lines.splitlines()]
     frm, to = 1753819150000, 1753819200000
     code, out = run_klake(capsys, "segments", "--catalog", backend.uri("catalog"), "--topic", "timeindex_test",

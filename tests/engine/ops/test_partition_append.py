@@ -42,7 +42,7 @@ def _log(catalog: Catalog, backend: Backend, tp: TopicPartition = TP) -> tuple[l
         headers = scan_batches(data, row.log_key).headers
         check = check_sidecars(headers, row.base_offset, read_bytes(row.index_key, backend.options),
                                read_bytes(row.timeindex_key, backend.options), row.log_key,
-                               active=row.state == "ACTIVE")
+                               active=row.state == "ACTIVE", min_timestamp=0)
         assert check.problems == []
         table = decode_records(data, headers, row.log_key).to_arrow(headers)
         records += list(zip(table["offset"].to_pylist(), table["timestamp"].to_pylist(),
@@ -109,7 +109,7 @@ def test_lookups_over_appended_data_equal_brute_force(backend: Backend) -> None:
     for target in [int(ts.min()) - 1, *ts[::17].tolist(), int(ts.max()), int(ts.max()) + 1]:
         hits = np.flatnonzero(ts >= target)
         expected = (int(hits[0]), int(ts[hits[0]])) if hits.size else (-1, -1)
-        answer = list_offsets(segments, target)
+        answer = list_offsets(segments, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected
 
 
@@ -131,7 +131,8 @@ def test_an_append_never_decodes_what_it_wrote_and_its_rows_equal_a_decode(backe
     assert len(rows) > 3
     floor = min_timestamp(CONFIG)
     for row in rows:
-        truth = summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset, row.log_key, floor)
+        truth = summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset, row.log_key,
+                                  min_timestamp=floor)
         assert row_summary(row) == truth
 
 
@@ -163,4 +164,4 @@ def test_a_streamed_append_keeps_records_offsets_and_rejects_of_one_append(backe
     floor = min_timestamp(config)
     for row in streamed.live_segments(TP.topic, TP.partition):
         assert row_summary(row) == summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset,
-                                                     row.log_key, floor)
+                                                     row.log_key, min_timestamp=floor)

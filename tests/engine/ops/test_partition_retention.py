@@ -25,7 +25,7 @@ TP = TopicPartition("events", 0)
 
 def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
     """One segment per day (segment.ms = 1 day), 24 hourly batches each, registered in the catalog."""
-    writer = SegmentWriter(RollPolicy(segment_ms=DAY - 1))
+    writer = SegmentWriter(RollPolicy(segment_ms=DAY - 1), min_timestamp=0)
     for hour in range(days * 24):
         ts = T0 + hour * 3_600_000
         data = encode_batch([b"k%d" % hour], [b"v"], [ts], base_offset=hour)
@@ -38,7 +38,8 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
         write_segment(keys, seg.log, seg.index, seg.timeindex, backend.options)
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT,
-                                summarize_segment(seg.log, seg.base_offset), state, "build", created_at_ms=T0,
+                                summarize_segment(seg.log, seg.base_offset,
+                                                  min_timestamp=0), state, "build", created_at_ms=T0,
                                 index_size_bytes=len(seg.index), timeindex_size_bytes=len(seg.timeindex)))
     add_segments(catalog, rows)
     return rows

@@ -77,12 +77,12 @@ def test_delete_records_raises_the_log_start_and_retires_segments_below(appended
     assert rows[0].base_offset == holder.base_offset and partition_log_start_offset(rows) == 101
     assert outcome.records_removed == sum(r.record_count for r in before if r.base_offset < holder.base_offset)
     segments = partition_segments(catalog, TP.topic, TP.partition, backend.options)
-    assert list_offsets(segments, EARLIEST, partition_log_start_offset(rows)).offset == 101
+    assert list_offsets(segments, EARLIEST, partition_log_start_offset(rows), min_timestamp=0).offset == 101
     ts = np.asarray(records["timestamp"].to_pylist())
     for target in ts[::13].tolist():
         hits = [i for i in range(101, 200) if ts[i] >= target]
         expected = (hits[0], int(ts[hits[0]])) if hits else (-1, -1)
-        answer = list_offsets(segments, target, partition_log_start_offset(rows))
+        answer = list_offsets(segments, target, partition_log_start_offset(rows), min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected
     again = delete_records(catalog, backend.uri("root"), TP, 50, NOW, backend.options)
     assert again.noop and partition_log_start_offset(catalog.live_segments(TP.topic, TP.partition)) == 101

@@ -34,7 +34,8 @@ CONFIG = TopicConfig.from_mapping({"index.interval.bytes": 200})
 
 def _segments(n_segments: int = 6):
     """`n_segments` segments of 8 batches x 4 records (rolled by time), indexes every ~200 bytes."""
-    writer = SegmentWriter(RollPolicy(segment_ms=BATCHES_PER_SEGMENT * 1000 - 1, index_interval_bytes=200))
+    writer = SegmentWriter(RollPolicy(segment_ms=BATCHES_PER_SEGMENT * 1000 - 1, index_interval_bytes=200),
+                           min_timestamp=0)
     offset = 0
     for b in range(n_segments * BATCHES_PER_SEGMENT):
         ts = [T0 + b * 1000 + i for i in range(4)]
@@ -53,7 +54,8 @@ def _build(backend: Backend, catalog: Catalog, n_segments: int = 6) -> list[Segm
         keys = object_segment_keys(backend.uri("root"), TP, seg.base_offset, segment_id)
         write_segment(keys, seg.log, seg.index, seg.timeindex, backend.options)
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
-        rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset),
+        rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset,
+                                                                                       min_timestamp=0),
                                 state, "build", created_at_ms=T0,
                                 index_size_bytes=len(seg.index), timeindex_size_bytes=len(seg.timeindex)))
     add_segments(catalog, rows)
@@ -244,7 +246,8 @@ def test_a_kafka_layout_row_keeps_its_log_and_missing_objects_are_left_for_the_o
     for i, (stem, seg) in enumerate(zip(broker, segments, strict=True)):
         keys = SegmentKeys(f"{stem}.log", f"{stem}.index", f"{stem}.timeindex")  # no .timeindex copied
         state = SegmentState.ACTIVE if i else SegmentState.ROLLED
-        rows.append(segment_row(TP, f"imported{i}", keys, Layout.KAFKA, summarize_segment(seg.log, seg.base_offset),
+        rows.append(segment_row(TP, f"imported{i}", keys, Layout.KAFKA, summarize_segment(seg.log, seg.base_offset,
+                                                                                          min_timestamp=0),
                                 state, "import", created_at_ms=T0,
                                 index_size_bytes=len(seg.index), timeindex_size_bytes=None))
     add_segments(catalog, rows)
@@ -308,7 +311,7 @@ def test_a_sidecar_of_another_size_than_its_row_says_is_reported_and_rebuilt_wit
     for i, seg in enumerate(_segments(3)):
         state = SegmentState.ACTIVE if i == 2 else SegmentState.ROLLED
         rows.append(store_segment_version(root, TP, seg.base_offset, seg.log, seg.index, seg.timeindex, state,
-                                          "build", T0, backend.options))
+                                          "build", T0, backend.options, min_timestamp=0))
     assert rows[0].timeindex_size_bytes == (size := len(read_bytes(rows[0].timeindex_key, backend.options)))
     rows[0] = replace(rows[0], timeindex_size_bytes=size + 12)
     rows[1] = replace(rows[1], index_size_bytes=None, timeindex_size_bytes=None)

@@ -16,7 +16,7 @@ from engine.format.builder import encode_batch
 from engine.format.records import decode_records
 from engine.log.lookup import list_offsets
 from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
-from engine.log.topic_config import TopicConfig
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
@@ -54,10 +54,11 @@ def test_catalog_lookups_equal_golden_with_bounded_requests(catalogued) -> None:
     assert [s.row for s in partition_segments(catalog, "timeindex_test", 0, backend.options)] == \
         (rows := catalog.live_segments("timeindex_test", 0))
     for expected in golden if backend.name == "local" else golden[::5]:  # moto answers slowly
-        segments = [StoredSegment(row, backend.options) for row in rows]  # cold: nothing cached
+        segments = [StoredSegment(row, backend.options,
+                                  min_timestamp=0) for row in rows]  # cold: nothing cached
         with metered() as meter:
             requests = meter.requests
-            answer = list_offsets(segments, expected["target"])
+            answer = list_offsets(segments, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
         if expected["target"] in (-1, -2):
             assert sum(requests.values()) == 0
@@ -70,9 +71,9 @@ def test_small_read_window_still_finds_records_across_chunks(catalogued) -> None
     rows = catalog.live_segments("timeindex_test", 0)
     golden = [json.loads(line) for line in
               (KAFKA_FIXTURES / "broker" / f"{PARTITION}.lookups.golden.jsonl").read_text().splitlines()]
-    segments = [StoredSegment(row, backend.options, read_window=100) for row in rows]
+    segments = [StoredSegment(row, backend.options, read_window=100, min_timestamp=0) for row in rows]
     for expected in golden[::7] if backend.name == "local" else golden[::31]:
-        answer = list_offsets(segments, expected["target"])
+        answer = list_offsets(segments, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
 
 
@@ -91,12 +92,12 @@ def test_lookup_windows_read_little_and_a_task_reads_each_range_once(catalogued)
     for expected in golden if backend.name == "local" else golden[::5]:
         cold = [stored_segment(row, backend.options, config) for row in rows]
         with metered() as meter:
-            answer = list_offsets(cold, expected["target"])
+            answer = list_offsets(cold, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
         assert meter.requests["GET"] <= 3 and meter.bytes["read"] <= sidecars + window, (expected, meter)
-        list_offsets(warm, expected["target"])
+        list_offsets(warm, expected["target"], min_timestamp=0)
         with metered() as again:
-            assert list_offsets(warm, expected["target"]) == answer
+            assert list_offsets(warm, expected["target"], min_timestamp=0) == answer
         assert again.requests["GET"] == 0, expected
 
 
@@ -105,7 +106,7 @@ def _paged_partition(backend: Backend, tail: dict[str, bytes] | None = None) -> 
     appends bytes to a sidecar ("index" / "timeindex") as a broken upload would leave it."""
     rng = np.random.default_rng(7)
     stamps = 1_000_000 + np.sort(rng.integers(0, 10**7, 3000)) + rng.integers(-500, 500, 3000)
-    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=1))
+    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=1), min_timestamp=0)
     for offset, ts in enumerate(stamps.tolist()):
         data = encode_batch([b"k"], [b"v" * 50], [ts], base_offset=offset)
         writer.append(Append(data, offset, offset, ts, offset), now_ms=0)
@@ -114,7 +115,7 @@ def _paged_partition(backend: Backend, tail: dict[str, bytes] | None = None) -> 
     tail = tail or {}
     row = store_segment_version(backend.uri("paged"), TopicPartition("t", 0), 0, seg.log,
                                 seg.index + tail.get("index", b""), seg.timeindex + tail.get("timeindex", b""),
-                                SegmentState.ROLLED, "test", 0, backend.options)
+                                SegmentState.ROLLED, "test", 0, backend.options, min_timestamp=0)
     return [row], stamps
 
 
@@ -136,14 +137,15 @@ def test_paged_sidecars_answer_as_brute_force_and_fall_back_whole_when_damaged(b
         expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
         cold = [stored_segment(rows[0], backend.options)]
         with metered() as meter:
-            answer = list_offsets(cold, target)
+            answer = list_offsets(cold, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected, (damage, target)
-        assert astuple(list_offsets(task, target))[:2] == expected, (damage, target)
+        assert astuple(list_offsets(task, target, min_timestamp=0))[:2] == expected, (damage, target)
         if damage == "none":
             assert meter.bytes["read"] < sidecars / 2, (target, meter.bytes)
     assert bool(task[0].index_problems) == (damage != "none"), task[0].index_problems
     top = int(np.argmax(stamps))
-    assert (list_offsets(task, -3).offset, list_offsets(task, -3).timestamp) == (top, int(stamps[top]))
+    top_answer = list_offsets(task, -3, min_timestamp=0)
+    assert (top_answer.offset, top_answer.timestamp) == (top, int(stamps[top]))
 
 
 def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Backend) -> None:
@@ -151,7 +153,7 @@ def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Ba
     read on from there)."""
     rows, stamps = _paged_partition(backend)
     first = scan_batches(read_bytes(rows[0].log_key, backend.options, 0, 4096), strict=False).headers
-    segment = StoredSegment(rows[0], backend.options, read_window=int(first.size[0]) * 3)
+    segment = StoredSegment(rows[0], backend.options, read_window=int(first.size[0]) * 3, min_timestamp=0)
     assert sum(len(headers) for _, headers in segment.chunks_from(0)) == rows[0].batch_count == len(stamps)
 
 
@@ -177,7 +179,7 @@ def test_rows_carry_the_sidecar_sizes_so_a_cold_lookup_gets_the_searched_pages_d
             hits = np.flatnonzero(stamps >= target) if target >= 0 else [int(np.argmax(stamps))]
             expected = (int(hits[0]), int(stamps[hits[0]])) if len(hits) else (-1, -1)
             with metered() as meter:
-                answer = list_offsets([stored_segment(variant, backend.options)], target)
+                answer = list_offsets([stored_segment(variant, backend.options)], target, min_timestamp=0)
             assert (answer.offset, answer.timestamp) == expected, (name, target)
             if name == "sizes":
                 assert meter.requests["GET"] <= 3 and sum(meter.requests.values()) == meter.requests["GET"], \
@@ -202,8 +204,8 @@ def test_decoded_chunks_check_every_crc_and_name_the_absolute_byte(backend: Back
     if broken is not None:
         log = _crc_flipped(log, int(truth.position[broken]))
     row = store_segment_version(backend.uri("crcs"), TopicPartition("t", 0), 0, log, b"", b"",
-                                SegmentState.ROLLED, "test", 0, backend.options)
-    segment = StoredSegment(row, backend.options, read_window=int(truth.size[0]) * 3 + 10)
+                                SegmentState.ROLLED, "test", 0, backend.options, min_timestamp=0)
+    segment = StoredSegment(row, backend.options, read_window=int(truth.size[0]) * 3 + 10, min_timestamp=0)
     pick = lambda h: np.arange(0, len(h), step)  # noqa: E731
     if broken is None:
         offsets = np.concatenate([r.offset for r, _, _ in segment.decoded_from(0, pick)])
@@ -223,7 +225,7 @@ def _small_batch_partition(backend: Backend) -> tuple[list, np.ndarray]:
     rng = np.random.default_rng(11)
     count = 6000
     stamps = 1_000_000 + np.sort(rng.integers(0, 10**7, count)) + rng.integers(-3_000, 3_000, count)
-    writer = SegmentWriter(RollPolicy(segment_bytes=128 * 1024, segment_ms=10**15))
+    writer = SegmentWriter(RollPolicy(segment_bytes=128 * 1024, segment_ms=10**15), min_timestamp=0)
     first = 0
     while first < count:
         ts = stamps[first:first + int(rng.integers(1, 7))]
@@ -233,7 +235,7 @@ def _small_batch_partition(backend: Backend) -> tuple[list, np.ndarray]:
         first = last + 1
     closed = [*writer.closed, writer.active.close(None)]
     rows = [store_segment_version(backend.uri("small"), TopicPartition("t", 0), seg.base_offset, seg.log, seg.index,
-                                  seg.timeindex, SegmentState.ROLLED, "test", 0, backend.options) for seg in closed]
+                                  seg.timeindex, SegmentState.ROLLED, "test", 0, backend.options, min_timestamp=0) for seg in closed]
     return rows, stamps
 
 
@@ -252,9 +254,9 @@ def test_a_batch_index_leads_a_cold_lookup_to_the_answering_batch_alone(backend:
         expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
         cold = [stored_segment(row, backend.options) for row in rows]
         with metered() as meter:
-            answer = list_offsets(cold, target)
+            answer = list_offsets(cold, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected, target
-        assert astuple(list_offsets(task, target))[:2] == expected, target
+        assert astuple(list_offsets(task, target, min_timestamp=0))[:2] == expected, target
         if not hits.size:
             continue
         row = next(r for r in rows if r.base_offset <= expected[0] < r.next_offset)
@@ -283,5 +285,31 @@ def test_a_batch_index_that_places_batches_wrongly_is_set_aside_and_answers_stay
     task = [stored_segment(row, backend.options) for row in rows]
     for target in rng.choice(stamps, 30 if backend.name == "local" else 6).tolist():
         hits = np.flatnonzero(stamps >= target)
-        assert astuple(list_offsets(task, target))[:2] == (int(hits[0]), int(stamps[hits[0]])), target
+        answer = list_offsets(task, target, min_timestamp=0)
+        assert astuple(answer)[:2] == (int(hits[0]), int(stamps[hits[0]])), target
     assert any("is not in the log there" in p for s in task for p in s.index_problems)
+
+
+def test_max_timestamp_of_a_stored_pre_1970_partition_with_an_empty_active_segment(backend: Backend) -> None:
+    """offsets-for-times' segments (`stored_segment` over catalog rows) of a KIP-228 topic whose records are
+    all before 1970, ending in the empty ACTIVE segment a roll or a full retention leaves: -3 answers the
+    first record with the largest timestamp (brute force), and the empty segment's row says "no timestamp"
+    (one below the floor), not -1, which is a time on this topic."""
+    config = TopicConfig(allow_negative_timestamps=True)
+    floor = min_timestamp(config)
+    stamps = [-9_000, -5_000, -7_000, -5_000, -8_000, -6_000]
+    writer = SegmentWriter(RollPolicy(segment_bytes=200, segment_ms=10**15), min_timestamp=floor)
+    for offset, ts in enumerate(stamps):  # KIP-228 batches keep their true (negative) max timestamp
+        data = encode_batch([b"k"], [b"v" * 50], [ts], base_offset=offset, max_timestamp=ts)
+        writer.append(Append(data, offset, offset, ts, offset), now_ms=0)
+    closed = [*writer.closed, writer.active.close(None)]
+    tp, root = TopicPartition("old", 0), backend.uri("old")
+    rows = [store_segment_version(root, tp, s.base_offset, s.log, s.index, s.timeindex, SegmentState.ROLLED,
+                                  "test", 0, backend.options, min_timestamp=floor) for s in closed]
+    empty = store_segment_version(root, tp, len(stamps), b"", b"", b"", SegmentState.ACTIVE, "test", 0,
+                                  backend.options, min_timestamp=floor)
+    assert len(rows) > 1 and empty.largest_timestamp == empty.first_batch_timestamp == floor - 1
+    segments = [stored_segment(row, backend.options, config) for row in [*rows, empty]]
+    top = max(stamps)
+    answer = list_offsets(segments, -3, min_timestamp=floor)
+    assert (answer.offset, answer.timestamp) == (stamps.index(top), top) == (1, -5_000)
