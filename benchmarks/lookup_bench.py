@@ -176,7 +176,7 @@ def run_shape(shape: str, workdir: Path, mb: int, partitions: int, targets_per_t
         expected = [brute_force(part, t) for t in targets]
         task = [stored_segment(row, None, config) for row in part.rows]
         with metered() as meter:
-            got = [list_offsets(task, t) for t in targets]
+            got = [list_offsets(task, t, min_timestamp=KAFKA_MIN_TIMESTAMP) for t in targets]
         for target, answer, truth in zip(targets, got, expected, strict=True):
             if (answer.offset, answer.timestamp) != truth:
                 raise SystemExit(f"{shape} partition {p} target {target}: got {(answer.offset, answer.timestamp)}, "
@@ -185,7 +185,7 @@ def run_shape(shape: str, workdir: Path, mb: int, partitions: int, targets_per_t
         for target in targets:
             cold = [stored_segment(row, None, config) for row in part.rows]
             with metered() as alone:
-                list_offsets(cold, target)
+                list_offsets(cold, target, min_timestamp=KAFKA_MIN_TIMESTAMP)
             cold_gets.append(alone.requests["GET"] + alone.requests["HEAD"])
         read += meter.bytes["read"]
         gets += meter.requests["GET"] + meter.requests["HEAD"]
