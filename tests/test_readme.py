@@ -154,6 +154,8 @@ def clone_like(tmp: Path, fixtures: Path) -> Path:
     python.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(PROJECT_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}" '
                       f'exec {shlex.quote(sys.executable)} "$@"\n')
     python.chmod(0o755)
+    if (PROJECT_ROOT / ".cache").is_dir():  # the JVM sets `tests/oracles/fetch_jvm.py` resolved (delta-spark)
+        (clone / ".cache").symlink_to(PROJECT_ROOT / ".cache", target_is_directory=True)
     (clone / "tests").mkdir()
     (clone / "tests" / "fixtures").symlink_to(fixtures, target_is_directory=True)
     return clone
