@@ -109,9 +109,12 @@ def spark():
     """One local[2] Spark session for the whole test session (jobs run in-process reuse it)."""
     from jobs.runtime.config import load_config
     from jobs.runtime.spark_session import spark_session
+    from tests.oracles import fetch_jvm
 
+    kafka_source = fetch_jvm.jars("spark-kafka")  # Spark's Kafka source, the parity tests' truth (none: they fail)
     config = load_config(None, ["storage.root=/tmp/klake-unused", "spark.master=local[2]",
-                                "spark.conf.spark.ui.enabled=false", "spark.conf.spark.sql.shuffle.partitions=4"])
+                                "spark.conf.spark.ui.enabled=false", "spark.conf.spark.sql.shuffle.partitions=4",
+                                *([f"spark.conf.spark.jars={','.join(map(str, kafka_source))}"] if kafka_source else [])])
     session = spark_session(config)
     yield session
     session.stop()

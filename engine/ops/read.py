@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.errors import KlakeError
@@ -347,7 +348,19 @@ def kafka_rows(records: RecordTable, batches: BatchHeaders, topic: str, partitio
     return pa.RecordBatch.from_arrays([
         records.key, records.value, _repeated_string(topic, n), pa.array(np.full(n, partition, np.int32)),
         pa.array(records.offset), pa.TimestampArray.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(micros)]),
-        pa.array(timestamp_type), records.headers], schema=KAFKA_ARROW_SCHEMA)
+        pa.array(timestamp_type), _no_headers_as_null(records.headers)], schema=KAFKA_ARROW_SCHEMA)
+
+
+def _no_headers_as_null(headers: pa.ListArray) -> pa.ListArray:
+    """A record without headers has `headers` null, not an empty list, as Spark's Kafka source gives it
+    (`KafkaRecordToRowConverter`: an array only when the record's headers iterator has a next), so that a
+    query written against the Kafka source (`headers IS NULL`) reads the archive alike."""
+    empty = pc.equal(pc.list_value_length(headers), 0)
+    if not pc.any(empty).as_py():
+        return headers
+    offsets = headers.offsets  # of a slice they need not start at 0; with a mask Arrow needs them to
+    return pa.ListArray.from_arrays(pc.subtract(offsets, offsets[0]), headers.flatten(), type=headers.type,
+                                    mask=empty)
 
 
 def _repeated_string(text: str, n: int) -> pa.Array:
