@@ -287,7 +287,8 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
     assert split.run(append.SPEC, "--input", str(parts[2]))[0] == 0
     code, report = split.run(append.SPEC, "--input", str(parts[2]))
     assert code == 0 and report["results"]["already_committed"] is True and report["commit"] == {}
-    assert report["results"]["records_appended"] == 0 and report["results"]["appended_by_earlier_attempt"] == 149
+    assert report["results"]["records_appended"] == 0 and report["requests"].get("PUT", 0) == 0
+    assert any(line.startswith(f"append: already done: job {report['job_id']}") for line in report["summary"])
 
     for p in range(3):
         records = whole.records("orders", p)
