@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 import traceback
 import uuid
@@ -96,15 +97,14 @@ class HelpFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-COMMON_OPTIONS_NOTE = (
-    "every job also takes: --conf FILE, --set KEY=VALUE, --root DIR, --catalog URI, --topic NAME,\n"
-    "  --partition N, --now TIME, {dry_run}--report PATH, --job-id ID, --master URL, --no-progress,\n"
-    "  --verbose (README, \"The jobs\": options every job takes)")
-"""The options every job shares, named once at the end of each job's --help (the README explains them)."""
+COMMON_OPTIONS = ("--conf FILE", "--set KEY=VALUE", "--root DIR", "--catalog URI", "--topic NAME", "--partition N",
+                  "--now TIME", "--dry-run", "--allow-external-deletes", "--report PATH", "--job-id ID",
+                  "--master URL", "--no-progress", "--verbose")
+"""The options every job shares (README, "The jobs"), named once at the end of each job's --help."""
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None:
-    """The options every job takes (README, "The jobs"); --help names them in one note (`COMMON_OPTIONS_NOTE`)."""
+    """The options every job takes (README, "The jobs"); --help names them in one note (`help_epilog`)."""
     group = parser.add_argument_group("configuration and run control")
     hidden = argparse.SUPPRESS
     group.add_argument("--conf", metavar="FILE", help=hidden)
@@ -127,11 +127,13 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
 
 
 def help_epilog(spec: JobSpec) -> str:
-    """The end of a job's --help: its example on the tour's root, then the common options' note."""
-    dry_run = "--dry-run, " if spec.mutates and spec.dry_run else ""
-    dry_run += "--allow-external-deletes, " if spec.mutates and spec.retires else ""
-    example = f"example:\n  {spec.example}\n" if spec.example else ""
-    return example + COMMON_OPTIONS_NOTE.format(dry_run=dry_run)
+    """The end of a job's --help: its example on the tour's root, then the options every job takes."""
+    dropped = {"--dry-run"} if not (spec.mutates and spec.dry_run) else set()
+    dropped |= {"--allow-external-deletes"} if not (spec.mutates and spec.retires) else set()
+    options = ", ".join(option for option in COMMON_OPTIONS if option not in dropped)
+    note = textwrap.fill(f"every job also takes: {options} (README, \"The jobs\")", 78, subsequent_indent="  ",
+                         break_on_hyphens=False)
+    return (f"example:\n  {spec.example}\n" if spec.example else "") + note
 
 
 class JobContext:
