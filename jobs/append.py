@@ -551,6 +551,8 @@ def run(ctx: JobContext) -> None:
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     selected = {names.index((tp.topic, tp.partition)): tp for tp in tps}
+    if _appended_already(ctx, tps):
+        return
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None,
                       "dry_run": ctx.dry_run}
@@ -586,6 +588,19 @@ def run(ctx: JobContext) -> None:
     run_ = ctx.run_partitions_with(tps, execute, ledger_idle=True)
     _drop_uncommitted_rejects(ctx, run_, where)
     _report(ctx, run_, rows, where)
+
+
+def _appended_already(ctx: JobContext, tps: Sequence[TopicPartition]) -> bool:
+    """Whether the job ledger holds this job id's append for every partition: a re-run of an append that
+    finished. Then it says so and stops before staging any row (a run that finished some partitions only
+    goes on, and finishes the others)."""
+    if not tps or not ctx.catalogued_partitions() or ctx.catalog.committed_partitions(ctx.job_id, tps) != set(tps):
+        return False
+    ctx.report.results.update({"records_appended": 0, "already_committed": True}
+                              | ({"records_to_append": 0} if ctx.dry_run else {}))
+    ctx.report.summary.append(f"append: already done: job {ctx.job_id} appended this input to "
+                              f"{plural(len(tps), 'partition')} (the job ledger says so); nothing appended again")
+    return True
 
 
 def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun, where: str | None) -> None:
@@ -653,7 +668,7 @@ def _report(ctx: JobContext, run_: JobRun, rows: list, where: str | None) -> Non
 
 
 SPEC = JobSpec("append", "append records (Spark's Kafka sink columns) to topics", run, add_arguments,
-               description=__doc__)
+               example="klake append --conf demo-output/demo.yaml --input demo-output/hour --format json --dry-run")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

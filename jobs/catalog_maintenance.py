@@ -58,7 +58,7 @@ def run(ctx: JobContext) -> None:
 
 
 SPEC = JobSpec("catalog-maintenance", "checkpoint, optimize and vacuum the catalog", run, add_arguments,
-               description=__doc__, retires=False)
+               example="klake catalog-maintenance --conf demo-output/demo.yaml --dry-run", retires=False)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

@@ -79,7 +79,7 @@ def _why(outcome: CompactOutcome) -> str:
 
 
 SPEC = JobSpec("compact", "compact cleanup.policy=compact topics (Kafka's log cleaner)", run, add_arguments,
-               description=__doc__)
+               example="klake compact --conf demo-output/demo.yaml --topic orders --dry-run --now 2026-11-06T12:00:00Z")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

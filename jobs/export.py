@@ -91,7 +91,7 @@ def export_summary(report: ExportReport) -> list[str]:
 
 
 SPEC = JobSpec("export", "write topics as a broker's log dir (Kafka layout with its checkpoint files)", run,
-               add_arguments, mutates=False, description=__doc__)
+               add_arguments, mutates=False, example="klake export --conf demo-output/demo.yaml --topic orders --output demo-output/kafka-logs")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

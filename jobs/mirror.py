@@ -103,7 +103,7 @@ def _would(out: MirrorOutcome) -> str:
 
 
 SPEC = JobSpec("mirror", "copy topics from another klake root (replica or re-assigned offsets)", run, add_arguments,
-               description=__doc__, retires=False)
+               example="klake mirror demo-output/store/klake --root demo-output/replica --topic orders --dry-run", retires=False)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

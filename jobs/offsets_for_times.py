@@ -128,7 +128,7 @@ def offsets_for_times(spark, config, topics: Sequence[str], timestamps: Sequence
 
 
 SPEC = JobSpec("offsets-for-times", "offset for a timestamp (or -1/-2/-3) per partition, as Kafka's ListOffsets",
-               run, add_arguments, mutates=False, description=__doc__)
+               run, add_arguments, mutates=False, example="klake offsets-for-times --conf demo-output/demo.yaml --topic orders --timestamp 2026-11-04T18:00:00Z")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

@@ -212,19 +212,18 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
-                        help="first timestamp, inclusive: epoch ms or ISO-8601 (UTC unless it names a zone)")
+                        help="first timestamp, inclusive (epoch ms or ISO-8601)")
     parser.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
-                        help="end timestamp, exclusive: epoch ms or ISO-8601 (UTC unless it names a zone)")
+                        help="end timestamp, exclusive")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
-    parser.add_argument("--output", metavar="PATH", help="write the records here (a local path, s3:// or a filesystem "
-                        "of Spark's), replacing what is there; without it the records are only counted")
+    parser.add_argument("--output", metavar="PATH", help="write the records here, replacing what is there "
+                        "(default: only count them)")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
     parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
-                        help="cut segments larger than this into byte ranges read by separate tasks")
+                        help="split larger segments between tasks")
     parser.add_argument("--pack-bytes", type=at_least(1), default=DEFAULT_PACK_BYTES, metavar="N",
-                        help="log bytes one task reads at most from several small segments (default 256 MiB; "
-                             "fewer when that leaves cores idle)")
+                        help="log bytes a task reads at most (default 256 MiB)")
 
 
 def run(ctx: JobContext) -> None:
@@ -304,7 +303,7 @@ def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: 
 
 
 SPEC = JobSpec("read", "records of a topic between timestamps and/or offsets, as Spark's Kafka source rows",
-               run, add_arguments, mutates=False, description=__doc__)
+               run, add_arguments, mutates=False, example="klake read --conf demo-output/demo.yaml --topic clicks --from 2026-11-04T10:00:00Z --to 2026-11-04T11:00:00Z")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

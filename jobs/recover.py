@@ -50,9 +50,9 @@ def _run(ctx: JobContext, rebuild_all: bool) -> None:
 
 
 SPEC = JobSpec("recover", "verify partitions; rebuild bad sidecars, quarantine corrupt tails",
-               lambda ctx: _run(ctx, False), description=__doc__)
+               lambda ctx: _run(ctx, False), example="klake recover --conf demo-output/demo.yaml --dry-run")
 REBUILD_INDEX = JobSpec("rebuild-index", "rebuild every segment's .index and .timeindex",
-                        lambda ctx: _run(ctx, True), description=__doc__)
+                        lambda ctx: _run(ctx, True), example="klake rebuild-index --conf demo-output/demo.yaml --topic orders --dry-run")
 
 if __name__ == "__main__":
     if "--rebuild-index" in sys.argv:

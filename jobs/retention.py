@@ -54,7 +54,7 @@ def run(ctx: JobContext) -> None:
 
 
 SPEC = JobSpec("retention", "delete old segments by retention.ms / retention.bytes / log start offset", run,
-               description=__doc__)
+               example="klake retention --conf demo-output/demo.yaml --dry-run --now 2026-11-06T12:00:00Z")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

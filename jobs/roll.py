@@ -41,7 +41,7 @@ def run(ctx: JobContext) -> None:
         ctx.report.add_plan(run.plan)
 
 
-SPEC = JobSpec("roll", "roll idle active segments whose segment.ms has passed", run, description=__doc__)
+SPEC = JobSpec("roll", "roll idle active segments whose segment.ms has passed", run, example="klake roll --conf demo-output/demo.yaml --dry-run --now 2026-11-06T12:00:00Z")
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

@@ -83,7 +83,7 @@ def scrub_summary(report: ScrubReport) -> list[str]:
 
 
 SPEC = JobSpec("scrub", "find unreferenced objects and broken catalog rows; delete orphans", run, add_arguments,
-               description=__doc__, retires=False)
+               example="klake scrub --conf demo-output/demo.yaml --dry-run", retires=False)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

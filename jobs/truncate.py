@@ -18,7 +18,7 @@ from functools import partial
 from engine.catalog.schema import LIVE_STATES
 from engine.errors import KlakeError
 from engine.names import TopicPartition
-from engine.ops.truncate import prepare_delete_records, prepare_truncation
+from engine.ops.truncate import TruncateOutcome, prepare_delete_records, prepare_truncation
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 
@@ -64,6 +64,19 @@ def _refuse_beyond_end(ctx: JobContext, tps: list[TopicPartition]) -> None:
         raise KlakeError(f"--offset {ctx.args.offset} is beyond the log end: {', '.join(beyond)}{hint}")
 
 
+def _what_left(outcome: TruncateOutcome) -> str:
+    """What left the log: truncate counts the records it removed; delete-records moves the log start offset
+    (KIP-107), so every offset below the new start left the log, the whole segments below it deleted."""
+    if outcome.noop:
+        return "nothing to do"
+    if outcome.previous_log_start_offset is None:
+        return f"{plural(outcome.records_removed, 'record')} removed"
+    left = outcome.log_start_offset - outcome.previous_log_start_offset
+    return (f"log start offset {outcome.previous_log_start_offset} -> {outcome.log_start_offset}: "
+            f"{plural(left, 'offset')} left the log ({plural(outcome.records_removed, 'record')} in whole "
+            "segments, deleted)")
+
+
 def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
     removed = 0
     for result in run.results:
@@ -71,8 +84,8 @@ def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
             continue
         outcome = result.step.outcome
         removed += outcome.records_removed
-        ctx.report.summary.append(f"{result.tp}: {'nothing to do' if outcome.noop else plural(outcome.records_removed, 'record') + ' removed'}; "
-                                  f"log {outcome.log_start_offset}..{outcome.log_end_offset}")
+        ctx.report.summary.append(f"{result.tp}: {_what_left(outcome)}; log {outcome.log_start_offset}.."
+                                  f"{outcome.log_end_offset}")
     ctx.report.results["records_removed"] = removed
 
 
@@ -90,9 +103,9 @@ def run_delete_records(ctx: JobContext) -> None:
 
 
 SPEC = JobSpec("truncate", "remove every record at or above an offset", run_truncate, add_truncate_arguments,
-               description=__doc__, dry_run=False)
+               example="klake truncate --conf demo-output/demo.yaml --topic orders --partition 0 --offset 3800", dry_run=False)
 DELETE_RECORDS = JobSpec("delete-records", "raise the log start offset (Kafka DeleteRecords)", run_delete_records,
-                         add_arguments, description=__doc__, dry_run=False)
+                         add_arguments, example="klake delete-records --conf demo-output/demo.yaml --topic orders --partition 0 --offset 2000", dry_run=False)
 
 if __name__ == "__main__":
     if "--delete-records" in sys.argv:

@@ -48,6 +48,8 @@ class TruncateOutcome:
     log_start_offset: int
     records_removed: int = 0
     cut_mode: str | None = None
+    previous_log_start_offset: int | None = None
+    """delete-records: the log start offset before the run (the offsets below the new one left the log)."""
     cleanup: Cleanup = field(default_factory=Cleanup)
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,7 +120,8 @@ def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartit
     start, end = partition_log_start_offset(rows), rows[-1].next_offset
     if offset > end:
         raise KlakeError(f"{tp}: cannot delete records up to {offset}: the log ends at {end} (high watermark)")
-    outcome = TruncateOutcome(tp.topic, tp.partition, offset, offset <= start, end, max(start, offset))
+    outcome = TruncateOutcome(tp.topic, tp.partition, offset, offset <= start, end, max(start, offset),
+                              previous_log_start_offset=start)
     if outcome.noop:
         return PartitionStep(outcome)
     holder = next((r for r in reversed(rows) if r.base_offset <= offset), rows[0])

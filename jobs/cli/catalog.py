@@ -30,33 +30,42 @@ from engine.ops.topic_store import load_topic_config
 from engine.times import format_time
 from jobs.cli.storage import add_storage_arguments, check_reachable, load_storage_config, storage_options
 from jobs.runtime.config import KlakeConfig
-from jobs.runtime.job_runner import check_partitions, check_range, time_argument
+from jobs.runtime.job_runner import HelpFormatter, check_partitions, check_range, time_argument
 from jobs.runtime.report import plural
 from layouts.store import StorageOptions, join, normalize_uri
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")
+"""`--json`'s fields; the table shows them all but the object key (`log_key`) unless `--keys` asks for it."""
+SEGMENTS_EXAMPLE = "klake segments --conf demo-output/demo.yaml --topic orders --from 2026-11-04T18:00:00Z"
 _TIME_FIELDS = ("base_timestamp", "largest_timestamp")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    seg = subparsers.add_parser("segments", help="list live segments, pruned by time range",
-                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    seg.add_argument("--catalog", help="the catalog (default: the configuration's, else {root}/_catalog)")
-    seg.add_argument("--root", help="storage root holding the topics' settings (default: the configuration's, else "
-                                    "the catalog's parent directory when the catalog is {root}/_catalog)")
+    seg = subparsers.add_parser(
+        "segments", help="list live segments, pruned by time range",
+        description="The catalog's live segments: offsets, records, bytes, smallest and largest timestamps and "
+                    "state; with --from/--to, those that may hold a record in that time range.",
+        epilog=f"example:\n  {SEGMENTS_EXAMPLE}", formatter_class=HelpFormatter)
     seg.add_argument("--topic")
-    seg.add_argument("--partition", type=int)
+    seg.add_argument("--partition", type=int, metavar="P")
     seg.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
-                     help="keep segments that may hold a record at or after TIME (epoch ms or ISO-8601)")
-    seg.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
-                     help="keep segments that may hold a record at or before TIME (epoch ms or ISO-8601)")
+                     help="epoch ms or ISO-8601 (UTC unless it names a zone)")
+    seg.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME", help="the same, inclusive")
+    seg.add_argument("--keys", action="store_true", help="add each segment's object key to the table")
     seg.add_argument("--json", action="store_true", help="one JSON object per segment (times in epoch ms)")
-    add_storage_arguments(seg)
+    add_catalog_arguments(seg)
     seg.set_defaults(handler=run_segments)
 
 
-def _locations(args: argparse.Namespace) -> tuple[KlakeConfig | None, str, str | None, StorageOptions]:
+def add_catalog_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where a catalog command finds the catalog and root (`catalog_location`), and the storage options."""
+    parser.add_argument("--catalog", metavar="URI", help="the catalog (default: ROOT/_catalog)")
+    parser.add_argument("--root", metavar="DIR", help="the klake root (default: the configuration's)")
+    add_storage_arguments(parser)
+
+
+def catalog_location(args: argparse.Namespace) -> tuple[KlakeConfig | None, str, str | None, StorageOptions]:
     """The configuration (if any), the catalog, the root (None: unknown, Kafka's defaults for the topics) and the storage options, from
     --catalog/--root over the configuration's."""
     config = load_storage_config(args, root=args.root)
@@ -72,7 +81,7 @@ def _locations(args: argparse.Namespace) -> tuple[KlakeConfig | None, str, str |
 
 def run_segments(args: argparse.Namespace) -> int:
     check_range(args, end_inclusive=True)
-    config, uri, root, options = _locations(args)
+    config, uri, root, options = catalog_location(args)
     check_reachable([uri], options)
     try:
         catalog = Catalog.open(uri, options)
@@ -98,11 +107,12 @@ def run_segments(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return 0
-    shown = [{f: _show(row, f, floors[row["topic"]]) for f in SEGMENT_FIELDS} for row in rows]
-    widths = {f: max([len(f)] + [len(r[f]) for r in shown]) for f in SEGMENT_FIELDS}
-    print("  ".join(f.ljust(widths[f]) for f in SEGMENT_FIELDS))
+    fields = SEGMENT_FIELDS if args.keys else SEGMENT_FIELDS[:-1]
+    shown = [{f: _show(row, f, floors[row["topic"]]) for f in fields} for row in rows]
+    widths = {f: max([len(f)] + [len(r[f]) for r in shown]) for f in fields}
+    print("  ".join(f.ljust(widths[f]) for f in fields).rstrip())
     for row in shown:
-        print("  ".join(row[f].ljust(widths[f]) for f in SEGMENT_FIELDS))
+        print("  ".join(row[f].ljust(widths[f]) for f in fields).rstrip())
     print(plural(len(rows), "segment"), file=sys.stderr)
     return 0
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from engine.catalog.schema import partition_log_start_offset
 from engine.errors import CorruptRecordError, KlakeError
 from engine.format import compression
 from engine.format.batch import TIMESTAMP_TYPE_NAMES, BatchHeaders, BatchScan, scan_batches
@@ -24,46 +25,67 @@ from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
 from engine.log.lookup import list_offsets
 from engine.log.segment import InMemorySegment
-from engine.log.topic_config import KAFKA_MIN_TIMESTAMP
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, min_timestamp
 from engine.names import TopicPartition, parse_partition_dir
+from engine.ops.catalog_table import Catalog, CatalogNotFoundError
+from engine.ops.stored_segment import StoredSegment, stored_segment
+from engine.ops.topic_store import load_topic_config
 from engine.ops.verify import record_problems, valid_prefix
 from jobs.cli.storage import add_storage_arguments, check_reachable, storage_options
 from jobs.offsets_for_times import parse_target
+from jobs.runtime.job_runner import HelpFormatter
 from jobs.runtime.report import plural
 from layouts.kafka_layout import group_partition_files
-from layouts.store import StorageOptions, filesystem, list_objects, normalize_uri, object_info, read_bytes
+from layouts.store import (
+    StorageOptions,
+    filesystem,
+    join,
+    list_objects,
+    normalize_uri,
+    object_info,
+    read_bytes,
+)
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
 
+FIXTURES = "../shared/fixtures/kafka"
+_FORMATTER = HelpFormatter
+
+
+def _example(line: str) -> str:
+    return f"example:\n  {line}"
+
+
 def register(commands: argparse._SubParsersAction) -> None:
-    dump = commands.add_parser("dump", help="print the records or batch headers of .log / record-set files",
-                               description="Print every record (or batch header) of each .log or record-set "
-                                           "file, in the order given. With several files, each table starts "
-                                           "with a `Dumping PATH` line (kafka-dump-log's) and each --json "
-                                           "object carries its `file`. Problems (CRC, partial trailing batch, "
-                                           "a missing file, ...) go to stderr and make the exit code 1; the "
-                                           "valid records before them, and the other files, are printed.")
+    dump = commands.add_parser(
+        "dump", help="print the records or batch headers of .log / record-set files",
+        description="Print every record (or batch header) of each file, as kafka-dump-log does. Problems (a bad "
+                    "CRC, a partial last batch, a missing file) go to stderr, exit code 1; the valid records "
+                    "before them are printed.",
+        epilog=_example("klake dump --batches demo-output/store/klake/orders-0/*.log"), formatter_class=_FORMATTER)
     dump.add_argument("paths", nargs="+", metavar="PATH", help=".log or record-set files: local paths or s3:// URIs")
     dump.add_argument("--json", action="store_true", help="one JSON object per record (or batch)")
     dump.add_argument("--batches", action="store_true", help="print batch headers instead of records")
     add_storage_arguments(dump)
     dump.set_defaults(handler=run_dump)
 
-    verify = commands.add_parser("verify", help="check batches (CRC, sizes, offsets) and index sidecars",
-                                 description="Check every batch of each file and, for a segment .log with "
-                                             ".index/.timeindex beside it, that the indexes agree with the log. "
-                                             "Exit 0 when everything is valid, 1 with one line per problem.")
+    verify = commands.add_parser(
+        "verify", help="check batches (CRC, sizes, offsets) and index sidecars",
+        description="Check every batch of each file and, for a segment with .index/.timeindex beside it, that "
+                    "the indexes agree with the log. Exit 0 when all is valid, 1 with one line per problem.",
+        epilog=_example(f"klake verify {FIXTURES}/broker/timeindex_test-0/*.log"), formatter_class=_FORMATTER)
     verify.add_argument("paths", nargs="+", metavar="PATH", help=".log / record-set files (local or s3://)")
     add_storage_arguments(verify)
     verify.set_defaults(handler=run_verify)
 
     index = commands.add_parser("index", help="index maintenance").add_subparsers(dest="index_command",
                                                                                   required=True, metavar="ACTION")
-    rebuild = index.add_parser("rebuild", help="write .index/.timeindex for a segment from its .log",
-                               description="Rebuild a segment's .index and .timeindex with Kafka's recovery "
-                                           "rule (one entry when more than index.interval.bytes were written "
-                                           "since the last one; final time-index entry as at roll).")
+    rebuild = index.add_parser(
+        "rebuild", help="write .index/.timeindex for a segment from its .log",
+        description="Rebuild a segment's .index and .timeindex as a broker's recovery does.",
+        epilog=_example(f"klake index rebuild {FIXTURES}/broker/timeindex_test-0/00000000000000000000.log "
+                        "--out /tmp/idx"), formatter_class=_FORMATTER)
     rebuild.add_argument("segment", metavar="SEGMENT.log", help="the segment's .log (local or s3://)")
     rebuild.add_argument("--out", metavar="DIR", help="directory for the sidecars (default: beside the .log)")
     rebuild.add_argument("--index-interval-bytes", type=int, default=DEFAULT_INDEX_INTERVAL_BYTES, metavar="N",
@@ -73,17 +95,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_storage_arguments(rebuild)
     rebuild.set_defaults(handler=run_index_rebuild)
 
-    lookup = commands.add_parser("lookup", help="offset for timestamp in a Kafka partition directory",
-                                 description="ListOffsets over a <topic>-<partition> directory: for each "
-                                             "--timestamp, the first offset whose timestamp is >= T (falling "
-                                             "through segments where Kafka stops), or -1 latest, -2 earliest, "
-                                             "-3 max timestamp. No match prints offset -1, timestamp -1.")
+    lookup = commands.add_parser(
+        "lookup", help="offset for a timestamp in a partition directory",
+        description="For each --timestamp, the first offset stamped at or after it, as Kafka's ListOffsets "
+                    "answers, in a broker's partition directory or a klake root's (read by its catalog).",
+        epilog=_example("klake lookup demo-output/store/klake/orders-0 --timestamp 2026-11-04T18:00:00Z"),
+        formatter_class=_FORMATTER)
     lookup.add_argument("partition_dir", metavar="PARTITION_DIR", help="<topic>-<partition> directory or s3:// prefix")
     lookup.add_argument("--timestamp", type=parse_target, action="append", required=True, metavar="T",
-                        help="epoch ms or ISO-8601 (UTC unless it names a zone), or -1/latest, -2/earliest, "
-                             "-3/max; repeatable")
+                        help="epoch ms or ISO-8601, or -1/latest, -2/earliest, -3/max; repeatable")
     lookup.add_argument("--log-start-offset", type=int, metavar="N",
-                        help="ignore records below this offset (default: the first segment's base offset)")
+                        help="ignore records below this offset")
     add_storage_arguments(lookup)
     lookup.set_defaults(handler=run_lookup)
 
@@ -301,7 +323,8 @@ def load_partition_dir(uri: str, options: StorageOptions | None = None) -> list[
     files = [info for info in list_objects(root, options) if "/" not in info.uri[len(root) + 1:]]
     partition = group_partition_files(tp, root, files)
     if not partition.segments:
-        raise KlakeError(f"{uri}: no NNNNNNNNNNNNNNNNNNNN.log segments found")
+        raise KlakeError(f"{uri}: no NNNNNNNNNNNNNNNNNNNN.log segments found, and no klake catalog at "
+                         f"{join(root.rsplit('/', 1)[0], '_catalog')} to name its segments")
     last = partition.segments[-1].base_offset
     return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri, options),
                                  read_bytes(seg.index.uri, options) if seg.index else None,
@@ -310,16 +333,43 @@ def load_partition_dir(uri: str, options: StorageOptions | None = None) -> list[
             for seg in partition.segments]
 
 
+def catalog_partition(uri: str, options: StorageOptions | None) -> tuple[list[StoredSegment], int | None, int] | None:
+    """A partition directory of a klake root (`{root}/{topic}-{partition}`, its catalog `{root}/_catalog`):
+    its live segments by the catalog (a folder there also holds older object versions no row names), its log
+    start offset (`partition_log_start_offset`) and its topic's smallest timestamp; None for a folder under
+    no catalog (a broker's directory)."""
+    root, name = normalize_uri(uri).rsplit("/", 1)
+    tp = parse_partition_dir(name)
+    if tp is None:
+        return None
+    try:
+        catalog = Catalog.open(join(root, "_catalog"), options)
+    except CatalogNotFoundError:
+        return None
+    rows = catalog.live_segments(tp.topic, tp.partition)
+    if not rows:
+        raise KlakeError(f"{uri}: the catalog {join(root, '_catalog')} has no live segment of {tp}")
+    config = load_topic_config(root, tp.topic, options)
+    return ([stored_segment(row, options, config) for row in rows], partition_log_start_offset(rows),
+            min_timestamp(config))
+
+
 def run_lookup(args: argparse.Namespace) -> int:
     options = storage_options(args)
     check_reachable([args.partition_dir], options)
-    segments = load_partition_dir(args.partition_dir, options)
-    for segment in segments:
-        for problem in segment.index_problems:
-            print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)
+    catalogued = catalog_partition(args.partition_dir, options)
+    if catalogued is not None:
+        segments, start, floor = catalogued
+        start = start if args.log_start_offset is None else max(start or 0, args.log_start_offset)
+    else:
+        segments, start, floor = (load_partition_dir(args.partition_dir, options), args.log_start_offset,
+                                  KAFKA_MIN_TIMESTAMP)
+        for segment in segments:
+            for problem in segment.index_problems:
+                print(f"rebuilt indexes in memory: {problem}", file=sys.stderr)
     for target in args.timestamp:
         try:
-            answer = list_offsets(segments, target, args.log_start_offset, min_timestamp=KAFKA_MIN_TIMESTAMP)
+            answer = list_offsets(segments, target, start, min_timestamp=floor)
         except ValueError as exc:  # a time before 1970: a broker's log has no KIP-228
             raise KlakeError(str(exc)) from None
         print(json.dumps({"target": target, "offset": answer.offset, "timestamp": answer.timestamp}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import version
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,8 @@ _load("engine.format.compiled")
 
 # command -> the module registering it; job -> (its module, its spec's name there), in `klake --help` order
 _COMMAND_MODULES = {"dump": "jobs.cli.inspect", "verify": "jobs.cli.inspect", "index": "jobs.cli.inspect",
-                    "lookup": "jobs.cli.inspect", "segments": "jobs.cli.catalog", "demo": "jobs.demo.command",
+                    "lookup": "jobs.cli.inspect", "segments": "jobs.cli.catalog", "topics": "jobs.cli.topics",
+                    "consume": "jobs.cli.topics", "demo": "jobs.demo.command",
                     "submit": "jobs.cli.submit"}
 _JOB_SPECS = {"append": ("jobs.append", "SPEC"), "roll": ("jobs.roll", "SPEC"), "retention": ("jobs.retention", "SPEC"),
               "compact": ("jobs.compact", "SPEC"), "truncate": ("jobs.truncate", "SPEC"),
@@ -65,6 +67,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="klake",
         description="Kafka logs on object storage: inspect, index, catalog, retain and compact them.")
+    parser.add_argument("--version", action="version", version=f"klake {version('klake')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     if command in _JOB_SPECS:
         module, name = _JOB_SPECS[command]

@@ -21,12 +21,10 @@ PATHS_ROOT = "."  # the root of a configuration read only for its storage settin
 
 def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("storage")
-    group.add_argument("--conf", metavar="FILE", help="klake YAML configuration, for its storage settings (endpoint, "
-                                                      "region)")
+    group.add_argument("--conf", metavar="FILE", help="a klake configuration, for its endpoint and region")
     group.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a configuration key, e.g. storage.endpoint_url=http://localhost:9000")
-    group.add_argument("--endpoint-url", help="S3-compatible endpoint (default: the configuration's, else "
-                                              "KLAKE_S3_ENDPOINT_URL or AWS_ENDPOINT_URL)")
+                       help="override one of its keys")
+    group.add_argument("--endpoint-url", metavar="URL", help="an S3-compatible endpoint")
 
 
 def load_storage_config(args: argparse.Namespace, root: str | None = None) -> KlakeConfig | None:

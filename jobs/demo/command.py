@@ -32,7 +32,7 @@ from jobs.demo.pipeline import Pipeline, Storage, demo_config, demo_storage, run
 from jobs.demo.report import append_lines, draw, result_lines, retention_lines, write_report
 from jobs.demo.state import claim_store, merge_bars, save_state, segment_bars
 from jobs.runtime.config import load_config
-from jobs.runtime.job_runner import at_least
+from jobs.runtime.job_runner import HelpFormatter, at_least
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -81,13 +81,15 @@ def explore(storage: Storage, config_path: Path) -> str:
 
 def register(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="run the main job end to end on embedded storage (no external services)",
-                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                               description="Generate days of a three-topic stream and run the jobs on it "
+                                           "(append, roll, retention, compact, offsets-for-times, read, scrub), "
+                                           "checking every figure against a recomputation from the input.",
+                               epilog="example:\n  klake demo --local", formatter_class=HelpFormatter)
     demo.add_argument("--local", action="store_true",
-                      help="keep the data in OUT/store (kept between runs), with OUT/demo.yaml to run jobs on "
-                           "it, instead of an embedded S3 (moto_server, gone at exit)")
+                      help="keep the data in OUT/store, with OUT/demo.yaml for the jobs (default: an "
+                           "embedded S3, gone at exit)")
     demo.add_argument("--out", default="demo-output", metavar="DIR",
-                      help="input files, reports, timeline.png and, with --local, the store and its demo.yaml "
-                           "(default demo-output/)")
+                      help="where everything goes (default demo-output/)")
     demo.add_argument("--days", type=at_least(2), default=4, help="days of data to generate (default 4)")
     demo.add_argument("--records-per-day", type=at_least(10), default=3000,
                       help="records per topic per day (default 3000)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 import traceback
 import uuid
@@ -61,7 +62,8 @@ class JobSpec:
     run: Callable[[JobContext], None]
     add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     mutates: bool = True
-    description: str = ""
+    example: str = ""
+    """A command line that runs on the README tour's local root (`klake demo --local`), shown by --help."""
     dry_run: bool = True
     retires: bool = True
     """Its runs delete the segments they retire (`engine.ops.run`): it takes `--allow-external-deletes`."""
@@ -86,32 +88,52 @@ def time_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """--help's layout: the description wrapped, the epilog (an example, a note) kept line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(("example:", "every job")):
+            return text
+        return super()._fill_text(text, width, indent)
+
+
+COMMON_OPTIONS = ("--conf FILE", "--set KEY=VALUE", "--root DIR", "--catalog URI", "--topic NAME", "--partition N",
+                  "--now TIME", "--dry-run", "--allow-external-deletes", "--report PATH", "--job-id ID",
+                  "--master URL", "--no-progress", "--verbose")
+"""The options every job shares (README, "The jobs"), named once at the end of each job's --help."""
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None:
+    """The options every job takes (README, "The jobs"); --help names them in one note (`help_epilog`)."""
     group = parser.add_argument_group("configuration and run control")
-    group.add_argument("--conf", metavar="FILE", help="klake YAML configuration (see conf/)")
-    group.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a configuration key, e.g. topics.orders.retention.ms=3600000")
-    group.add_argument("--root", help="storage root (overrides storage.root)")
-    group.add_argument("--catalog", help="catalog Delta table URI (overrides catalog.uri; default {root}/_catalog)")
-    group.add_argument("--topic", dest="topics", action="append", default=[], metavar="NAME",
-                       help="only this topic (repeatable; default: every catalogued topic)")
+    hidden = argparse.SUPPRESS
+    group.add_argument("--conf", metavar="FILE", help=hidden)
+    group.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=hidden)
+    group.add_argument("--root", help=hidden)
+    group.add_argument("--catalog", help=hidden)
+    group.add_argument("--topic", dest="topics", action="append", default=[], metavar="NAME", help=hidden)
     group.add_argument("--partition", dest="partition_ids", action="append", type=int, default=[], metavar="N",
-                       help="only this partition number (repeatable)")
-    group.add_argument("--now", type=time_argument, metavar="TIME",
-                       help="the job's clock: epoch ms or ISO-8601, UTC unless it names a zone (default: now)")
+                       help=hidden)
+    group.add_argument("--now", type=time_argument, metavar="TIME", help=hidden)
     if spec.mutates and spec.dry_run:
-        group.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+        group.add_argument("--dry-run", action="store_true", help=hidden)
     if spec.mutates and spec.retires:
-        group.add_argument("--allow-external-deletes", action="store_true",
-                           help="also delete the objects of deleted segments that lie outside the root (imported in "
-                                "place, or another root's); by default they are left where they are and reported")
-    group.add_argument("--report", metavar="PATH", help="write the JSON run report here (local path or s3://)")
-    group.add_argument("--job-id", help="stable id of this run; a re-run with the same id never repeats work")
-    group.add_argument("--master", help="Spark master (default: spark.master of the config, local[*])")
-    group.add_argument("--no-progress", action="store_true", help="no progress on stderr (a bar on a terminal; in a log, a line every 30 s of a long job)")
-    group.add_argument("--verbose", action="store_true",
-                       help="show Spark's own log (INFO and up) on stderr, and the job's per-item detail (e.g. "
-                            "retention's decision for every segment) on stdout; by default only a summary")
+        group.add_argument("--allow-external-deletes", action="store_true", help=hidden)
+    group.add_argument("--report", metavar="PATH", help=hidden)
+    group.add_argument("--job-id", help=hidden)
+    group.add_argument("--master", help=hidden)
+    group.add_argument("--no-progress", action="store_true", help=hidden)
+    group.add_argument("--verbose", action="store_true", help=hidden)
+
+
+def help_epilog(spec: JobSpec) -> str:
+    """The end of a job's --help: its example on the tour's root, then the options every job takes."""
+    dropped = {"--dry-run"} if not (spec.mutates and spec.dry_run) else set()
+    dropped |= {"--allow-external-deletes"} if not (spec.mutates and spec.retires) else set()
+    options = ", ".join(option for option in COMMON_OPTIONS if option not in dropped)
+    note = textwrap.fill(f"every job also takes: {options} (README, \"The jobs\")", 78, subsequent_indent="  ",
+                         break_on_hyphens=False)
+    return (f"example:\n  {spec.example}\n" if spec.example else "") + note
 
 
 class JobContext:
@@ -312,7 +334,8 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
 
 def build_parser(spec: JobSpec, parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog=f"spark-submit jobs/{spec.name.replace('-', '_')}.py",
-                                               description=spec.description or spec.help)
+                                               description=spec.help, epilog=help_epilog(spec),
+                                               formatter_class=HelpFormatter)
     spec.add_arguments(parser)
     add_common_arguments(parser, spec)
     parser.set_defaults(handler=lambda args: run_job(spec, args))
@@ -320,8 +343,8 @@ def build_parser(spec: JobSpec, parser: argparse.ArgumentParser | None = None) -
 
 
 def register(subparsers: argparse._SubParsersAction, spec: JobSpec) -> None:
-    parser = subparsers.add_parser(spec.name, help=spec.help, description=spec.description or spec.help,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(spec.name, help=spec.help, description=spec.help, epilog=help_epilog(spec),
+                                   formatter_class=HelpFormatter)
     build_parser(spec, parser)
 
 

@@ -35,7 +35,7 @@ NO_CREDENTIALS = {"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_F
                   "AWS_CONFIG_FILE": "/nonexistent"}
 
 
-INSPECTION_COMMANDS = ("segments", "dump", "verify", "lookup", "index")  # no progress to silence
+INSPECTION_COMMANDS = ("segments", "topics", "consume", "dump", "verify", "lookup", "index")  # no progress to silence
 
 
 def klake(*argv: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -305,6 +305,14 @@ LOCAL_CASES: dict[str, Case] = {
         ["--partition 5", "t has partitions 0..1"]),
     "segments: a partition the topic lacks": job("segments", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",
                                                  names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
+    "consume: a partition the topic lacks": job("consume", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",
+                                                names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
+    "consume: a topic the catalog lacks": job("consume", "--root", "ROOT", "--topic", "nope", names=["topic nope"]),
+    "topics: a topic the catalog lacks": job("topics", "--root", "ROOT", "--topic", "nope",
+                                             names=["topic nope", TOPIC]),
+    "lookup: klake objects without their catalog": lambda store, tmp: (
+        ["lookup", str(shutil.copytree(Path(store.root) / PARTITION_DIR, tmp / PARTITION_DIR)), "--timestamp", "-1"],
+        {}, (), ["no NNNNNNNNNNNNNNNNNNNN.log segments", f"no klake catalog at {tmp}/_catalog"]),
     "truncate beyond the log end": job("truncate", "--root", "ROOT", "--topic", TOPIC, "--partition", "0",
                                        "--offset", "1000000", names=["--offset 1000000", f"{TOPIC}-0 ends at",
                                                                      "--allow-beyond-end"]),
@@ -358,6 +366,12 @@ S3_CASES: dict[str, Case] = {
     "verify: missing credentials": s3_case(
         lambda s, tmp: ["verify", f"{s.root}/{PARTITION_DIR}/00000000000000000000.log"],
         lambda s: [s.root.split("/")[2], "credentials"], env=NO_CREDENTIALS, drop=NO_KEYS),
+    "topics: an unreachable endpoint": s3_case(
+        lambda s, tmp: ["topics", "--root", s.root, "--set", f"storage.endpoint_url={UNREACHABLE}"],
+        lambda s: [s.root, "cannot reach the S3 endpoint", UNREACHABLE]),
+    "consume: missing credentials": s3_case(lambda s, tmp: ["consume", "--root", s.root, "--topic", "t"],
+                                            lambda s: [s.root.split("/")[2], "credentials"], env=NO_CREDENTIALS,
+                                            drop=NO_KEYS),
     "lookup: the configuration's endpoint, a missing bucket": s3_case(
         lambda s, tmp: ["lookup", "s3://klake-no-such-bucket/t-0", "--timestamp", "-1", "--conf",
                         conf_file(tmp, f"storage: {{root: {s.root}, endpoint_url: '{os.environ['KLAKE_S3_ENDPOINT_URL']}'}}\n")],

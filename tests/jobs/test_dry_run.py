@@ -169,8 +169,8 @@ def test_a_dry_run_of_an_append_its_job_id_already_committed_would_append_nothin
     before = store.snapshot()
     code, report, _ = store.dry_run(append.SPEC)
     assert code == 0 and store.snapshot() == before
-    assert (report["results"]["records_to_append"], report["results"]["appended_by_earlier_attempt"]) == (0, 39)
-    assert "would append 0 of 40 record(s)" in report["summary"]
+    assert report["results"]["records_to_append"] == 0 and report["results"]["already_committed"] is True
+    assert "append: already done: job " in report["summary"]
 
 
 def test_a_dry_run_append_to_a_new_root_creates_nothing(spark, tmp_path: Path) -> None:

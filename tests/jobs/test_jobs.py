@@ -287,7 +287,8 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
     assert split.run(append.SPEC, "--input", str(parts[2]))[0] == 0
     code, report = split.run(append.SPEC, "--input", str(parts[2]))
     assert code == 0 and report["results"]["already_committed"] is True and report["commit"] == {}
-    assert report["results"]["records_appended"] == 0 and report["results"]["appended_by_earlier_attempt"] == 149
+    assert report["results"]["records_appended"] == 0 and report["requests"].get("PUT", 0) == 0
+    assert f"append: already done: job {report['job_id']} appended this input" in report["summary"]
 
     for p in range(3):
         records = whole.records("orders", p)
@@ -599,6 +600,9 @@ def test_truncate_delete_records_offsets_for_times_and_catalog_maintenance(spark
     code, report = jobs.run(truncate_job.DELETE_RECORDS, "--topic", "t", "--partition", "1", "--offset", "50")
     assert code == 0, report["failures"]
     assert jobs.records("t", 1) == before[1][50:]
+    left, in_segments = len(before[1]) - len(jobs.records("t", 1)), sum(r.record_count for r in retired)
+    assert (f"t-1: log start offset 0 -> 50: {left} offsets left the log ({in_segments} records in whole segments, "
+            "deleted); log 50..150") in report["summary"].splitlines()
     assert all(not jobs.exists(r.log_key) for r in retired)
     assert offset_bounds(jobs.catalog, "t", 1).log_end_offset == 150
 
