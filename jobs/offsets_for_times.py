@@ -68,7 +68,7 @@ class LookupOutcome:
         return {"answers": self.answers}
 
 
-def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: StorageOptions | None
+def prepare_lookups(item: PartitionInput[None], *, targets: Sequence[int], options: StorageOptions | None
                     ) -> PartitionStep[LookupOutcome]:
     """Answer every target over one partition's live segments (read-only)."""
     rows = list(item.rows)
@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="PATH", help="also write the answers as JSON lines here")
 
 
-def planned_bytes(items: Sequence[PartitionInput], targets: int) -> int:
+def planned_bytes(items: Sequence[PartitionInput[None]], targets: int) -> int:
     """At most what the lookups read: every live segment's sidecars (kept for the next targets) and, per
     target, a window of its log (`lookup_window`); the size decides where they run (`runs_in_driver`)."""
     return sum(sum(size or 0 for size in (row.index_size_bytes, row.timeindex_size_bytes, row.batchindex_size_bytes))

@@ -18,7 +18,8 @@ from functools import partial
 from engine.catalog.schema import LIVE_STATES
 from engine.errors import KlakeError
 from engine.names import TopicPartition
-from engine.ops.truncate import prepare_delete_records, prepare_truncation
+from engine.ops.run import JobRun
+from engine.ops.truncate import TruncateOutcome, prepare_delete_records, prepare_truncation
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 
@@ -64,7 +65,7 @@ def _refuse_beyond_end(ctx: JobContext, tps: list[TopicPartition]) -> None:
         raise KlakeError(f"--offset {ctx.args.offset} is beyond the log end: {', '.join(beyond)}{hint}")
 
 
-def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
+def _summarize(ctx: JobContext, run: JobRun[TruncateOutcome]) -> None:
     removed = 0
     for result in run.results:
         if result.step is None:

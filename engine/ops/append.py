@@ -120,12 +120,12 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
                                options=options, ledger_idle=True)
     if tp in run.committed_earlier:
         return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
-    outcome: PartitionAppendOutcome = run.outcome(tp)
+    outcome = run.outcome(tp)
     outcome.commit_version = run.commit.version if run.commit else None
     return outcome
 
 
-def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
+def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
                    options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
                    carry: Sequence[str] = (), dry_run: bool = False) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.

@@ -77,13 +77,13 @@ class CompactionPlanner:
         return plan_compaction(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms, self.force)
 
 
-def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
+def prepare_compaction(item: PartitionInput[PartitionCompaction], *, root: str, now_ms: int, options: StorageOptions | None,
                        job_id: str, dry_run: bool = False) -> PartitionStep[CompactOutcome]:
     """One cleaning round on a partition if its slice of the plan says it is due: write the cleaned
     segments and return the swap (new rows in, replaced rows DELETE_STARTED)."""
     tp, config = item.tp, item.config
     assert item.segments is not None, f"{tp}: compaction plans on the driver and ships the rows as Arrow"
-    plan: PartitionCompaction | None = item.plan
+    plan = item.plan
     decision = should_clean([], config, now_ms) if plan is None else plan.decision  # no live segment
     count = item.segments.num_rows
     outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio,
@@ -128,6 +128,6 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, root, tp, config, prepare, operation="compact", job_id=job_id,
                                options=options, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
-    outcome: CompactOutcome = run.outcome(tp)
+    outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

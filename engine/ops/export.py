@@ -218,7 +218,7 @@ def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicCon
     return low, high, False
 
 
-def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic_ids: Mapping[str, str],
+def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange, topic_ids: Mapping[str, str],
                    options: StorageOptions | None) -> PartitionStep[PartitionExport]:
     """Write one partition's directory (see the module docstring); nothing is committed."""
     tp, config = item.tp, item.config
@@ -311,7 +311,7 @@ def write_checkpoints(output: str, exported: Sequence[PartitionExport], options:
     return written
 
 
-def report_of(output: str, run: JobRun) -> ExportReport:
+def report_of(output: str, run: JobRun[PartitionExport]) -> ExportReport:
     """The export's report from the partition runs (the driver writes the checkpoints afterwards)."""
     report = ExportReport(output, failures=dict(run.failures))
     report.partitions = sorted((r.step.outcome for r in run.results if r.step is not None),

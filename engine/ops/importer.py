@@ -272,7 +272,7 @@ def _with_log_start(rows: list[SegmentRow], existing: Mapping[SegmentRef, Segmen
     return [replace(r, log_start_offset=log_start) if r is holder else r for r in rows]
 
 
-def prepare_import(item: PartitionInput, parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
+def prepare_import(item: PartitionInput[None], parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
                    job_id: str, index_interval_bytes: int, options: StorageOptions | None,
                    log_start_offsets: Mapping[TopicPartition, int] | None = None) -> PartitionStep[PartitionOutcome]:
     """Import one partition directory against its live rows; the change is checked here, so a partition

@@ -168,7 +168,7 @@ def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
     return source_config
 
 
-def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
+def prepare_mirror(item: PartitionInput[None], *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
                    source_config: Mapping[str, TopicConfig], mode: str, dest_root: str, now_ms: int,
                    options: StorageOptions | None, job_id: str, dry_run: bool = False) -> PartitionStep[MirrorOutcome]:
     """Mirror one partition into the destination; the step is committed by the job's one commit. A
@@ -238,7 +238,7 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     return PartitionStep(outcome, change)
 
 
-def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, dest_root: str, now_ms: int,
+def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int | None, dest_root: str, now_ms: int,
            options: StorageOptions | None, job_id: str, dry_run: bool) -> PartitionStep[MirrorOutcome]:
     tp, config, dest = item.tp, item.config, list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
@@ -331,8 +331,8 @@ def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: 
 def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog | None,
                       tps: Sequence[TopicPartition], *, dest_configs: Mapping[str, TopicConfig] | None = None,
                       mode: str = "auto", now_ms: int, options: StorageOptions | None = None,
-                      job_id: str | None = None, execute: Callable[[Prepare], Execute] = serial_execute,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, dry_run: bool = False) -> JobRun:
+                      job_id: str | None = None, execute: Callable[[Prepare[MirrorOutcome]], Execute[MirrorOutcome]] = serial_execute,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, dry_run: bool = False) -> JobRun[MirrorOutcome]:
     """Mirror `tps` from the source root into the destination root in one job (see the module
     docstring); `dest_configs` are the destination topics' settings where the caller declared them,
     the others are `destination_config`'s. `execute` runs the partitions (serially by default).

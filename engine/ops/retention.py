@@ -64,11 +64,11 @@ class RetentionPlanner:
         return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
-def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
+def prepare_retention(item: PartitionInput[PartitionRetention], *, root: str, now_ms: int, options: StorageOptions | None,
                       job_id: str, dry_run: bool = False) -> PartitionStep[RetentionOutcome]:
     """Take one partition's slice of the retention plan and, unless `dry_run`, write the empty segment a
     full delete needs; the change moves the planned rows to DELETE_STARTED."""
-    plan: PartitionRetention | None = item.plan
+    plan = item.plan
     outcome = RetentionOutcome(item.tp.topic, item.tp.partition, plan, dry_run)
     if dry_run or plan is None or not plan.delete_ids:
         return PartitionStep(outcome)
@@ -95,7 +95,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
                                options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms),
                                allow_external_deletes=allow_external_deletes)
-    outcome: RetentionOutcome = run.outcome(tp)
+    outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)
     return outcome

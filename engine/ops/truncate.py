@@ -54,7 +54,7 @@ class TruncateOutcome:
         return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
 
 
-def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
+def prepare_truncation(item: PartitionInput[None], *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
                        options: StorageOptions | None, job_id: str) -> PartitionStep[TruncateOutcome]:
     """Cut one partition at `targets[tp]`: the straddling segment's new version, whole segments retired."""
     tp, rows, config, target = item.tp, list(item.rows), item.config, targets[item.tp]
@@ -108,7 +108,7 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
     return PartitionStep(outcome, change, rows_to_table(doomed))
 
 
-def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartition, int],
+def prepare_delete_records(item: PartitionInput[None], *, offsets: Mapping[TopicPartition, int],
                            job_id: str) -> PartitionStep[TruncateOutcome]:
     """Raise one partition's log start offset to `offsets[tp]` (KIP-107), retiring whole segments below it."""
     tp, rows, offset = item.tp, list(item.rows), offsets[item.tp]
@@ -130,11 +130,11 @@ def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartit
     return PartitionStep(outcome, change, rows_to_table(doomed))
 
 
-def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
+def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare[TruncateOutcome],
                 operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
     run = run_single_partition(catalog, root, tp, config, prepare, operation=operation, job_id=job_id,
                                options=options)
-    outcome: TruncateOutcome = run.outcome(tp)
+    outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome
 
