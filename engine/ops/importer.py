@@ -47,7 +47,7 @@ from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
-from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
+from layouts.object_layout import SegmentKeys, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
 
 
@@ -227,7 +227,7 @@ class _PartitionImporter:
         tp = self.part.tp
         owned = object_segment_keys(self.root, tp, seg.base_offset, segment_id)
         if self.copy:
-            write_segment(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
+            put_segment_objects(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
             return owned, Layout.OBJECT
         if sidecars.source_keys is not None and batchindex is None:
             return SegmentKeys(seg.log.uri, *sidecars.source_keys), Layout.KAFKA

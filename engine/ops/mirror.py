@@ -68,7 +68,7 @@ from engine.ops.run import (
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config, stored_topic_config
 from engine.ops.versions import segment_object_keys, store_segment_version
-from layouts.object_layout import batch_index_key, object_segment_keys, write_segment
+from layouts.object_layout import batch_index_key, object_segment_keys, put_segment_objects
 from layouts.store import (
     StorageOptions,
     delete_objects,
@@ -223,7 +223,7 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
         log, index, timeindex = (read_bytes(key, options) for key in (s.log_key, s.index_key, s.timeindex_key))
         batchindex = None if s.batchindex_size_bytes is None else read_bytes(batch_index_key(s.timeindex_key), options)
-        write_segment(keys, log, index, timeindex, options, batchindex=batchindex)
+        put_segment_objects(keys, log, index, timeindex, options, batchindex=batchindex)
         added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
                              layout=str(Layout.OBJECT), job_id=job_id, index_size_bytes=len(index),
                              timeindex_size_bytes=len(timeindex),

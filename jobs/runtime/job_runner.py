@@ -25,7 +25,6 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import KlakeError
@@ -118,7 +117,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, spec: JobSpec) -> None
 class JobContext:
     """One run: configuration, clock, report, and lazily the catalog and the Spark session."""
 
-    def __init__(self, spec: JobSpec, args: argparse.Namespace, config: KlakeConfig) -> None:
+    def __init__(self, spec: JobSpec, args: argparse.Namespace, config: KlakeConfig,
+                 spark: SparkSession | None = None) -> None:
+        """`spark`: a session the caller already has (Python callers); else one is started when needed."""
         self.spec, self.args, self.config = spec, args, config
         self.now_ms: int = args.now if args.now is not None else time.time_ns() // 1_000_000
         self.dry_run: bool = bool(getattr(args, "dry_run", False))
@@ -127,29 +128,36 @@ class JobContext:
         self.report = RunReport(spec.name, self.job_id, self.dry_run, self.now_ms, config.to_dict())
         self._master = args.master
         self._topic_configs: dict[str, TopicConfig] = {}
+        self._catalog: Catalog | None = None
+        self._spark = spark
 
     @property
     def options(self) -> StorageOptions:
         return self.config.storage
 
-    @cached_property
+    @property
     def catalog(self) -> Catalog:
-        try:
-            return Catalog.open(self.config.catalog_uri, self.options)
-        except CatalogNotFoundError:
-            raise KlakeError(f"no catalog at {self.config.catalog_uri}: import or append to create it") from None
+        """The catalog, opened once."""
+        if self._catalog is None:
+            try:
+                self._catalog = Catalog.open(self.config.catalog_uri, self.options)
+            except CatalogNotFoundError:
+                raise KlakeError(f"no catalog at {self.config.catalog_uri}: import or append to create it") from None
+        return self._catalog
 
     def catalog_or_create(self) -> Catalog:
         try:
             return self.catalog
         except KlakeError:
-            catalog = Catalog.create(self.config.catalog_uri, self.options)
-            self.__dict__["catalog"] = catalog
-            return catalog
+            self._catalog = Catalog.create(self.config.catalog_uri, self.options)
+            return self._catalog
 
-    @cached_property
+    @property
     def spark(self) -> SparkSession:
-        return spark_session(self.config, self._master, verbose=self.args.verbose)
+        """The Spark session, started once (at the first job step that needs one)."""
+        if self._spark is None:
+            self._spark = spark_session(self.config, self._master, verbose=self.args.verbose)
+        return self._spark
 
     def progress(self) -> Callable[[int, int], None] | None:
         return job_progress(self.spec.name, enabled=not self.args.no_progress)
