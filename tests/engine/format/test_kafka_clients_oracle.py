@@ -33,8 +33,9 @@ import pytest
 
 from engine.format import compression
 from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, scan_batches
-from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch, encode_batches
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch, encode_batches
 from engine.format.records import decode_records
+from tests.codecs_for_tests import control_record
 from tests.conftest import PROJECT_ROOT
 
 _FETCH_SCRIPT = PROJECT_ROOT / "tests" / "oracles" / "fetch_kafka_clients.py"
