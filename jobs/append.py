@@ -59,7 +59,7 @@ import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
 from engine.names import InvalidNameError, TopicPartition, validate_topic
-from engine.ops.append import prepare_append
+from engine.ops.append import PartitionAppendOutcome, prepare_append
 from engine.ops.append_staging import PIECE_SCHEMA, order_pieces, staged_batches
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.ingest.assign import tp_names
@@ -267,7 +267,7 @@ def default_job_id(ctx: JobContext) -> str:
         digest.update(json.dumps([args.format, sorted(args.input_options), listing]).encode())
     else:
         digest.update(f"table:{args.table}".encode())
-    digest.update(json.dumps([sorted(args.topics), args.partition_ids, ctx.config.jobs["sticky_batch_bytes"]]).encode())
+    digest.update(json.dumps([sorted(args.topics), args.partition_ids, ctx.config.jobs.sticky_batch_bytes]).encode())
     return f"append-{digest.hexdigest()[:24]}"
 
 
@@ -357,7 +357,7 @@ class _Runs:
 
 
 def _append_stream(batches: Iterator[pa.RecordBatch], names: Sequence[tuple[str, int | None]],
-                   items: dict[TopicPartition, PartitionInput], selected: set[TopicPartition],
+                   items: dict[TopicPartition, PartitionInput[None]], selected: set[TopicPartition],
                    counts: dict[str, int], rejects_dir: str | None, files: Sequence[str],
                    prepare_kwargs: dict) -> Iterator[pa.RecordBatch]:
     """One task: append each topic-partition run of its sorted rows, a result row per partition."""
@@ -390,7 +390,7 @@ def _unplaced(topic: str, partition: int, rows: pa.Table, reason: str, message: 
     return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
 
 
-def _append_run(tp: TopicPartition, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput],
+def _append_run(tp: TopicPartition, chunks: Iterator[pa.Table], items: dict[TopicPartition, PartitionInput[None]],
                 rejects_dir: str | None, files: Sequence[str], prepare_kwargs: dict) -> pa.Table:
     """One selected partition's records, in input order and in chunks: appended as a stream, result pickled.
 
@@ -554,15 +554,15 @@ def run(ctx: JobContext) -> None:
     if _appended_already(ctx, tps):
         return
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
-                      "append_id": ctx.job_id, "batch_bytes": int(ctx.config.jobs["batch_bytes"]) or None,
+                      "append_id": ctx.job_id, "batch_bytes": ctx.config.jobs.batch_bytes or None,
                       "dry_run": ctx.dry_run}
     where = None if ctx.dry_run else rejects_dir(ctx)
     rows: list = []
 
-    def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
+    def execute(items: Sequence[PartitionInput[None]]) -> list[PartitionResult[PartitionAppendOutcome]]:
         by_tp = {item.tp: item for item in items}
         prefix = None if ctx.dry_run else join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
-        stager = Stager(counts, int(ctx.config.jobs["sticky_batch_bytes"]), order,
+        stager = Stager(counts, ctx.config.jobs.sticky_batch_bytes, order,
                         frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
                         STAGE_FLUSH_BYTES)
         try:
@@ -603,7 +603,7 @@ def _appended_already(ctx: JobContext, tps: Sequence[TopicPartition]) -> bool:
     return True
 
 
-def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun, where: str | None) -> None:
+def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun[PartitionAppendOutcome], where: str | None) -> None:
     """A partition that did not commit will be appended (and its records rejected) by a later attempt:
     its rejects file is not true yet (scrub reclaims it if this attempt dies before getting here). A dry
     run (`where` None) wrote none."""
@@ -613,7 +613,7 @@ def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun, where: str | None) 
             delete_object(partition_rejects_uri(where, result.tp), ctx.options)
 
 
-def _report(ctx: JobContext, run_: JobRun, rows: list, where: str | None) -> None:
+def _report(ctx: JobContext, run_: JobRun[PartitionAppendOutcome], rows: list, where: str | None) -> None:
     """Appended and rejected records of the partitions this attempt committed; held-back records of the
     others (the run fails, so the scheduler retries with the same job id)."""
     appended = received = earlier = versions = 0

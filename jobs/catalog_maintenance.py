@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ctx: JobContext) -> None:
     args, catalog = ctx.args, ctx.catalog
     hours = args.vacuum_retention_hours if args.vacuum_retention_hours is not None \
-        else int(ctx.config.jobs["vacuum_retention_hours"])
+        else ctx.config.jobs.vacuum_retention_hours
     if hours < MIN_SAFE_VACUUM_HOURS and not args.allow_short_vacuum:
         raise KlakeError(f"vacuum retention {hours} h is below {MIN_SAFE_VACUUM_HOURS} h: readers of older "
                          "catalog versions would lose files; pass --allow-short-vacuum if that is intended")

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: JobContext) -> None:
-    interval = ctx.args.index_interval_bytes or int(ctx.config.jobs["index_interval_bytes"])
+    interval = ctx.args.index_interval_bytes or ctx.config.jobs.index_interval_bytes
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_import_job_id(normalize_uri(ctx.args.source), ctx.config.root,
                                                                ctx.args.copy)
@@ -40,7 +40,7 @@ def run(ctx: JobContext) -> None:
     log_starts = source_log_start_offsets(ctx.args.source, ctx.options)
     report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
                             index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
-                            lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]), log_dir=log_dir,
+                            lease_ttl_ms=ctx.config.jobs.lease_ttl_ms, log_dir=log_dir,
                             log_start_offsets=log_starts)
     ctx.report.results["import"] = report.to_dict()
     for part in report.partitions:

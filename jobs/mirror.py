@@ -52,7 +52,7 @@ def run(ctx: JobContext) -> None:
     declared = {tp.topic: ctx.topic_config(tp.topic) for tp in tps if ctx.config.topic(tp.topic) is not None}
     run = mirror_partitions(source, source_catalog, ctx.config.root, _destination_catalog(ctx), tps,
                             dest_configs=declared, mode=ctx.args.offsets, now_ms=ctx.now_ms, options=ctx.options,
-                            job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=int(ctx.config.jobs["lease_ttl_ms"]),
+                            job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=ctx.config.jobs.lease_ttl_ms,
                             dry_run=ctx.dry_run)
     ctx.report.add_run(run)
     segments = batches = 0

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.catalog.schema import partition_log_start_offset
 from engine.errors import KlakeError
@@ -34,6 +34,11 @@ from engine.ops.stored_segment import lookup_window, stored_segment
 from engine.times import format_time
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from layouts.store import StorageOptions, write_bytes
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from jobs.runtime.config import KlakeConfig
 
 SPECIAL = {"latest": LATEST, "earliest": EARLIEST, "max": MAX_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
 _SPECIAL_NAMES = {LATEST: "latest", EARLIEST: "earliest", MAX_TIMESTAMP: "max timestamp"}
@@ -68,7 +73,7 @@ class LookupOutcome:
         return {"answers": self.answers}
 
 
-def prepare_lookups(item: PartitionInput, *, targets: Sequence[int], options: StorageOptions | None
+def prepare_lookups(item: PartitionInput[None], *, targets: Sequence[int], options: StorageOptions | None
                     ) -> PartitionStep[LookupOutcome]:
     """Answer every target over one partition's live segments (read-only)."""
     rows = list(item.rows)
@@ -89,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="PATH", help="also write the answers as JSON lines here")
 
 
-def planned_bytes(items: Sequence[PartitionInput], targets: int) -> int:
+def planned_bytes(items: Sequence[PartitionInput[None]], targets: int) -> int:
     """At most what the lookups read: every live segment's sidecars (kept for the next targets) and, per
     target, a window of its log (`lookup_window`); the size decides where they run (`runs_in_driver`)."""
     return sum(sum(size or 0 for size in (row.index_size_bytes, row.timeindex_size_bytes, row.batchindex_size_bytes))
@@ -112,14 +117,14 @@ def run(ctx: JobContext) -> None:
         write_bytes(ctx.args.output, "".join(json.dumps(a) + "\n" for a in found).encode(), ctx.options)
 
 
-def offsets_for_times(spark, config, topics: Sequence[str], timestamps: Sequence[int]):  # noqa: ANN001, ANN201
+def offsets_for_times(spark: SparkSession, config: KlakeConfig, topics: Sequence[str], timestamps: Sequence[int],
+                      ) -> DataFrame:
     """The answers as a DataFrame (topic, partition, target, offset, timestamp, found) for Python callers."""
     from jobs.runtime.job_runner import build_parser
 
     args = build_parser(SPEC).parse_args([*(a for t in topics for a in ("--topic", t)),
                                           *(a for ts in timestamps for a in ("--timestamp", str(ts)))])
-    ctx = JobContext(SPEC, args, config)
-    ctx.__dict__["spark"] = spark
+    ctx = JobContext(SPEC, args, config, spark)
     found = answers(ctx, timestamps)
     if ctx.report.failures:
         raise KlakeError("; ".join(f"{f['partition']}: {f['error']}" for f in ctx.report.failures))

@@ -199,7 +199,7 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {config.catalog_uri}") from None
     chosen = None if partitions is None else set(partitions).__contains__
-    interval = int(config.jobs["index_interval_bytes"])
+    interval = config.jobs.index_interval_bytes
     floor = min_timestamp(load_topic_config(config.root, topic, config.storage))
     plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset,
                                                floor=floor), config.storage,
@@ -231,7 +231,7 @@ def run(ctx: JobContext) -> None:
     if not args.topics:
         raise KlakeError("read needs --topic")
     chosen = {(tp.topic, tp.partition) for tp in ctx.selected_partitions()}
-    interval = int(ctx.config.jobs["index_interval_bytes"])
+    interval = ctx.config.jobs.index_interval_bytes
     ranges = {topic: ReadRange(args.from_ms, args.to_ms, args.from_offset, args.to_offset,
                                floor=min_timestamp(ctx.topic_config(topic))) for topic in dict.fromkeys(args.topics)}
     rng = next(iter(ranges.values()))

@@ -18,6 +18,7 @@ from functools import partial
 from engine.catalog.schema import LIVE_STATES
 from engine.errors import KlakeError
 from engine.names import TopicPartition
+from engine.ops.run import JobRun
 from engine.ops.truncate import TruncateOutcome, prepare_delete_records, prepare_truncation
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
@@ -77,7 +78,7 @@ def _what_left(outcome: TruncateOutcome) -> str:
             "segments, deleted)")
 
 
-def _summarize(ctx: JobContext, run) -> None:  # noqa: ANN001 - engine JobRun
+def _summarize(ctx: JobContext, run: JobRun[TruncateOutcome]) -> None:
     removed = 0
     for result in run.results:
         if result.step is None:

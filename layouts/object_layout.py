@@ -94,7 +94,7 @@ def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
     return ObjectSegmentName(int(match["offset"]), match["segment_id"], match["suffix"])
 
 
-def write_segment(keys: SegmentKeys, log: bytes | Parts, index: bytes, timeindex: bytes,
+def put_segment_objects(keys: SegmentKeys, log: bytes | Parts, index: bytes, timeindex: bytes,
                   options: StorageOptions | None = None, *, batchindex: bytes | None = None,
                   log_prefix_uri: str | None = None, log_prefix_size: int = 0) -> None:
     """Write `.log`, then `.index`, then `.timeindex`, then the `.batchindex` if there is one, each

@@ -31,7 +31,7 @@ were relative, until its first write migrates them (`engine.ops.catalog_keys`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -162,12 +162,6 @@ class SegmentRow:
     @property
     def ref(self) -> SegmentRef:
         return SegmentRef(self.topic, self.partition, self.segment_id)
-
-    def with_state(self, state: SegmentState) -> SegmentRow:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["state"] = str(state)
-        return SegmentRow(**values)
-
 
 
 def rows_to_table(rows: Iterable[SegmentRow]) -> pa.Table:

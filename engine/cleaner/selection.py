@@ -93,10 +93,6 @@ class CleanableRange:
     earliest_dirty_first_batch_timestamp: int | None
     max_compaction_delay_ms: int
 
-    @property
-    def needs_compaction_now(self) -> bool:
-        return self.max_compaction_delay_ms > 0
-
 
 @dataclass(frozen=True)
 class CleanDecision:

@@ -214,8 +214,3 @@ def encode_batch(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Seq
     attributes = batch_attributes(codec, timestamp_type, transactional, control, delete_horizon is not None)
     return assemble_batch(records, codec, base_offset, partition_leader_epoch, attributes, last_delta, base_ts,
                      max_timestamp, producer_id, producer_epoch, base_sequence, n)
-
-
-def control_record(kind: int, coordinator_epoch: int = 0) -> tuple[bytes, bytes]:
-    """Key and value of a transaction marker (spec 1.6): key = (version 0, type), value = (0, epoch)."""
-    return struct.pack(">hh", 0, kind), struct.pack(">hi", 0, coordinator_epoch)

@@ -86,10 +86,6 @@ class AppendCounters:
     bytes: int
     segments_rolled: int
 
-    @property
-    def records_rejected(self) -> int:
-        return sum(self.rejected.values())
-
     def __add__(self, other: AppendCounters) -> AppendCounters:
         """The counts of two consecutive appends to one partition (a streamed append's chunks)."""
         rejected = {reason: self.rejected.get(reason, 0) + other.rejected.get(reason, 0)

@@ -98,13 +98,6 @@ def leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
     return format_checkpoint([f"{e.epoch} {e.start_offset}" for e in entries])
 
 
-def parse_leader_epoch_checkpoint(data: bytes, source: str) -> list[EpochEntry]:
-    try:
-        return [EpochEntry(int(epoch), int(start)) for epoch, start in parse_checkpoint(data, source, 2)]
-    except ValueError as exc:
-        raise KafkaFileError(f"{source}: {exc}") from None
-
-
 class LeaderEpochCache:
     """`LeaderEpochFileCache` fed with a partition's batches in offset order (see the module docstring)."""
 

@@ -287,10 +287,6 @@ class PartitionRetention:
         return () if self.hold is None else (self.hold,)
 
     @property
-    def delete_mask(self) -> pa.ChunkedArray:
-        return pc.equal(self.rows["action"], str(RetentionAction.DELETE))
-
-    @property
     def delete_ids(self) -> tuple[str, ...]:
         return tuple(self.rows["segment_id"].to_pylist()[:self.info["delete_segments"]])
 

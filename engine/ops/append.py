@@ -14,10 +14,8 @@ leaves only unreferenced objects (the scrubber removes them) and the re-run appe
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -32,10 +30,9 @@ from engine.log.segment_writer import ActiveSegmentState
 from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.catalog_table import Catalog
-from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
+from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.store import Parts, StorageOptions, normalize_uri, read_bytes
+from layouts.store import Parts, StorageOptions, read_bytes
 
 
 @dataclass
@@ -109,24 +106,7 @@ def _whole(pieces: list[bytes], chunks: list[bytes], start_position: int) -> lis
     return [*pieces, *chunks]
 
 
-def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records: pa.Table, config: TopicConfig,
-                        now_ms: int, options: StorageOptions | None = None,
-                        append_id: str | None = None) -> PartitionAppendOutcome:
-    """Append `records` (Spark's Kafka sink columns) to `tp` and commit; see the module docstring."""
-    append_id = append_id or uuid.uuid4().hex
-    root = normalize_uri(root)
-    prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
-                      append_id=append_id)
-    run = run_single_partition(catalog, root, tp, config, prepare, operation="append", job_id=append_id,
-                               options=options, ledger_idle=True)
-    if tp in run.committed_earlier:
-        return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
-    outcome: PartitionAppendOutcome = run.outcome(tp)
-    outcome.commit_version = run.commit.version if run.commit else None
-    return outcome
-
-
-def prepare_append(item: PartitionInput, *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
+def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
                    options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
                    carry: Sequence[str] = (), dry_run: bool = False) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.

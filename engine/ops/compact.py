@@ -14,10 +14,8 @@ the replaced objects are deleted and their rows removed (two-phase delete).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -34,12 +32,11 @@ from engine.cleaner.selection import (
 )
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
+from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
-from layouts.store import StorageOptions, normalize_uri, read_bytes
+from layouts.store import StorageOptions, read_bytes
 
 
 @dataclass
@@ -77,13 +74,13 @@ class CompactionPlanner:
         return plan_compaction(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms, self.force)
 
 
-def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
+def prepare_compaction(item: PartitionInput[PartitionCompaction], *, root: str, now_ms: int, options: StorageOptions | None,
                        job_id: str, dry_run: bool = False) -> PartitionStep[CompactOutcome]:
     """One cleaning round on a partition if its slice of the plan says it is due: write the cleaned
     segments and return the swap (new rows in, replaced rows DELETE_STARTED)."""
     tp, config = item.tp, item.config
     assert item.segments is not None, f"{tp}: compaction plans on the driver and ships the rows as Arrow"
-    plan: PartitionCompaction | None = item.plan
+    plan = item.plan
     decision = should_clean([], config, now_ms) if plan is None else plan.decision  # no live segment
     count = item.segments.num_rows
     outcome = CompactOutcome(tp.topic, tp.partition, False, decision.reasons, decision.range.dirty_ratio,
@@ -117,17 +114,3 @@ def prepare_compaction(item: PartitionInput, *, root: str, now_ms: int, options:
     outcome.segments_after = len(rows) - len(doomed) - len(remove) + len(add)
     outcome.stats = asdict(result.stats)
     return PartitionStep(outcome, change, rows_to_table(doomed))
-
-
-def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,
-                      options: StorageOptions | None = None, force: bool = False,
-                      job_id: str | None = None, dry_run: bool = False) -> CompactOutcome:
-    """Run one cleaning round on `tp` if Kafka's trigger says so (or `force`), committed in one swap."""
-    job_id = job_id or uuid.uuid4().hex
-    root = normalize_uri(root)
-    prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    run = run_single_partition(catalog, root, tp, config, prepare, operation="compact", job_id=job_id,
-                               options=options, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
-    outcome: CompactOutcome = run.outcome(tp)
-    outcome.cleanup = run.cleanup
-    return outcome

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
 
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.cleaner.txn import control_types
@@ -62,8 +61,7 @@ from engine.names import (
     REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
 )
-from engine.ops.catalog_table import Catalog
-from engine.ops.run import JobRun, PartitionInput, PartitionStep, run_partition_job, serial_execute
+from engine.ops.run import JobRun, PartitionInput, PartitionStep
 from engine.ops.stored_segment import stored_segment
 from engine.times import format_time
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys
@@ -219,7 +217,7 @@ def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicCon
     return low, high, False
 
 
-def prepare_export(item: PartitionInput, *, output: str, rng: ExportRange, topic_ids: Mapping[str, str],
+def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange, topic_ids: Mapping[str, str],
                    options: StorageOptions | None) -> PartitionStep[PartitionExport]:
     """Write one partition's directory (see the module docstring); nothing is committed."""
     tp, config = item.tp, item.config
@@ -313,23 +311,9 @@ def write_checkpoints(output: str, exported: Sequence[PartitionExport], options:
     return written
 
 
-def report_of(output: str, run: JobRun) -> ExportReport:
+def report_of(output: str, run: JobRun[PartitionExport]) -> ExportReport:
     """The export's report from the partition runs (the driver writes the checkpoints afterwards)."""
     report = ExportReport(output, failures=dict(run.failures))
     report.partitions = sorted((r.step.outcome for r in run.results if r.step is not None),
                                key=lambda p: (p.topic, p.partition))
-    return report
-
-
-def export_log_dir(catalog: Catalog, root: str, configs: Mapping[TopicPartition, TopicConfig], output: str,
-                   rng: ExportRange = ExportRange(), topic_ids: Mapping[str, str] | None = None,
-                   options: StorageOptions | None = None) -> ExportReport:
-    """Export the partitions in `configs` to `output`, in this process (the job runs the partitions as
-    Spark tasks through the same `prepare_export`)."""
-    output = check_output(output, root, catalog.uri)
-    prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(topic_ids or {}), options=options)
-    run = run_partition_job(catalog, root, configs, serial_execute(prepare), operation="export",
-                            job_id="export", options=options, mutate=False, ledger=False)
-    report = report_of(output, run)
-    report.checkpoints_written = write_checkpoints(output, report.partitions, options)
     return report

@@ -47,7 +47,7 @@ from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
-from layouts.object_layout import SegmentKeys, object_segment_keys, write_segment
+from layouts.object_layout import SegmentKeys, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
 
 
@@ -229,7 +229,7 @@ class _PartitionImporter:
         tp = self.part.tp
         owned = object_segment_keys(self.root, tp, seg.base_offset, segment_id)
         if self.copy:
-            write_segment(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
+            put_segment_objects(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
             return owned, Layout.OBJECT
         if sidecars.source_keys is not None and batchindex is None:
             return SegmentKeys(seg.log.uri, *sidecars.source_keys), Layout.KAFKA
@@ -274,7 +274,7 @@ def _with_log_start(rows: list[SegmentRow], existing: Mapping[SegmentRef, Segmen
     return [replace(r, log_start_offset=log_start) if r is holder else r for r in rows]
 
 
-def prepare_import(item: PartitionInput, parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
+def prepare_import(item: PartitionInput[None], parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
                    job_id: str, index_interval_bytes: int, options: StorageOptions | None,
                    log_start_offsets: Mapping[TopicPartition, int] | None = None) -> PartitionStep[PartitionOutcome]:
     """Import one partition directory against its live rows; the change is checked here, so a partition

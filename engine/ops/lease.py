@@ -26,8 +26,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from engine.errors import KlakeError
@@ -184,14 +183,3 @@ def release_lease(lease: Lease, options: StorageOptions | None = None, clock: Ca
     if stored.expires_at_ms - RELEASE_MARGIN_MS <= clock():
         return False
     return delete_object(lease.uri, options)
-
-
-@contextmanager
-def held_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
-               options: StorageOptions | None = None) -> Iterator[Lease]:
-    """Hold the lease on `tp` for the duration of a `with` block."""
-    lease = acquire_lease(root, tp, owner, job_id, ttl_ms, options)
-    try:
-        yield lease
-    finally:
-        release_lease(lease, options)

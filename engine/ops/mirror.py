@@ -68,7 +68,7 @@ from engine.ops.run import (
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config, stored_topic_config
 from engine.ops.versions import segment_object_keys, store_segment_version
-from layouts.object_layout import batch_index_key, object_segment_keys, write_segment
+from layouts.object_layout import batch_index_key, object_segment_keys, put_segment_objects
 from layouts.store import (
     StorageOptions,
     delete_objects,
@@ -168,7 +168,7 @@ def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
     return source_config
 
 
-def prepare_mirror(item: PartitionInput, *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
+def prepare_mirror(item: PartitionInput[None], *, source_rows: Mapping[TopicPartition, Sequence[SegmentRow]],
                    source_config: Mapping[str, TopicConfig], mode: str, dest_root: str, now_ms: int,
                    options: StorageOptions | None, job_id: str, dry_run: bool = False) -> PartitionStep[MirrorOutcome]:
     """Mirror one partition into the destination; the step is committed by the job's one commit. A
@@ -223,7 +223,7 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
         log, index, timeindex = (read_bytes(key, options) for key in (s.log_key, s.index_key, s.timeindex_key))
         batchindex = None if s.batchindex_size_bytes is None else read_bytes(batch_index_key(s.timeindex_key), options)
-        write_segment(keys, log, index, timeindex, options, batchindex=batchindex)
+        put_segment_objects(keys, log, index, timeindex, options, batchindex=batchindex)
         added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
                              layout=str(Layout.OBJECT), job_id=job_id, index_size_bytes=len(index),
                              timeindex_size_bytes=len(timeindex),
@@ -238,7 +238,7 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
     return PartitionStep(outcome, change)
 
 
-def _remap(item: PartitionInput, source: list[SegmentRow], recorded: int | None, dest_root: str, now_ms: int,
+def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int | None, dest_root: str, now_ms: int,
            options: StorageOptions | None, job_id: str, dry_run: bool) -> PartitionStep[MirrorOutcome]:
     tp, config, dest = item.tp, item.config, list(item.rows)
     log_end = dest[-1].next_offset if dest else 0
@@ -331,8 +331,8 @@ def source_partitions(catalog: Catalog, topics: Sequence[str] = (), partitions: 
 def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str, dest_catalog: Catalog | None,
                       tps: Sequence[TopicPartition], *, dest_configs: Mapping[str, TopicConfig] | None = None,
                       mode: str = "auto", now_ms: int, options: StorageOptions | None = None,
-                      job_id: str | None = None, execute: Callable[[Prepare], Execute] = serial_execute,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, dry_run: bool = False) -> JobRun:
+                      job_id: str | None = None, execute: Callable[[Prepare[MirrorOutcome]], Execute[MirrorOutcome]] = serial_execute,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, dry_run: bool = False) -> JobRun[MirrorOutcome]:
     """Mirror `tps` from the source root into the destination root in one job (see the module
     docstring); `dest_configs` are the destination topics' settings where the caller declared them,
     the others are `destination_config`'s. `execute` runs the partitions (serially by default).

@@ -274,7 +274,7 @@ def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
     return remove, add
 
 
-def prepare_recovery(item: PartitionInput, *, root: str, options: StorageOptions | None, job_id: str, now_ms: int,
+def prepare_recovery(item: PartitionInput[None], *, root: str, options: StorageOptions | None, job_id: str, now_ms: int,
                      dry_run: bool = False, rebuild_all: bool = False) -> PartitionStep[RecoveryReport]:
     """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in.
     `rebuild_all` also rebuilds valid sidecars (e.g. after changing `index.interval.bytes`)."""
@@ -302,7 +302,7 @@ def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: 
     prepare = partial(prepare_recovery, root=root, options=options, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
     run = run_single_partition(catalog, root, tp, config or TopicConfig(), prepare, operation="recover",
                                job_id=job_id, options=options, mutate=not dry_run)
-    report: RecoveryReport = run.outcome(tp)
+    report = run.outcome(tp)
     if run.commit is not None:
         report.commit_version = run.commit.version
     return report

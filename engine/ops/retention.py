@@ -16,10 +16,8 @@ Step 2 is `prepare_retention` (one partition, no commit); `engine.ops.run` does 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -30,11 +28,10 @@ from engine.catalog.schema import SegmentRef, SegmentState
 from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import DELETE_COLUMNS, Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
+from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.store import StorageOptions, normalize_uri
+from layouts.store import StorageOptions
 
 
 @dataclass
@@ -64,11 +61,11 @@ class RetentionPlanner:
         return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
-def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None,
+def prepare_retention(item: PartitionInput[PartitionRetention], *, root: str, now_ms: int, options: StorageOptions | None,
                       job_id: str, dry_run: bool = False) -> PartitionStep[RetentionOutcome]:
     """Take one partition's slice of the retention plan and, unless `dry_run`, write the empty segment a
     full delete needs; the change moves the planned rows to DELETE_STARTED."""
-    plan: PartitionRetention | None = item.plan
+    plan = item.plan
     outcome = RetentionOutcome(item.tp.topic, item.tp.partition, plan, dry_run)
     if dry_run or plan is None or not plan.delete_ids:
         return PartitionStep(outcome)
@@ -82,20 +79,3 @@ def prepare_retention(item: PartitionInput, *, root: str, now_ms: int, options: 
                                                        SegmentState.DELETE_STARTED)
                                                       for segment_id in retired["segment_id"].to_pylist()))
     return PartitionStep(outcome, change, retired)
-
-
-def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, now_ms: int,
-                    options: StorageOptions | None = None, dry_run: bool = False,
-                    job_id: str | None = None, allow_external_deletes: bool = False) -> RetentionOutcome:
-    """Plan and (unless `dry_run`) apply retention to one partition; `allow_external_deletes` also deletes the
-    retired objects outside the root (`engine.ops.deletion`)."""
-    job_id = job_id or uuid.uuid4().hex
-    root = normalize_uri(root)
-    prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
-                               options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms),
-                               allow_external_deletes=allow_external_deletes)
-    outcome: RetentionOutcome = run.outcome(tp)
-    outcome.cleanup = run.cleanup
-    outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)
-    return outcome

@@ -67,13 +67,12 @@ class RollPlanner:
         return plan_roll(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
-def prepare_roll(item: PartitionInput, *, root: str, now_ms: int, options: StorageOptions | None, job_id: str,
+def prepare_roll(item: PartitionInput[PartitionRoll], *, root: str, now_ms: int, options: StorageOptions | None, job_id: str,
                  dry_run: bool = False) -> PartitionStep[RollOutcome]:
     """Roll `item`'s active segment if its slice of the roll plan says so (see the module docstring):
     the segment is resumed only to be closed, or to read an index that may be full."""
-    tp, config, plan = item.tp, item.config, item.plan
+    tp, config, planned = item.tp, item.config, item.plan
     assert item.segments is not None, f"{tp}: roll plans on the driver and ships the rows as Arrow"
-    planned: PartitionRoll | None = plan
     if planned is None or planned.why in (RollWhy.NO_ACTIVE, RollWhy.EMPTY):
         return PartitionStep(RollOutcome(tp.topic, tp.partition, False, None))
     info = planned.info

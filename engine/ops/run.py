@@ -67,9 +67,11 @@ from engine.ops.lease import (
 from layouts.metering import metered
 from layouts.store import StorageOptions, normalize_uri
 
+PlanT = TypeVar("PlanT")
+
 
 @dataclass(frozen=True)
-class PartitionInput:
+class PartitionInput(Generic[PlanT]):
     """What a partition's task needs: its live rows (base-offset order) and its topic's settings; for a
     job that plans on the driver (`Planner`), `rows` is empty and the task gets Arrow instead: `segments`,
     its live catalog rows, and `plan`, its slice of the driver's plan (None: no live segment). With them,
@@ -80,7 +82,7 @@ class PartitionInput:
     rows: tuple[SegmentRow, ...]
     config: TopicConfig
     segments: pa.Table | None = None
-    plan: Any = None
+    plan: PlanT | None = None
     app_versions: Mapping[str, int] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -129,22 +131,23 @@ class PartitionStep(Generic[OutcomeT]):
     app_transactions: Mapping[str, AppTransaction] = field(default_factory=dict)
 
 
-Prepare = Callable[[PartitionInput], PartitionStep[Any]]
+Prepare = Callable[[PartitionInput[Any]], PartitionStep[OutcomeT]]
 
 
 @dataclass
-class PartitionResult:
+class PartitionResult(Generic[OutcomeT]):
     """A partition's step, or why it failed; with the object-store traffic its task made."""
 
     tp: TopicPartition
-    step: PartitionStep | None = None
+    step: PartitionStep[OutcomeT] | None = None
     error: str | None = None
     requests: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
 
-def run_prepare(prepare: Prepare, item: PartitionInput, catch: bool = True) -> PartitionResult:
+def run_prepare(prepare: Prepare[OutcomeT], item: PartitionInput[Any], catch: bool = True,
+                ) -> PartitionResult[OutcomeT]:
     """Run `prepare` on one partition, measuring its requests and bytes; an error becomes the result
     (with the exception's last frames) unless `catch` is False."""
     started = time.monotonic()
@@ -166,22 +169,22 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc} (at {os.path.basename(where.filename)}:{where.lineno})"
 
 
-Execute = Callable[[Sequence[PartitionInput]], list[PartitionResult]]
+Execute = Callable[[Sequence[PartitionInput[Any]]], list[PartitionResult[OutcomeT]]]
 
 
-def serial_execute(prepare: Prepare, catch: bool = True) -> Execute:
+def serial_execute(prepare: Prepare[OutcomeT], catch: bool = True) -> Execute[OutcomeT]:
     """Run the partitions one after another in this process."""
     return lambda items: [run_prepare(prepare, item, catch) for item in items]
 
 
 @dataclass
-class JobRun:
+class JobRun(Generic[OutcomeT]):
     """Everything a run did, for its report; `failures` maps "topic-partition" to the reason;
     `committed_earlier` holds the partitions an earlier attempt of the job id had finished."""
 
     job_id: str
     operation: str
-    results: list[PartitionResult] = field(default_factory=list)
+    results: list[PartitionResult[OutcomeT]] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     cleanup: Cleanup = field(default_factory=Cleanup)
     finished_from_earlier_run: dict[str, int] = field(default_factory=dict)
@@ -191,7 +194,7 @@ class JobRun:
     requests: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
 
-    def outcome(self, tp: TopicPartition) -> Any:
+    def outcome(self, tp: TopicPartition) -> OutcomeT:
         """The outcome of `tp`'s step; raises its failure."""
         if str(tp) in self.failures:
             raise KlakeError(f"{tp}: {self.failures[str(tp)]}")
@@ -209,7 +212,7 @@ class _Leases:
         self.root, self.options, self.job_id, self.ttl_ms, self.strict = root, options, job_id, ttl_ms, strict
         self.held: dict[TopicPartition, Lease] = {}
 
-    def take(self, tps: Sequence[TopicPartition], run: JobRun, stack: ExitStack) -> list[TopicPartition]:
+    def take(self, tps: Sequence[TopicPartition], run: JobRun[Any], stack: ExitStack) -> list[TopicPartition]:
         owner = lease_owner()
         for tp in tps:
             try:
@@ -238,11 +241,11 @@ class _Leases:
 
 
 def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[TopicPartition, TopicConfig],
-                      execute: Execute, *, operation: str, job_id: str, options: StorageOptions | None = None,
+                      execute: Execute[OutcomeT], *, operation: str, job_id: str, options: StorageOptions | None = None,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
                       lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
                       app_ids: Callable[[TopicPartition], Sequence[str]] | None = None,
-                      allow_external_deletes: bool = False) -> JobRun:
+                      allow_external_deletes: bool = False) -> JobRun[OutcomeT]:
     """Run one operation over the partitions in `configs` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
@@ -263,7 +266,7 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
     root = normalize_uri(root)
     if catalog is None and mutate:
         raise ValueError("a run that commits needs a catalog")
-    run = JobRun(job_id, operation)
+    run: JobRun[OutcomeT] = JobRun(job_id, operation)
     if mutate:
         catalog.migrate_keys()
     with ExitStack() as stack:
@@ -314,10 +317,10 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
     return run
 
 
-def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
+def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare[OutcomeT],
                          *, operation: str, job_id: str, options: StorageOptions | None = None, mutate: bool = True,
                          ledger_idle: bool = False, planner: Planner | None = None,
-                         allow_external_deletes: bool = False) -> JobRun:
+                         allow_external_deletes: bool = False) -> JobRun[OutcomeT]:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
     return run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
@@ -326,7 +329,7 @@ def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config
 
 
 @contextmanager
-def _driver_io(run: JobRun) -> Iterator[None]:
+def _driver_io(run: JobRun[Any]) -> Iterator[None]:
     """Count the driver's own object-store traffic into `run` (the tasks report theirs in their results,
     so the execution itself is left out: serial tasks run in this process)."""
     with metered() as meter:
@@ -362,7 +365,7 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
 
 
 def _live_after_earlier_deletes(catalog: Catalog, root: str, tps: Sequence[TopicPartition], columns: Sequence[str],
-                                options: StorageOptions | None, run: JobRun, allow_external: bool) -> pa.Table:
+                                options: StorageOptions | None, run: JobRun[Any], allow_external: bool) -> pa.Table:
     """Read every row of `tps`, finish the deletes an earlier run left (DELETE_STARTED rows) and return the
     live rows: only they outlive this read (the table of every row is a copy the run must not keep)."""
     every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
@@ -373,7 +376,7 @@ def _live_after_earlier_deletes(catalog: Catalog, root: str, tps: Sequence[Topic
 
 
 def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
-                            run: JobRun, allow_external: bool) -> None:
+                            run: JobRun[Any], allow_external: bool) -> None:
     if table.num_rows:
         delete_and_forget(catalog, root, table, options, run.job_id, run.cleanup, allow_external)
         counts = table.group_by(["topic", "partition"], use_threads=False).aggregate([("segment_id", "count")])
@@ -382,7 +385,7 @@ def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, option
                                             strict=True)}
 
 
-def _commit(catalog: Catalog, root: str, run: JobRun, leases: _Leases, options: StorageOptions | None,
+def _commit(catalog: Catalog, root: str, run: JobRun[Any], leases: _Leases, options: StorageOptions | None,
             ledger: bool, ledger_idle: bool, allow_external: bool) -> None:
     """One commit for every partition that prepared a change (or transaction identifiers) and still holds
     its lease, entering the partitions it finishes in the job ledger; then the deletes."""

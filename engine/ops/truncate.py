@@ -1,23 +1,21 @@
 """Truncate a catalogued partition to an offset, and raise its log start offset (DeleteRecords).
 
-`truncate_partition(target)` (spec 6, `UnifiedLog.truncateTo`): every record at or above `target`
+Truncation (`prepare_truncation`, spec 6, `UnifiedLog.truncateTo`): every record at or above `target`
 leaves the log. Whole segments at or above it go through the two-phase delete; the segment holding
 `target` gets a new version cut there (klake keeps the records of a straddling v2 batch that lie
 below `target`, where Kafka drops the whole batch, see `engine.log.truncate`); a target below the first
 segment empties the log and starts it at `target` (`truncateFullyAndStartAt`). The log start offset
 becomes `min(log start, target)`.
 
-`delete_records(offset)` (KIP-107): raises the log start offset (never above the log end offset, the
+DeleteRecords (`prepare_delete_records`, KIP-107): raises the log start offset (never above the log end offset, the
 high watermark of a single-writer log); the segment holding it gets a new row version recording it,
 and whole segments below it are retired at once, as retention's log-start-offset pass would.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from engine.catalog.changes import CatalogChange
@@ -27,15 +25,14 @@ from engine.format.batch import scan_batches
 from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
 from engine.index.time_index import TimeIndex
-from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.log.topic_config import min_timestamp
 from engine.log.truncate import plan_truncation, truncate_segment
 from engine.names import TopicPartition
-from engine.ops.catalog_table import Catalog
 from engine.ops.deletion import Cleanup
-from engine.ops.run import PartitionInput, PartitionStep, Prepare, run_single_partition
+from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
-from layouts.store import StorageOptions, normalize_uri, read_bytes
+from layouts.store import StorageOptions, read_bytes
 
 
 @dataclass
@@ -56,7 +53,7 @@ class TruncateOutcome:
         return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
 
 
-def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
+def prepare_truncation(item: PartitionInput[None], *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
                        options: StorageOptions | None, job_id: str) -> PartitionStep[TruncateOutcome]:
     """Cut one partition at `targets[tp]`: the straddling segment's new version, whole segments retired."""
     tp, rows, config, target = item.tp, list(item.rows), item.config, targets[item.tp]
@@ -111,7 +108,7 @@ def prepare_truncation(item: PartitionInput, *, root: str, targets: Mapping[Topi
     return PartitionStep(outcome, change, rows_to_table(doomed))
 
 
-def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartition, int],
+def prepare_delete_records(item: PartitionInput[None], *, offsets: Mapping[TopicPartition, int],
                            job_id: str) -> PartitionStep[TruncateOutcome]:
     """Raise one partition's log start offset to `offsets[tp]` (KIP-107), retiring whole segments below it."""
     tp, rows, offset = item.tp, list(item.rows), offsets[item.tp]
@@ -132,31 +129,3 @@ def prepare_delete_records(item: PartitionInput, *, offsets: Mapping[TopicPartit
     change = CatalogChange(add=tuple(add), remove=(holder.ref,) if add else (),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))
     return PartitionStep(outcome, change, rows_to_table(doomed))
-
-
-def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare,
-                operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
-    run = run_single_partition(catalog, root, tp, config, prepare, operation=operation, job_id=job_id,
-                               options=options)
-    outcome: TruncateOutcome = run.outcome(tp)
-    outcome.cleanup = run.cleanup
-    return outcome
-
-
-def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: int, config: TopicConfig,
-                       now_ms: int, options: StorageOptions | None = None,
-                       job_id: str | None = None) -> TruncateOutcome:
-    """Remove every record at or above `target` (see the module docstring)."""
-    job_id = job_id or uuid.uuid4().hex
-    root = normalize_uri(root)
-    prepare = partial(prepare_truncation, root=root, targets={tp: target}, now_ms=now_ms, options=options,
-                      job_id=job_id)
-    return _run_single(catalog, root, tp, config, prepare, "truncate", job_id, options)
-
-
-def delete_records(catalog: Catalog, root: str, tp: TopicPartition, offset: int, now_ms: int,
-                   options: StorageOptions | None = None, job_id: str | None = None) -> TruncateOutcome:
-    """Raise the log start offset to `offset` (KIP-107) and retire the whole segments below it."""
-    job_id = job_id or uuid.uuid4().hex
-    prepare = partial(prepare_delete_records, offsets={tp: offset}, job_id=job_id)
-    return _run_single(catalog, normalize_uri(root), tp, TopicConfig(), prepare, "delete-records", job_id, options)

@@ -19,7 +19,7 @@ from layouts.object_layout import (
     batch_index_key,
     new_segment_id,
     object_segment_keys,
-    write_segment,
+    put_segment_objects,
 )
 from layouts.store import Parts, StorageOptions, parts_of, size_of, whole
 
@@ -46,7 +46,7 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
     batchindex = segment_batch_index(log, timeindex, base_offset, summary.batch_count,
                                      min_timestamp=min_timestamp)
     if upload:
-        write_segment(keys, log, index, timeindex, options, batchindex=batchindex,
+        put_segment_objects(keys, log, index, timeindex, options, batchindex=batchindex,
                       log_prefix_uri=extends.log_key if extends is not None else None,
                       log_prefix_size=extends.size_bytes if extends is not None else 0)
     row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms,

@@ -14,8 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.times import format_time
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 KEPT, RETENTION, COMPACTED, OUTPUT = "kept", "deleted by retention", "replaced by compaction", "written by compaction"
 COLOURS = {KEPT: "#3a923a", RETENTION: "#d62728", COMPACTED: "#ff9f1c", OUTPUT: "#1f77b4"}
@@ -87,7 +91,7 @@ def draw_timeline(bars: Sequence[SegmentBar], partitions: Sequence[str], cutoffs
 LANES = ((-0.17, 0.22), (0.07, 0.22), (0.3, 0.12))  # (offset from the row, height): two for the log, one for output
 
 
-def _draw_bar(ax, bar: SegmentBar, row: int, lane: int, right_ms: int) -> None:  # noqa: ANN001 - a matplotlib Axes
+def _draw_bar(ax: Axes, bar: SegmentBar, row: int, lane: int, right_ms: int) -> None:
     """A segment on a lane of its row; clipped at the right edge with an arrow and its real end."""
     offset, height = LANES[lane]
     y = row + offset
@@ -106,7 +110,7 @@ def _draw_bar(ax, bar: SegmentBar, row: int, lane: int, right_ms: int) -> None: 
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
 
 
-def _draw_cutoffs(ax, cutoffs: Mapping[str, int], partitions: Sequence[str],  # noqa: ANN001
+def _draw_cutoffs(ax: Axes, cutoffs: Mapping[str, int], partitions: Sequence[str],
                   labels: Mapping[str, str]) -> None:
     """A dashed retention cut-off across each topic's rows, with the topic's setting beside it."""
     for topic, cutoff in cutoffs.items():
@@ -118,14 +122,14 @@ def _draw_cutoffs(ax, cutoffs: Mapping[str, int], partitions: Sequence[str],  # 
                 ha="left", color="#222222", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
 
 
-def _separate_topics(ax, partitions: Sequence[str]) -> None:  # noqa: ANN001
+def _separate_topics(ax: Axes, partitions: Sequence[str]) -> None:
     topics = [name.rsplit("-", 1)[0] for name in partitions]
     for i in range(1, len(topics)):
         if topics[i] != topics[i - 1]:
             ax.axhline(i - 0.5, color="#999999", linewidth=0.8)
 
 
-def _legend(ax) -> None:  # noqa: ANN001
+def _legend(ax: Axes) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 

@@ -51,28 +51,21 @@ from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.scrub import DEFAULT_GRACE_MS
 from layouts.store import StorageOptions, join, normalize_uri
 
-JOB_DEFAULTS: dict[str, Any] = {
-    "lease_ttl_ms": DEFAULT_LEASE_TTL_MS,
-    "scrub_grace_ms": DEFAULT_GRACE_MS,
-    "vacuum_retention_hours": DEFAULT_VACUUM_RETENTION_HOURS,
-    "index_interval_bytes": DEFAULT_INDEX_INTERVAL_BYTES,
-    "sticky_batch_bytes": 16_384,
-    "batch_bytes": 0,
-    "driver_max_bytes": 64 << 20,
-}
 _SECRET_KEYS = {"key", "secret", "token", "access_key", "secret_key", "aws_access_key_id", "aws_secret_access_key"}
 _CREDENTIALS = ("credentials are read from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), "
                 "never from the file")
 
 
-def _rule(check: Callable[[Any], Any]) -> AfterValidator:
-    """Run one of klake's own rules as a pydantic validator: its error becomes this key's problem."""
+def _rule(check: Callable[[Any], Any], kind: type[AfterValidator | BeforeValidator] = AfterValidator,
+          ) -> AfterValidator | BeforeValidator:
+    """Run one of klake's own rules as a pydantic validator: its error becomes this key's problem
+    (`BeforeValidator` to check the value as YAML wrote it before pydantic's own type coerces it)."""
     def validate(value: Any) -> Any:
         try:
             return check(value)
         except KlakeError as exc:
             raise PydanticCustomError("klake", "{reason}", {"reason": str(exc)}) from None
-    return AfterValidator(validate)
+    return kind(validate)
 
 
 def _whole(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
@@ -127,8 +120,20 @@ class _Spark(_Section):
     conf: dict[str, Any] = Field(default_factory=dict)
 
 
-_Jobs = create_model("_Jobs", __base__=_Section,
-                     **{key: (Annotated[Any, _rule(_whole(0))], default) for key, default in JOB_DEFAULTS.items()})
+_Count = Annotated[int, _rule(_whole(0), BeforeValidator)]
+
+
+class JobSettings(_Section):
+    """The `jobs:` section: the jobs' own knobs, typed once here so no job casts a mapping's value."""
+
+    lease_ttl_ms: _Count = DEFAULT_LEASE_TTL_MS
+    scrub_grace_ms: _Count = DEFAULT_GRACE_MS
+    vacuum_retention_hours: _Count = DEFAULT_VACUUM_RETENTION_HOURS
+    index_interval_bytes: _Count = DEFAULT_INDEX_INTERVAL_BYTES
+    sticky_batch_bytes: _Count = 16_384
+    batch_bytes: _Count = 0
+    driver_max_bytes: _Count = 64 << 20
+
 _TopicDefaults = create_model(
     "_TopicDefaults", __base__=_Section,
     **{key.replace(".", "_"): (Annotated[Any, _rule(partial(parse_setting, key))], Field(None, alias=key))
@@ -143,7 +148,7 @@ class _Document(_Section):
     storage: Annotated[_Storage, BeforeValidator(_empty_if_none)]
     catalog: Annotated[_Catalog, BeforeValidator(_empty_if_none)] = Field(default_factory=_Catalog)
     spark: Annotated[_Spark, BeforeValidator(_empty_if_none)] = Field(default_factory=_Spark)
-    jobs: Annotated[_Jobs, BeforeValidator(_empty_if_none)] = Field(default_factory=_Jobs)
+    jobs: Annotated[JobSettings, BeforeValidator(_empty_if_none)] = Field(default_factory=JobSettings)
     topic_defaults: Annotated[_TopicDefaults, BeforeValidator(_empty_if_none)] = Field(default_factory=_TopicDefaults)
     topics: Annotated[dict[_TopicName, Annotated[_Topic, BeforeValidator(_empty_if_none)]],
                       BeforeValidator(_empty_if_none)] = Field(default_factory=dict)
@@ -155,7 +160,7 @@ class _Document(_Section):
         return {"storage": {}, **data} if isinstance(data, dict) else data
 
 
-_SECTIONS: dict[str, type[BaseModel]] = {"storage": _Storage, "catalog": _Catalog, "spark": _Spark, "jobs": _Jobs}
+_SECTIONS: dict[str, type[BaseModel]] = {"storage": _Storage, "catalog": _Catalog, "spark": _Spark, "jobs": JobSettings}
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ class KlakeConfig:
     spark_master: str = "local[*]"
     spark_app_name: str = "klake"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    jobs: Mapping[str, Any] = field(default_factory=lambda: dict(JOB_DEFAULTS))
+    jobs: JobSettings = field(default_factory=JobSettings)
     topic_defaults: Mapping[str, Any] = field(default_factory=dict)
     topics: Mapping[str, TopicSettings] = field(default_factory=dict)
 
@@ -185,7 +190,7 @@ class KlakeConfig:
         """The effective configuration for reports (the storage options' repr hides secrets)."""
         return {"root": self.root, "catalog_uri": self.catalog_uri, "storage": repr(self.storage),
                 "spark": {"master": self.spark_master, "app_name": self.spark_app_name, "conf": dict(self.spark_conf)},
-                "jobs": dict(self.jobs),
+                "jobs": self.jobs.model_dump(),
                 "topics": {n: {"partitions": t.partitions, **t.config.to_mapping()} for n, t in self.topics.items()}}
 
 
@@ -275,7 +280,7 @@ def config_from_document(document: Mapping[str, Any], source: str = "config",
     return KlakeConfig(root=root, catalog_uri=normalize_uri(model.catalog.uri or join(root, "_catalog")),
                        storage=options, spark_master=model.spark.master, spark_app_name=model.spark.app_name,
                        spark_conf={str(k): str(v) for k, v in model.spark.conf.items()},
-                       jobs=model.jobs.model_dump(), topic_defaults=defaults, topics=topics)
+                       jobs=model.jobs, topic_defaults=defaults, topics=topics)
 
 
 def _problem(error: ErrorDetails) -> str:

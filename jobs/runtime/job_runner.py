@@ -26,8 +26,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
@@ -36,6 +35,7 @@ from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.run import (
     Execute,
     JobRun,
+    OutcomeT,
     PartitionInput,
     PartitionResult,
     Prepare,
@@ -139,7 +139,9 @@ def help_epilog(spec: JobSpec) -> str:
 class JobContext:
     """One run: configuration, clock, report, and lazily the catalog and the Spark session."""
 
-    def __init__(self, spec: JobSpec, args: argparse.Namespace, config: KlakeConfig) -> None:
+    def __init__(self, spec: JobSpec, args: argparse.Namespace, config: KlakeConfig,
+                 spark: SparkSession | None = None) -> None:
+        """`spark`: a session the caller already has (Python callers); else one is started when needed."""
         self.spec, self.args, self.config = spec, args, config
         self.now_ms: int = args.now if args.now is not None else time.time_ns() // 1_000_000
         self.dry_run: bool = bool(getattr(args, "dry_run", False))
@@ -148,47 +150,55 @@ class JobContext:
         self.report = RunReport(spec.name, self.job_id, self.dry_run, self.now_ms, config.to_dict())
         self._master = args.master
         self._topic_configs: dict[str, TopicConfig] = {}
+        self._catalog: Catalog | None = None
+        self._spark = spark
 
     @property
     def options(self) -> StorageOptions:
         return self.config.storage
 
-    @cached_property
+    @property
     def catalog(self) -> Catalog:
-        try:
-            return Catalog.open(self.config.catalog_uri, self.options)
-        except CatalogNotFoundError:
-            raise KlakeError(f"no catalog at {self.config.catalog_uri}: import or append to create it") from None
+        """The catalog, opened once."""
+        if self._catalog is None:
+            try:
+                self._catalog = Catalog.open(self.config.catalog_uri, self.options)
+            except CatalogNotFoundError:
+                raise KlakeError(f"no catalog at {self.config.catalog_uri}: import or append to create it") from None
+        return self._catalog
 
     def catalog_or_create(self) -> Catalog:
         try:
             return self.catalog
         except KlakeError:
-            catalog = Catalog.create(self.config.catalog_uri, self.options)
-            self.__dict__["catalog"] = catalog
-            return catalog
+            self._catalog = Catalog.create(self.config.catalog_uri, self.options)
+            return self._catalog
 
-    @cached_property
+    @property
     def spark(self) -> SparkSession:
-        return spark_session(self.config, self._master, verbose=self.args.verbose)
+        """The Spark session, started once (at the first job step that needs one)."""
+        if self._spark is None:
+            self._spark = spark_session(self.config, self._master, verbose=self.args.verbose)
+        return self._spark
 
     def progress(self) -> Callable[[int, int], None] | None:
         return job_progress(self.spec.name, enabled=not self.args.no_progress)
 
-    def execute(self, prepare: Prepare) -> Execute:
+    def execute(self, prepare: Prepare[OutcomeT]) -> Execute[OutcomeT]:
         return spark_execute(self.spark, prepare, self.progress())
 
     def runs_in_driver(self, planned_bytes: int) -> bool:
         """Whether work that reads `planned_bytes` runs in this process: a small question (an offset for a
         time, an hour of one topic) is answered in a second where Spark's start-up alone takes ten (issue
         26); `jobs.driver_max_bytes` sets the limit, above it the work goes to Spark."""
-        return planned_bytes <= int(self.config.jobs["driver_max_bytes"])
+        return planned_bytes <= self.config.jobs.driver_max_bytes
 
-    def execute_by_size(self, prepare: Prepare, planned_bytes: Callable[[Sequence[PartitionInput]], int]) -> Execute:
+    def execute_by_size(self, prepare: Prepare[OutcomeT], planned_bytes: Callable[[Sequence[PartitionInput[Any]]], int],
+                        ) -> Execute[OutcomeT]:
         """`execute`, or the partitions one after another in this process when their plan is small
         (`runs_in_driver`); decided on the partitions' inputs, so the catalog is read once. The report's
         `results.executed_in` says which ("driver" or "spark")."""
-        def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
+        def execute(items: Sequence[PartitionInput[Any]]) -> list[PartitionResult[OutcomeT]]:
             in_driver = self.runs_in_driver(planned_bytes(items))
             self.report.results["executed_in"] = "driver" if in_driver else "spark"
             return (serial_execute(prepare) if in_driver else self.execute(prepare))(items)
@@ -227,11 +237,12 @@ class JobContext:
             save_topic_config(self.config.root, topic, declared.config, self.options)
         return declared.config
 
-    def run_partitions(self, tps: Iterable[TopicPartition], prepare: Prepare) -> JobRun:
+    def run_partitions(self, tps: Iterable[TopicPartition], prepare: Prepare[OutcomeT]) -> JobRun[OutcomeT]:
         """Run `prepare` over `tps` as Spark tasks with one driver commit, and fold it into the report."""
         return self.run_partitions_with(tps, self.execute(prepare))
 
-    def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute, **kwargs) -> JobRun:
+    def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute[OutcomeT], **kwargs: Any,
+                            ) -> JobRun[OutcomeT]:
         """`run_partitions` with the job's own way of running the partitions' tasks; a run that changes
         nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask."""
         by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
@@ -241,7 +252,7 @@ class JobContext:
         run = run_partition_job(catalog, self.config.root, by_tp, execute,
                                 operation=self.spec.name, job_id=self.job_id, options=self.options,
                                 mutate=mutate,
-                                lease_ttl_ms=int(self.config.jobs["lease_ttl_ms"]),
+                                lease_ttl_ms=self.config.jobs.lease_ttl_ms,
                                 allow_external_deletes=self.allow_external_deletes, **kwargs)
         self.report.add_run(run)
         return run

@@ -81,7 +81,7 @@ class RunReport:
         self.side_files.update(plan.side_files())
         self.summary += [f"  {count:>12,}  {reason}" for reason, count in plan.totals()["by_reason"].items()]
 
-    def add_run(self, run: JobRun) -> None:
+    def add_run(self, run: JobRun[Any]) -> None:
         """Fold an engine `JobRun` in: per-partition outcomes (with each task's traffic), failures, the commit.
         The run's total traffic is the job's meter's (`job_runner.run_job`), which already holds it."""
         by_tp = {str(r.tp): r for r in run.results}

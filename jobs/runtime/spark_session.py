@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.ops.run import Execute, PartitionInput, PartitionResult, Prepare, run_prepare
+from engine.ops.run import Execute, OutcomeT, PartitionInput, PartitionResult, Prepare, run_prepare
 from jobs.runtime.config import KlakeConfig
 from layouts.metering import add_counted
 
@@ -109,11 +109,11 @@ def _pass_stderr(read_end: int) -> None:
                 os.write(2, line)  # where the JVM wrote it, as when it inherited our stderr
 
 
-def spark_execute(spark: SparkSession, prepare: Prepare, progress: Callable[[int, int], None] | None = None
-                  ) -> Execute:
+def spark_execute(spark: SparkSession, prepare: Prepare[OutcomeT], progress: Callable[[int, int], None] | None = None
+                  ) -> Execute[OutcomeT]:
     """Run `prepare` on every partition in its own Spark task; failures come back as results."""
 
-    def execute(items: Sequence[PartitionInput]) -> list[PartitionResult]:
+    def execute(items: Sequence[PartitionInput[Any]]) -> list[PartitionResult[OutcomeT]]:
         if not items:
             return []
         rdd = spark.sparkContext.parallelize(list(items), len(items)).map(lambda item: run_prepare(prepare, item))

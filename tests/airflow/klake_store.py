@@ -23,7 +23,7 @@ from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import acquire_lease
 from engine.ops.versions import segment_row
-from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.object_layout import new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, filesystem
 
 HOUR = 3_600_000
@@ -50,7 +50,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
         for i, seg in enumerate(segments):
             segment_id = new_segment_id()
             keys = object_segment_keys(root, tp, seg.base_offset, segment_id)
-            write_segment(keys, seg.log, seg.index, seg.timeindex, options)
+            put_segment_objects(keys, seg.log, seg.index, seg.timeindex, options)
             state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
             rows.append(segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset,
                                                                                            min_timestamp=0),

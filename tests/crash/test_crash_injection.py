@@ -325,7 +325,7 @@ def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: P
 
 def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
     """The points CI kills at: `segment-write` the middle write of a segment object, `batchindex-write` the
-    first write of a `.batchindex` (the last object of a segment version, `layouts.object_layout.write_segment`),
+    first write of a `.batchindex` (the last object of a segment version, `layouts.object_layout.put_segment_objects`),
     `staging-write` an append's input task writing its staged rows, `takeover-claimed` the mutation right after
     a lease takeover marker is created, `export-write` the middle publication of
     an exported `.log` (its temporary written whole, not yet renamed), `commit-before` / `commit-after` the

@@ -8,7 +8,7 @@ import pytest
 from engine.errors import ConfigError
 from engine.log.topic_config import TopicConfig
 from jobs import retention
-from jobs.runtime.config import JOB_DEFAULTS, apply_override, load_config
+from jobs.runtime.config import JobSettings, apply_override, load_config
 from jobs.runtime.job_runner import main
 from tests.conftest import PROJECT_ROOT
 
@@ -34,13 +34,13 @@ def test_s3_example_and_set_overrides_keep_kafka_dotted_keys() -> None:
     assert config.root == "s3://my-kafka-archive/logs" and config.catalog_uri == "s3://my-kafka-archive/catalog"
     assert config.topics["orders"].config.retention_ms == 3_600_000
     assert config.topics["fresh"].partitions == 3 and config.topics["fresh"].config.retention_ms == 604_800_000
-    assert config.spark_conf["spark.executor.memory"] == "2g" and config.jobs["lease_ttl_ms"] == 60_000
+    assert config.spark_conf["spark.executor.memory"] == "2g" and config.jobs.lease_ttl_ms == 60_000
     assert config.storage.region == "us-east-1"
 
 
 def test_documented_defaults_are_the_code_defaults() -> None:
     config = load_config(CONF / "defaults.yaml", ["storage.root=/tmp/x"])
-    assert dict(config.jobs) == JOB_DEFAULTS and config.spark_master == "local[*]" and config.topics == {}
+    assert config.jobs == JobSettings() and config.spark_master == "local[*]" and config.topics == {}
     text = (CONF / "defaults.yaml").read_text()
     for key, value in TopicConfig().to_mapping().items():
         shown = str(value).lower() if isinstance(value, bool) else str(value)

@@ -15,7 +15,6 @@ import pytest
 
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.topic_store import save_topic_config
 from jobs import mirror
@@ -24,6 +23,7 @@ from layouts.store import list_objects, read_bytes
 from tests.conftest import Backend
 from tests.jobs.test_jobs import NOW, input_table, killing
 from tests.oracles.kafka_python import read_with_kafka_python
+from tests.single_partition import append_to_partition
 
 pytestmark = pytest.mark.spark
 

@@ -38,10 +38,8 @@ from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops import read as range_read
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from engine.ops.truncate import delete_records
 from jobs import read
 from jobs.klake_source import KlakeReader, register
 from jobs.runtime.config import load_config
@@ -50,6 +48,7 @@ from jobs.runtime.job_runner import main
 from layouts.metering import metered
 from layouts.store import StorageOptions, read_bytes
 from tests.conftest import Backend
+from tests.single_partition import append_to_partition, delete_records
 
 NOW = 1_790_000_000_000
 EVENTS, STAMPED, ARCHIVE = "events", "stamped", "archive"

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 from engine.catalog.schema import table_to_rows
 from engine.format.batch import V2_HEADER_SIZE, scan_batches
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.read import KAFKA_ARROW_SCHEMA
 from engine.ops.read_output import StagedOutput
@@ -26,6 +25,7 @@ from jobs.runtime.job_runner import main
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes, write_bytes
 from tests.conftest import Backend
 from tests.jobs.test_read_job import EVENTS_CONFIG, NOW, _records, as_records, brute_force, expected
+from tests.single_partition import append_to_partition
 
 TOPIC = "events"
 

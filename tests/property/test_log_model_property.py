@@ -36,14 +36,17 @@ from engine.index.checks import check_sidecars
 from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
-from engine.ops.compact import compact_partition
-from engine.ops.retention import apply_retention
-from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import read_bytes
 from tests.catalog_rows import partition_segments
 from tests.oracles.varint import varint_size
+from tests.single_partition import (
+    append_to_partition,
+    apply_retention,
+    compact_partition,
+    delete_records,
+    truncate_partition,
+)
 
 TP = TopicPartition("model", 0)
 T0 = 1_790_000_000_000

@@ -38,12 +38,13 @@ from engine.cleaner.selection import (
 )
 from engine.format import compression
 from engine.format.batch import LOG_APPEND_TIME, scan_batches
-from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
 from engine.index.append_rule import SegmentIndexer
 from engine.index.checks import check_indexes
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig
+from tests.codecs_for_tests import control_record
 from tests.conftest import KAFKA_FIXTURES
 
 FIXTURES = KAFKA_FIXTURES

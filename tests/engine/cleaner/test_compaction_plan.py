@@ -109,7 +109,7 @@ def partition(draw: st.DrawFn, topic: str, number: int, shift: int = 0, none: in
                             cleaned=draw(st.booleans())))
         base += max(count, 1) + draw(st.integers(0, 3))
     if draw(st.booleans()):
-        rows[-1] = rows[-1].with_state(SegmentState.ACTIVE)
+        rows[-1] = replace(rows[-1], state=str(SegmentState.ACTIVE))
     if draw(st.booleans()):
         rows[0] = replace(rows[0], log_start_offset=draw(st.integers(rows[0].base_offset, rows[-1].next_offset)))
     return rows

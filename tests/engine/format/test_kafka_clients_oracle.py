@@ -31,8 +31,9 @@ import pytest
 
 from engine.format import compression
 from engine.format.batch import CREATE_TIME, LOG_APPEND_TIME, scan_batches
-from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch, encode_batches
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch, encode_batches
 from engine.format.records import decode_records
+from tests.codecs_for_tests import control_record
 from tests.oracles import fetch_jvm
 
 CODECS = [compression.NONE, compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]

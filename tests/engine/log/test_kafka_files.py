@@ -18,12 +18,12 @@ from engine.log.kafka_files import (
     derived_topic_id,
     leader_epoch_checkpoint,
     offset_checkpoint,
-    parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
     parse_topic_id,
     partition_metadata,
 )
 from engine.names import TopicPartition
+from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 
 
 def test_the_broker_files_are_reproduced_byte_for_byte(kafka_fixtures) -> None:

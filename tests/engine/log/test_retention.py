@@ -34,7 +34,7 @@ def chain(*specs: tuple[int, int], count: int = 100, active_last: bool = False) 
     """Contiguous segments s0, s1, ... of `count` offsets each, from (size, largest timestamp) pairs."""
     rows = [seg(f"s{k}", k * count, count, size, largest) for k, (size, largest) in enumerate(specs)]
     if active_last:
-        rows[-1] = rows[-1].with_state(SegmentState.ACTIVE)
+        rows[-1] = replace(rows[-1], state=str(SegmentState.ACTIVE))
     return rows
 
 
@@ -413,7 +413,7 @@ def partitions(draw: st.DrawFn) -> tuple[list[SegmentRow], TopicConfig, int | No
         rows.append(seg(f"s{k}", base, count, size, largest, created))
         base = max(base + count, base + 1) + gap  # gaps, as compaction leaves
     if draw(st.booleans()):
-        rows[-1] = rows[-1].with_state(SegmentState.ACTIVE)
+        rows[-1] = replace(rows[-1], state=str(SegmentState.ACTIVE))
     leo = rows[-1].next_offset
     hw = draw(st.one_of(st.none(), st.integers(rows[0].base_offset, leo)))
     log_start = draw(st.one_of(st.none(), st.integers(0, leo if hw is None else hw)))

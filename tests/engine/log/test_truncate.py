@@ -18,7 +18,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from engine.format import compression
 from engine.format.batch import LOG_APPEND_TIME, scan_batches
-from engine.format.builder import CONTROL_COMMIT, control_record, encode_batch
+from engine.format.builder import CONTROL_COMMIT, encode_batch
 from engine.index.checks import check_indexes
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
@@ -32,6 +32,7 @@ from engine.log.truncate import (
     plan_truncation,
     truncate_segment,
 )
+from tests.codecs_for_tests import control_record
 from tests.oracles.kafka_python import read_with_kafka_python
 
 BASE = 500

@@ -23,22 +23,26 @@ from engine.format.batch import scan_batches
 from engine.index.batch_index import batch_index_bytes
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import TABLE_CONFIGURATION, Catalog
-from engine.ops.compact import compact_partition
-from engine.ops.export import ExportRange, export_log_dir
+from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
 from engine.ops.mirror import mirror_partitions
 from engine.ops.recover import prepare_recovery, recover_partition
-from engine.ops.retention import apply_retention
 from engine.ops.roll import RollPlanner, prepare_roll
 from engine.ops.run import run_single_partition
 from engine.ops.scrub import scrub
-from engine.ops.truncate import delete_records, truncate_partition
 from engine.ops.verify import verify_partition
 from layouts.object_layout import batch_index_key
 from layouts.store import delete_object, list_objects, object_info, read_bytes
 from tests.conftest import Backend
+from tests.single_partition import (
+    append_to_partition,
+    apply_retention,
+    compact_partition,
+    delete_records,
+    export_log_dir,
+    truncate_partition,
+)
 
 TP = TopicPartition("orders", 0)
 NOW = 1_790_000_000_000

@@ -19,19 +19,16 @@ from deltalake import DeltaTable, Field, write_deltalake
 from engine.catalog.schema import CATALOG_SCHEMA, KEY_COLUMNS, PARTITION_COLUMNS, STORED_SCHEMA
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import TABLE_CONFIGURATION, Catalog
-from engine.ops.compact import compact_partition
 from engine.ops.importer import import_log_dir
-from engine.ops.retention import apply_retention
 from engine.ops.scrub import scrub
-from engine.ops.truncate import truncate_partition
 from jobs.runtime.embedded_s3 import create_bucket
 from layouts.store import delete_object, delete_tree, filesystem, join, list_objects, object_info, read_bytes
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_compact import CONFIG as COMPACT
 from tests.engine.ops.test_partition_compact import _expected, _updates
 from tests.oracles.kafka_python import read_with_kafka_python
+from tests.single_partition import append_to_partition, apply_retention, compact_partition, truncate_partition
 
 NOW = 1_790_000_000_000
 DAY = 86_400_000

@@ -12,19 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from engine.log.kafka_files import derived_topic_id, parse_leader_epoch_checkpoint, parse_offset_checkpoint
+from engine.log.kafka_files import derived_topic_id, parse_offset_checkpoint
 from engine.log.lookup import list_offsets
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.export import ExportRange, export_log_dir
+from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import stored_segment
 from jobs.cli.inspect import load_partition_dir
 from layouts.store import delete_object, list_objects, read_bytes, write_bytes
+from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 from tests.engine.ops.test_import import BROKER_PARTITIONS, facts
 from tests.golden import golden_text
 from tests.oracles.kafka_python import read_with_kafka_python
+from tests.single_partition import export_log_dir
 
 BROKER_TOPIC_ID = "p59PN4qkR8y176nhuDDPPA"  # timeindex_test-0/partition.metadata
 

@@ -14,7 +14,6 @@ from engine.ops.lease import (
     LeaseLostError,
     acquire_lease,
     check_lease,
-    held_lease,
     lease_uri,
     read_lease,
     release_lease,
@@ -161,10 +160,3 @@ def test_a_rerun_after_a_double_crash_takes_its_own_lease_over_at_once(backend, 
     assert [o.name for o in list_objects(backend.uri("_leases"), backend.options)] == ["orders-3.lease"]
     with pytest.raises(LeaseHeldError):  # the marker rule did not open the lease to other jobs
         acquire_lease(backend.base, TP, "other", "job-y", 60_000, backend.options, clock)
-
-
-def test_held_lease_releases_on_exit_even_after_an_error(backend) -> None:
-    with pytest.raises(RuntimeError), held_lease(backend.base, TP, "a", "job-a", 60_000, backend.options):
-        assert read_lease(backend.base, TP, backend.options).owner == "a"
-        raise RuntimeError("job failed")
-    assert read_lease(backend.base, TP, backend.options) is None

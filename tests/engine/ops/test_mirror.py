@@ -17,11 +17,10 @@ import pytest
 
 from engine.errors import KlakeError
 from engine.format.batch import scan_batches
-from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, control_record, encode_batch
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
 from engine.log.mirror import NotAReplicaError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.mirror import (
@@ -31,10 +30,11 @@ from engine.ops.mirror import (
     offset_maps,
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config
-from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import StorageOptions, delete_object, list_objects, read_bytes
+from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
+from tests.single_partition import append_to_partition, delete_records, truncate_partition
 
 NOW = 1_790_000_000_000
 TP = TopicPartition("orders", 0)

@@ -13,12 +13,13 @@ from engine.log.lookup import list_offsets
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition, prepare_append, row_summary
+from engine.ops.append import prepare_append, row_summary
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
 from layouts.store import read_bytes
 from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
+from tests.single_partition import append_to_partition
 
 TP = TopicPartition("events", 0)
 NOW = 1_790_000_000_000

@@ -9,12 +9,11 @@ from kafka.record.memory_records import MemoryRecords
 from engine.catalog.schema import first_dirty_offset
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
-from engine.ops.compact import compact_partition
 from layouts.store import read_bytes
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_append import _log
+from tests.single_partition import append_to_partition, compact_partition
 
 TP = TopicPartition("orders", 0)
 NOW = 1_790_000_000_000

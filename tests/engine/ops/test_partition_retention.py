@@ -11,12 +11,12 @@ from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.retention import apply_retention
 from engine.ops.versions import segment_row
-from layouts.object_layout import new_segment_id, object_segment_keys, write_segment
+from layouts.object_layout import new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import filesystem, object_info
 from tests.catalog_rows import add_segments, all_segments, transition
 from tests.conftest import Backend
+from tests.single_partition import apply_retention
 
 DAY = 86_400_000
 T0 = 1_790_000_000_000
@@ -35,7 +35,7 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
     for i, seg in enumerate(segments):
         segment_id = new_segment_id()
         keys = object_segment_keys(backend.uri("root"), TP, seg.base_offset, segment_id)
-        write_segment(keys, seg.log, seg.index, seg.timeindex, backend.options)
+        put_segment_objects(keys, seg.log, seg.index, seg.timeindex, backend.options)
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT,
                                 summarize_segment(seg.log, seg.base_offset,

@@ -10,12 +10,11 @@ from engine.catalog.schema import partition_log_start_offset
 from engine.log.lookup import EARLIEST, list_offsets
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
-from engine.ops.truncate import delete_records, truncate_partition
 from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_append import _log
+from tests.single_partition import append_to_partition, delete_records, truncate_partition
 
 TP = TopicPartition("events", 0)
 NOW = 1_790_000_000_000

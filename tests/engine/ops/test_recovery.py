@@ -21,7 +21,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.recover import quarantine_key, recover_partition, verify_partition
 from engine.ops.verify import valid_prefix
 from engine.ops.versions import segment_row, store_segment_version
-from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, write_segment
+from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import delete_object, list_objects, read_bytes
 from tests.catalog_rows import add_segments, all_segments
 from tests.conftest import Backend
@@ -52,7 +52,7 @@ def _build(backend: Backend, catalog: Catalog, n_segments: int = 6) -> list[Segm
     for i, seg in enumerate(segments):
         segment_id = new_segment_id()
         keys = object_segment_keys(backend.uri("root"), TP, seg.base_offset, segment_id)
-        write_segment(keys, seg.log, seg.index, seg.timeindex, backend.options)
+        put_segment_objects(keys, seg.log, seg.index, seg.timeindex, backend.options)
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset,
                                                                                        min_timestamp=0),

@@ -13,7 +13,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.scrub import scrub
 from jobs.cli.main import main as klake
-from layouts.object_layout import object_segment_keys, write_segment
+from layouts.object_layout import object_segment_keys, put_segment_objects
 from layouts.store import delete_object, filesystem, list_objects, object_info
 from tests.catalog_rows import add_segments, make_row, transition
 from tests.scrub_findings import scrub_findings
@@ -38,9 +38,9 @@ def _plant(backend, catalog: Catalog) -> dict[str, set[str]]:
     """Plant orphans, keep-outs, a missing and a truncated object; return what scrub must find."""
     tp = TopicPartition("docker-connect-status", 0)
     stray = object_segment_keys(backend.uri("root"), tp, 135, "deadbeef00000000")
-    write_segment(stray, b"L" * 10, b"", b"", backend.options)
+    put_segment_objects(stray, b"L" * 10, b"", b"", backend.options)
     deleting_keys = object_segment_keys(backend.uri("root"), tp, 500, "feedface00000000")
-    write_segment(deleting_keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options)
+    put_segment_objects(deleting_keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options)
     deleting_row = replace(make_row("docker-connect-status", 0, 500, 510, segment_id="feedface00000000"),
                            log_key=deleting_keys.log, index_key=deleting_keys.index,
                            timeindex_key=deleting_keys.timeindex)
@@ -112,7 +112,7 @@ def test_scrub_reports_everything_and_deletes_only_orphans(backend, kafka_fixtur
 def test_young_orphans_are_kept_for_the_grace_period(backend, kafka_fixtures) -> None:
     catalog = _imported(backend, kafka_fixtures, copy=True, catalog_at="root/_catalog")
     stray = object_segment_keys(backend.uri("root"), TopicPartition("_confluent-command", 0), 2, "0123456789abcdef")
-    write_segment(stray, b"L", b"", b"", backend.options)
+    put_segment_objects(stray, b"L", b"", b"", backend.options)
     now = time.time_ns() // 1_000_000
     young = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now)
     assert young.orphans == [] and young.orphans_within_grace == 3 and young.clean

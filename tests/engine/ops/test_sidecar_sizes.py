@@ -11,18 +11,21 @@ import pyarrow as pa
 
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
-from engine.ops.append import append_to_partition
 from engine.ops.catalog_table import Catalog
-from engine.ops.compact import compact_partition
 from engine.ops.importer import import_log_dir
 from engine.ops.mirror import mirror_partitions
 from engine.ops.recover import prepare_recovery
-from engine.ops.retention import apply_retention
 from engine.ops.roll import RollPlanner, prepare_roll
 from engine.ops.run import run_single_partition
-from engine.ops.truncate import delete_records, truncate_partition
 from layouts.store import object_info
 from tests.conftest import KAFKA_FIXTURES, Backend
+from tests.single_partition import (
+    append_to_partition,
+    apply_retention,
+    compact_partition,
+    delete_records,
+    truncate_partition,
+)
 
 TP = TopicPartition("orders", 0)
 NOW = 1_790_000_000_000
