@@ -20,9 +20,9 @@ from kafka.record.memory_records import MemoryRecords
 
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
-from engine.ops.truncate import delete_records
 from jobs.cli import main as cli
 from tests.conftest import KAFKA_FIXTURES, PROJECT_ROOT
+from tests.single_partition import delete_records
 
 BROKER = KAFKA_FIXTURES / "broker" / "timeindex_test-0"
 TOPIC = "timeindex_test"
