@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark dist clean crash-sweep cluster-test
+.PHONY: demo test lint bench bench-spark bench-kafka dist clean crash-sweep cluster-test
 
 $(STAMP): pyproject.toml constraints.txt setup.py engine/format/_codec.pyx
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -52,6 +52,11 @@ bench: $(STAMP)
 bench-spark: $(STAMP)
 	$(VENV)/bin/python benchmarks/append_bench.py
 	$(VENV)/bin/python benchmarks/read_bench.py
+
+# klake beside a real broker: Spark's Kafka source reading it, kafka-clients' producer writing into it.
+bench-kafka: $(STAMP)
+	$(VENV)/bin/python tests/oracles/fetch_jvm.py kafka spark-kafka
+	$(VENV)/bin/python benchmarks/kafka_bench.py
 
 # What a cluster needs: the wheel (pip install it, with its pinned dependencies, into the executors'
 # Python) or, where the dependencies are already there, the code alone for `spark-submit --py-files`.

@@ -86,3 +86,12 @@ def test_planning_bench_runs_in_smoke_size() -> None:
         assert re.search(rf"^{job} driver peak RSS [\d.]+ MB", out, re.M), out
     assert "roll: 100 of 200 partition(s) rolled" in out and "compact: would clean 100 of 200" in out, out
     assert "checks: all passed" in out, out
+
+
+def test_kafka_bench_runs_in_smoke_size() -> None:
+    """A real broker, Spark's Kafka source and klake on the same records; the script checks every count."""
+    fetch_jvm.require("kafka")
+    fetch_jvm.require("spark-kafka")
+    out = _bench("kafka_bench.py", "--mb", "2", "--partitions", "2", "--rounds", "1")
+    assert re.search(r"^read, counted: klake [\d.]+ MB/s vs Spark's Kafka source [\d.]+ MB/s", out, re.M), out
+    assert re.search(r"^ingest: klake append [\d.]+ s vs kafka-clients producer", out, re.M), out
