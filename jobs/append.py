@@ -15,7 +15,7 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   tables. No shuffle (issue 14): the input tasks (Parquet files read by pyarrow in the tasks, split by
   row groups as Spark splits files; other input read by Spark) assign partitions and stage their rows
   grouped by partition (`engine.ops.append_staging`); then one task per partition reads back its own
-  rows in input order and streams them through the engine in chunks of `APPEND_CHUNK_BYTES`, uploading
+  rows in input order and streams them through the engine in chunks of `buffer_bytes`, uploading
   each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
   size (a chunk boundary ends a batch, as a produce request does). The staged rows are deleted when
   the attempt ends (scrub removes those of a killed one).
@@ -48,7 +48,7 @@ import re
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -87,8 +87,9 @@ from layouts.store import (
 )
 
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`_provenance`)
-APPEND_CHUNK_BYTES = 32 * 1024**2  # input a task hands the engine at a time: memory is this + one segment
-STAGE_FLUSH_BYTES = 16 * 1024**2  # rows an input task buffers before staging them (sorted once, then written)
+APPEND_CHUNK_BYTES = 32 * 1024**2  # most input a task hands the engine at a time: memory is this + one segment
+STAGE_FLUSH_BYTES = 16 * 1024**2  # most rows an input task buffers before staging them (sorted once, then written)
+BUFFER_FLOOR_BYTES = 4 * 1024**2  # least a task buffer shrinks to (`buffer_bytes`)
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"
@@ -308,6 +309,14 @@ def with_file_rank(df: Any, order: Sequence[str]) -> Any:
         .drop("_file", "_name")
 
 
+def buffer_bytes(most: int, items: Iterable[PartitionInput]) -> int:
+    """A task buffer's size: a quarter of the smallest `segment.bytes` among the partitions, between
+    `BUFFER_FLOOR_BYTES` and `most`, so that a worker's memory beyond its open segment shrinks with the
+    segment too (issue 28 item 8: within 4 x segment.bytes + 300 MB also at 32 MiB segments)."""
+    smallest = min((item.config.segment_bytes for item in items), default=most * 4)
+    return min(most, max(BUFFER_FLOOR_BYTES, smallest // 4))
+
+
 class _Runs:
     """A task's rows, sorted by (`_tp`, input order), as one run per `_tp` value: its value and its rows
     in chunks of about `chunk_bytes` (the engine appends a chunk at a time, so a task holds one chunk and
@@ -362,7 +371,7 @@ def _append_stream(batches: Iterator[pa.RecordBatch], names: Sequence[tuple[str,
                    prepare_kwargs: dict) -> Iterator[pa.RecordBatch]:
     """One task: append each topic-partition run of its sorted rows, a result row per partition."""
     options = prepare_kwargs["options"]
-    for tp_index, chunks in _Runs(batches, APPEND_CHUNK_BYTES):
+    for tp_index, chunks in _Runs(batches, buffer_bytes(APPEND_CHUNK_BYTES, items.values())):
         topic, partition = names[tp_index]
         if partition is None:  # partitions the topic lacks, all in one run: a rejects file for each
             table = pa.concat_tables(list(chunks))
@@ -564,7 +573,7 @@ def run(ctx: JobContext) -> None:
         prefix = None if ctx.dry_run else join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
         stager = Stager(counts, ctx.config.jobs.sticky_batch_bytes, order,
                         frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
-                        STAGE_FLUSH_BYTES)
+                        buffer_bytes(STAGE_FLUSH_BYTES, items))
         try:
             tasks = append_tasks(order_pieces(_stage_input(ctx, stager, parquet, df)), selected)
 

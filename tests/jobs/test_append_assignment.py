@@ -88,3 +88,25 @@ def test_a_record_without_a_topic_is_bad_input_named_by_file_and_row(spark, tmp_
     assert "in.json" in failure["error"] and "row 3" in failure["error"] and "`topic`" in failure["error"]
     assert report["results"].get("records_appended", 0) == 0
     assert not (tmp_path / "root" / "_staging").exists() or not any((tmp_path / "root" / "_staging").rglob("*.arrow"))
+
+
+def test_task_buffers_shrink_with_the_smallest_segment_between_floor_and_cap() -> None:
+    """Issue 28 item 8: a worker's memory is its buffers plus one open segment, bounded by
+    4 x segment.bytes + 300 MB, so the buffers are a quarter of the smallest segment.bytes, never more
+    than their fixed cap nor less than the floor."""
+    from engine.log.topic_config import TopicConfig
+    from engine.names import TopicPartition
+    from engine.ops.run import PartitionInput
+    from jobs.append import APPEND_CHUNK_BYTES, BUFFER_FLOOR_BYTES, STAGE_FLUSH_BYTES, buffer_bytes
+
+    def items(*segment_bytes: int) -> list[PartitionInput]:
+        return [PartitionInput(TopicPartition("t", p), (), TopicConfig.from_mapping({"segment.bytes": s}))
+                for p, s in enumerate(segment_bytes)]
+
+    mib = 1024**2
+    assert buffer_bytes(APPEND_CHUNK_BYTES, items(1024 * mib, 32 * mib)) == 8 * mib
+    assert buffer_bytes(STAGE_FLUSH_BYTES, items(32 * mib)) == 8 * mib
+    assert buffer_bytes(APPEND_CHUNK_BYTES, items(1024 * mib)) == APPEND_CHUNK_BYTES
+    assert buffer_bytes(STAGE_FLUSH_BYTES, items(1024 * mib)) == STAGE_FLUSH_BYTES
+    assert buffer_bytes(APPEND_CHUNK_BYTES, items(1 * mib)) == BUFFER_FLOOR_BYTES
+    assert buffer_bytes(APPEND_CHUNK_BYTES, []) == APPEND_CHUNK_BYTES
