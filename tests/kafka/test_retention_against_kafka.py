@@ -1,4 +1,4 @@
-"""Retention against Kafka: the log start offset the broker's retention leaves equals what `klake retention`
+"""Retention against Kafka: the log start offset the broker's retention (retention.ms, retention.bytes) leaves equals what `klake retention`
 computes on the pre-retention copy of the same log (issue 27, 3d).
 
 A topic is produced into the session's broker with `retention.ms` off: old records (10 h to 6 h ago, then
@@ -75,6 +75,47 @@ def test_klake_retention_cuts_the_log_where_the_brokers_retention_did(
     code, report = jobs.run(import_log.SPEC, str(pre), now=None)
     assert code == 0, report.get("failures")
     code, report = jobs.run(retention.SPEC, now=cut_at)
+    assert code == 0, report.get("failures")
+    rows = jobs.rows(topic, 0)
+    assert partition_log_start_offset(rows) == rows[0].base_offset == start
+
+
+def test_klake_retention_bytes_cuts_the_log_where_the_brokers_did(
+        spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    """`retention.bytes`: the broker deletes the oldest closed segments while the log stays at least that size
+    without them (`UnifiedLog.deleteRetentionSizeBreachedSegments`); its clock plays no part, so the cut is the
+    sizes' alone and `klake retention` on the copy taken before must cut at the same segment."""
+    topic = kafka_broker.create_topic(f"sized-{uuid.uuid4().hex[:8]}", segment_bytes=4096, retention_ms=-1)
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5, batch_size=1024)
+    for i in range(800):
+        producer.send(topic, key=b"k%d" % (i % 17), value=b"v-%04d|" % i + b"y" * (i % 90), partition=0)
+    producer.close()
+    pre = tmp_path / "pre-retention"
+    kafka_broker.copy_topic(topic, pre)
+    logs = sorted((pre / f"{topic}-0").glob("*.log"))
+    total = sum(log.stat().st_size for log in logs)
+    assert len(logs) > 10
+    retention_bytes = total // 3  # between segment boundaries for the broker to find its cut
+
+    admin = kafka_broker.admin()
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"retention.bytes": str(retention_bytes)})], incremental=True)
+    finally:
+        admin.close()
+    deadline = time.monotonic() + 60
+    start = 0
+    while start == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        start = beginning_offset(kafka_broker, topic)
+    time.sleep(2)  # a later check deletes nothing more
+    assert beginning_offset(kafka_broker, topic) == start > 0
+
+    jobs = Jobs(tmp_path / "klake", local_backend(tmp_path),
+                {topic: {"partitions": 1, "retention.ms": -1, "retention.bytes": retention_bytes}})
+    code, report = jobs.run(import_log.SPEC, str(pre), now=None)
+    assert code == 0, report.get("failures")
+    code, report = jobs.run(retention.SPEC, now=None)
     assert code == 0, report.get("failures")
     rows = jobs.rows(topic, 0)
     assert partition_log_start_offset(rows) == rows[0].base_offset == start
