@@ -1,5 +1,5 @@
-"""Retention against Kafka: the log start offset the broker's retention (retention.ms, retention.bytes) leaves equals what `klake retention`
-computes on the pre-retention copy of the same log (issue 27, 3d).
+"""Retention against Kafka: the log start offset the broker's retention (retention.ms, retention.bytes) leaves
+equals what `klake retention` computes on the pre-retention copy of the same log (issue 27, 3d).
 
 A topic is produced into the session's broker with `retention.ms` off: old records (10 h to 6 h ago, then
 4 h to 2 h ago, a minute apart, 4 KiB segments) and recent ones (the active segment). The partition is
