@@ -61,6 +61,7 @@ from engine.errors import KlakeError
 from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.append import PartitionAppendOutcome, prepare_append
 from engine.ops.append_staging import PIECE_SCHEMA, order_pieces, staged_batches
+from engine.ops.lease import leased_partitions
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.ingest.assign import tp_names
 from jobs.ingest.columns import SINK_COLUMNS, check_input_schema, staging_schema
@@ -605,6 +606,8 @@ def _appended_already(ctx: JobContext, tps: Sequence[TopicPartition]) -> bool:
     goes on, and finishes the others)."""
     if not tps or not ctx.catalogued_partitions() or ctx.catalog.committed_partitions(ctx.job_id, tps) != set(tps):
         return False
+    if leased_partitions(ctx.config.root, tps, ctx.options):  # an attempt killed after its commit left its
+        return False  # leases: the partitions' run takes them over and releases them, as every re-run does
     ctx.report.results.update({"records_appended": 0, "already_committed": True}
                               | ({"records_to_append": 0} if ctx.dry_run else {}))
     ctx.report.summary.append(f"append: already done: job {ctx.job_id} appended this input to "

@@ -26,13 +26,21 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from engine.errors import KlakeError
 from engine.names import TopicPartition
 from engine.times import format_duration, format_time
-from layouts.store import StorageOptions, delete_object, join, normalize_uri, put_if_absent, read_bytes
+from layouts.store import (
+    StorageOptions,
+    delete_object,
+    join,
+    list_objects,
+    normalize_uri,
+    put_if_absent,
+    read_bytes,
+)
 
 LEASE_DIR = "_leases"
 DEFAULT_LEASE_TTL_MS = 3_600_000
@@ -77,6 +85,14 @@ def now_ms() -> int:
 
 def lease_uri(root: str, tp: TopicPartition) -> str:
     return join(root, LEASE_DIR, f"{tp.dir_name}.lease")
+
+
+def leased_partitions(root: str, tps: Iterable[TopicPartition], options: StorageOptions | None = None
+                      ) -> set[TopicPartition]:
+    """Which of `tps` have a lease object now, held or left by a killed attempt (one LIST of the lease
+    directory, however many partitions)."""
+    present = {info.uri for info in list_objects(join(root, LEASE_DIR), options)}
+    return {tp for tp in tps if lease_uri(root, tp) in present}
 
 
 def read_lease(root: str, tp: TopicPartition, options: StorageOptions | None = None) -> Lease | None:
