@@ -118,7 +118,7 @@ def _check_every_record(spark, output: Path, records: int) -> None:  # noqa: ANN
     rows = written.withColumn("id", F.split(F.col("value").cast("string"), "x").getItem(0).cast("long"))
     ok = ((F.col("value") == F.rpad(F.col("id").cast("string"), VALUE_BYTES, "x").cast("binary"))
           & (F.col("topic") == "bench") & F.col("partition").between(0, 7) & (F.col("timestampType") == 0)
-          & (F.size("headers") == 0)
+          & F.col("headers").isNull()
           & (F.col("key") == F.concat(F.lit("k"), (F.col("id") % 100_000).cast("string")).cast("binary"))
           & (F.col("timestamp") == F.timestamp_millis(F.lit(START_MS) + (F.col("id") * DAY_MS / records).cast("long"))))
     checked = rows.select("id", "partition", "offset", ok.alias("ok"))

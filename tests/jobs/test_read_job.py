@@ -137,9 +137,10 @@ def as_records(table: pa.Table) -> list[Record]:
     micros = table["timestamp"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
     columns = {name: table[name].to_pylist() for name in ("topic", "partition", "offset", "timestampType", "key",
                                                            "value", "headers")}
+    assert [] not in columns["headers"], "a record without headers has headers null, as in Spark's Kafka source"
     return sorted((columns["topic"][i], columns["partition"][i], columns["offset"][i], micros[i] // 1000,
                    columns["timestampType"][i], columns["key"][i], columns["value"][i],
-                   tuple((h["key"], h["value"]) for h in columns["headers"][i])) for i in range(table.num_rows))
+                   tuple((h["key"], h["value"]) for h in columns["headers"][i] or ())) for i in range(table.num_rows))
 
 
 def read_locally(catalog: Catalog, backend: Backend, topic: str, split_bytes: int, **bounds) -> list[Record]:

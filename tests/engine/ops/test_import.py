@@ -363,7 +363,7 @@ def test_segments_command_lists_live_segments_pruned_by_time(backend, broker_src
     capsys.readouterr()
     assert klake(["segments", "--catalog", backend.uri("catalog"), "--to", "1969-12-31T00:00:00Z"]) == 2
     assert "times before 1970 need klake.timestamps.allow.negative" in capsys.readouterr().err
-    code, out = run_klake(capsys, "segments", "--catalog", backend.uri("catalog"))
+    code, out = run_klake(capsys, "segments", "--catalog", backend.uri("catalog"), "--keys")
     lines = out.splitlines()
     assert lines[0].split() == ["topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                                 "base_timestamp", "largest_timestamp", "state", "log_key"]
