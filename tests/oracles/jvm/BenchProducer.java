@@ -35,7 +35,7 @@ public final class BenchProducer {
         props.put(ProducerConfig.ACKS_CONFIG, "all");
         props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         props.put(ProducerConfig.BATCH_SIZE_CONFIG, Integer.toString(batchBytes));
-        props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Long.toString(256L << 20));
+        props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Long.toString(64L << 20));  // within the helper JVM's 256 MiB heap
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             long began = System.nanoTime();
             for (int i = 0; i < count; i++) {
