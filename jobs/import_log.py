@@ -74,7 +74,7 @@ def import_summary(report: ImportReport) -> list[str]:
 
 
 SPEC = JobSpec("import", "register a broker log dir (Kafka layout) in the catalog", run, add_arguments,
-               example="klake import ../shared/fixtures/kafka/broker --root demo-output/broker-copy", dry_run=False, retires=False)
+               example="klake import tests/fixtures/kafka/broker --root demo-output/broker-copy", dry_run=False, retires=False)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

@@ -49,7 +49,7 @@ from layouts.store import (
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
 
-FIXTURES = "../shared/fixtures/kafka"
+FIXTURES = "tests/fixtures/kafka"
 _FORMATTER = HelpFormatter
 
 

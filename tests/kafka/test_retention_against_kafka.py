@@ -40,6 +40,24 @@ def beginning_offset(broker: KafkaBroker, topic: str) -> int:
         consumer.close()
 
 
+def broker_cut(broker: KafkaBroker, topic: str, configs: dict[str, str]) -> int:
+    """Set `configs` on `topic` and wait for the broker's retention check to raise its log start offset;
+    that offset (a second check, 2 s later, must leave it where it is: the cut is the data's)."""
+    admin = broker.admin()
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)], incremental=True)
+    finally:
+        admin.close()
+    deadline = time.monotonic() + 60
+    start = 0
+    while start == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        start = beginning_offset(broker, topic)
+    time.sleep(2)
+    assert beginning_offset(broker, topic) == start > 0
+    return start
+
+
 def test_klake_retention_cuts_the_log_where_the_brokers_retention_did(
         spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     topic = kafka_broker.create_topic(f"retained-{uuid.uuid4().hex[:8]}", segment_bytes=4096, retention_ms=-1)
@@ -55,20 +73,8 @@ def test_klake_retention_cuts_the_log_where_the_brokers_retention_did(
     kafka_broker.copy_topic(topic, pre)
     assert len(list((pre / f"{topic}-0").glob("*.log"))) > 8
 
-    admin = kafka_broker.admin()
-    try:
-        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": str(RETENTION_MS)})],
-                            incremental=True)
-    finally:
-        admin.close()
-    deadline = time.monotonic() + 60
-    start = 0
-    while start == 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        start = beginning_offset(kafka_broker, topic)
-    cut_at = int(time.time() * 1000)
-    time.sleep(2)  # a later check deletes nothing more: the cut is the data's, not the clock's
-    assert beginning_offset(kafka_broker, topic) == start > 0
+    start = broker_cut(kafka_broker, topic, {"retention.ms": str(RETENTION_MS)})
+    cut_at = int(time.time() * 1000)  # within an hour of the broker's cut: the data pins the same one
     assert start in {int(p.stem) for p in (pre / f"{topic}-0").glob("*.log")}  # whole segments went
 
     jobs = Jobs(tmp_path / "klake", local_backend(tmp_path), {topic: {"partitions": 1, "retention.ms": RETENTION_MS}})
@@ -97,19 +103,7 @@ def test_klake_retention_bytes_cuts_the_log_where_the_brokers_did(
     assert len(logs) > 10
     retention_bytes = total // 3  # between segment boundaries for the broker to find its cut
 
-    admin = kafka_broker.admin()
-    try:
-        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
-                                            configs={"retention.bytes": str(retention_bytes)})], incremental=True)
-    finally:
-        admin.close()
-    deadline = time.monotonic() + 60
-    start = 0
-    while start == 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        start = beginning_offset(kafka_broker, topic)
-    time.sleep(2)  # a later check deletes nothing more
-    assert beginning_offset(kafka_broker, topic) == start > 0
+    start = broker_cut(kafka_broker, topic, {"retention.bytes": str(retention_bytes)})
 
     jobs = Jobs(tmp_path / "klake", local_backend(tmp_path),
                 {topic: {"partitions": 1, "retention.ms": -1, "retention.bytes": retention_bytes}})
