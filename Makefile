@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python tests/oracles/fetch_jvm.py
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 	$(MAKE) test-airflow
 
 # Airflow gets its own virtualenv: its Spark provider pulls `pyspark-client`, which clashes with `pyspark`.
