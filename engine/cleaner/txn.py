@@ -162,6 +162,9 @@ class Transactions:
 
     aborted: AbortedTxns
     first_unstable_offset: int | None
+    stable_prefix_end: int | None
+    """The greatest offset <= the first unstable offset that no transaction straddles (none starts
+    before it and ends at or after it): the log cut there holds no open transaction. None: no open one."""
 
 
 def completed_transactions(headers: BatchHeaders, control_type: np.ndarray) -> Transactions:
@@ -175,7 +178,15 @@ def completed_transactions(headers: BatchHeaders, control_type: np.ndarray) -> T
     aborted = AbortedTxns(headers.producer_id[markers], base[np.array(walk.aborted_txns, np.int64)], last,
                           np.where(stable >= 0, base[np.maximum(stable, 0)], last + 1))
     first_open = min(walk.open_txn.values(), default=None)
-    return Transactions(aborted, None if first_open is None else int(base[first_open]))
+    if first_open is None:
+        return Transactions(aborted, None, None)
+    closing = np.flatnonzero(walk.marker & (walk.txn >= 0))
+    starts = np.concatenate([base[walk.txn[closing]], base[list(walk.open_txn.values())]])
+    ends = np.concatenate([base[closing], np.full(len(walk.open_txn), np.iinfo(np.int64).max)])
+    cut = int(base[first_open])
+    while (straddling := (starts < cut) & (ends >= cut)).any():
+        cut = int(starts[straddling].min())
+    return Transactions(aborted, int(base[first_open]), cut)
 
 
 def _last_of_producer(headers: BatchHeaders, now_ms: int, expiration_ms: int | None,

@@ -19,7 +19,10 @@ raised to `from` by a range; the high watermark and the recovery point are the l
 holds committed data, and every file a broker's recovery would rebuild is written).
 
 A range (offsets, or times turned into offsets as a consumer's `offsetsForTimes` does: the first offset
-whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or dropped whole.
+whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or dropped whole. With the
+isolation level read_committed the export also ends where no transaction is left open (the greatest
+offset at or below the last stable offset that no transaction straddles): a broker loading a dir after a
+clean shutdown rebuilds no producer state, so it would serve an open transaction's records as committed.
 
 Idempotent: a file already holding the same bytes is left alone, any other is written whole (one PUT
 on S3; a temporary file renamed over the name locally), segment files of the partition directory that
@@ -64,6 +67,7 @@ from engine.names import (
     REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
 )
+from engine.ops.read import IsolationLevel, partition_transactions
 from engine.ops.run import JobRun, PartitionInput, PartitionStep
 from engine.ops.stored_segment import stored_segment
 from engine.times import format_time
@@ -87,12 +91,14 @@ _SEGMENT_FILE_KINDS = (KafkaFileKind.LOG, KafkaFileKind.INDEX, KafkaFileKind.TIM
 @dataclass(frozen=True)
 class ExportRange:
     """`from_offset <= offset < to_offset` and times turned into offsets (`from_ms`, `to_ms`); None leaves
-    a side open."""
+    a side open. `isolation` read_committed also ends each partition where it holds no open transaction
+    (`engine.cleaner.txn.Transactions.stable_prefix_end`)."""
 
     from_offset: int | None = None
     to_offset: int | None = None
     from_ms: int | None = None
     to_ms: int | None = None
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
     def __post_init__(self) -> None:
         for name in ("from_offset", "to_offset"):
@@ -231,6 +237,10 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
     rows = list(item.rows)
     catalog_start = partition_log_start_offset(rows) or 0
     low, high, empty = offset_bounds(rows, rng, config, catalog_start, options)
+    if rng.isolation == IsolationLevel.READ_COMMITTED and not empty:
+        stable_end = partition_transactions(rows, options, floor).stable_prefix_end
+        if stable_end is not None:
+            high = stable_end if high is None else min(high, stable_end)
     if empty or (low is not None and high is not None and high <= low):
         return PartitionStep(outcome)
     writer = _Writer(directory, options)

@@ -24,6 +24,7 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops import read as range_read
 from engine.ops.catalog_table import Catalog
+from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
 from layouts.store import StorageOptions, list_objects, read_bytes, write_bytes
 from tests.codecs_for_tests import control_record
@@ -100,6 +101,23 @@ def kafka_model(batches: list[Gen]) -> tuple[list[tuple[int, int, int, int]], in
     return entries, min(ongoing.values(), default=batches[-1].last + 1)
 
 
+def stable_prefix_end(batches: list[Gen]) -> int:
+    """Where a read_committed export ends: the greatest offset <= the last stable offset below which every
+    transaction started has its marker (so the exported log holds no open transaction)."""
+    ongoing: dict[int, int] = {}
+    spans = []  # (first offset, marker offset) of every transaction, open ones to infinity
+    for b in batches:
+        if b.kind == "txn":
+            ongoing.setdefault(b.pid, b.base)
+        elif b.kind == "marker" and b.pid in ongoing:
+            spans.append((ongoing.pop(b.pid), b.last))
+    spans += [(first, float("inf")) for first in ongoing.values()]
+    cut = kafka_model(batches)[1]
+    while straddling := [first for first, end in spans if first < cut <= end]:
+        cut = min(straddling)
+    return cut
+
+
 def consumer_model(batches: list[Gen]) -> list[int]:
     """The offsets a read_committed consumer returns from the first offset on."""
     entries, lso = kafka_model(batches)
@@ -143,7 +161,7 @@ def read_offsets(catalog: Catalog, backend, isolation: range_read.IsolationLevel
 def test_read_committed_returns_what_a_read_committed_consumer_fetches(tmp_path, seed: int) -> None:
     backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     rnd = random.Random(seed)
-    segments, _ = generate(rnd)
+    segments, left_open = generate(rnd)
     batches = [b for s in segments for b in s]
     catalog = build(backend, segments, "src")
     every = [o for b in batches if b.kind != "marker" for o in range(b.base, b.last + 1)]
@@ -169,6 +187,14 @@ def test_read_committed_returns_what_a_read_committed_consumer_fetches(tmp_path,
              for info in list_objects(backend.uri("out", f"{TOPIC}-0"), backend.options)
              if info.name.endswith(".txnindex")}
     assert found == expected
+
+    # a read_committed export ends where no transaction is open: its own last stable offset is its end
+    report = export_log_dir(catalog, backend.uri("src-root"), {tp: TopicConfig()}, backend.uri("out-rc"),
+                            ExportRange(isolation=range_read.IsolationLevel.READ_COMMITTED), options=backend.options)
+    end = stable_prefix_end(batches)
+    assert report.partitions[0].log_end_offset == (end if left_open else batches[-1].last + 1)
+    kept = [b for b in batches if b.last < end]
+    assert kafka_model(kept)[1] == kept[-1].last + 1
 
 
 def test_the_seeds_hold_open_transactions_and_aborted_ones_across_segments() -> None:
