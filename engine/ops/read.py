@@ -218,7 +218,8 @@ def partition_transactions(rows: Sequence[SegmentRow], options: StorageOptions |
             parts.append(headers)
             kinds.append(control_types(data, headers, row.log_key))
     if not parts:
-        return completed_transactions(BatchHeaders.concat([]), np.zeros(0, np.int16))
+        none = np.zeros(0, np.int64)
+        return Transactions(AbortedTxns(none, none, none, none), None, None)
     return completed_transactions(BatchHeaders.concat(parts), np.concatenate(kinds))
 
 
