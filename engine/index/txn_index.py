@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-ENTRY_SIZE = 34
 VERSION = 0
 _ENTRY = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"), ("last_offset", ">i8"),
                    ("last_stable_offset", ">i8")])
@@ -25,9 +24,3 @@ def txn_index_bytes(producer_id: np.ndarray, first_offset: np.ndarray, last_offs
     out["last_offset"], out["last_stable_offset"] = last_offset, last_stable_offset
     return out.tobytes()
 
-
-def txn_index_entries(data: bytes) -> np.ndarray:
-    """The entries of a `.txnindex` (a structured array with the fields above, native byte order); a
-    trailing partial entry is ignored, as `TransactionIndex`'s iterator stops before it."""
-    whole = len(data) - len(data) % ENTRY_SIZE
-    return np.frombuffer(data[:whole], _ENTRY).astype(_ENTRY.newbyteorder("="))

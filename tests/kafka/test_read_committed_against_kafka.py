@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -37,6 +38,8 @@ pytestmark = pytest.mark.spark
 
 COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
 PARTITIONS = (0, 1)
+ABORTED_TXN = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"), ("last_offset", ">i8"),
+                        ("last_stable_offset", ">i8")])  # Kafka's AbortedTxn, 34 bytes
 Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 
@@ -145,6 +148,8 @@ def test_read_committed_reads_and_txnindexes_are_kafkas(spark, kafka_broker: Kaf
             assert len(committed[p]) < len([r for r in uncommitted[p] if r[0] < committed[p][-1][0]]), p
             assert max(r[0] for r in uncommitted[p]) > committed[p][-1][0] + 1, p  # the open transaction's records
         assert len(txn_indexes(logs)) >= 4 and len(list(logs.glob(f"{topic}-0/*.log"))) >= 4
+        entries = np.frombuffer(b"".join(txn_indexes(logs).values()), ABORTED_TXN)
+        assert (entries["last_stable_offset"] < entries["last_offset"] + 1).any()  # another transaction was open
 
         assert klake_read(tmp_path, root, topic, "--isolation-level", "read_committed") == committed
         assert klake_read(tmp_path, root, topic) == uncommitted
