@@ -1,4 +1,7 @@
-"""Transactions and producers as the cleaner sees them (spec 1.6, 8.2, 8.4).
+"""Transactions and producers as the cleaner, read_committed reads and the `.txnindex` see them (spec 1.6,
+8.2, 8.4). One walk (`_walk`) serves all three: the cleaner's per-batch state (`transaction_state`), and
+Kafka's `AbortedTxn` entries and last stable offset (`completed_transactions`), which a read_committed
+reader applies as Kafka's consumer does (`AbortedTxns.covers`) and export writes as `.txnindex` files.
 
 Kafka learns aborted transactions from the `.txnindex` files and active producers from the producer
 state manager. klake derives both from the batches of the whole partition (every segment, including

@@ -4,6 +4,10 @@ marker it holds (`LogSegment.updateTxnIndex`), in marker order.
 Each entry is `AbortedTxn`: version int16 (0), producerId int64, firstOffset int64, lastOffset int64 (the
 marker's offset), lastStableOffset int64, big-endian, 34 bytes, no header. A segment without aborted
 transactions has no file (`TransactionIndex` creates it on the first append).
+
+klake's store holds none: the batches are the one home of the rule, and export writes the files from
+them (`engine.ops.export.transaction_indexes`), so no job that rewrites segments (append, compact,
+truncate, mirror, retention) can leave one stale.
 """
 
 from __future__ import annotations

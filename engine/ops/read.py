@@ -195,7 +195,8 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
             aborted = None
             if row.partition in txns:
                 bounds, aborted = _committed(bounds, row, txns[row.partition])
-            if row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0 or bounds.empty:
+            if (row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0 or bounds.empty
+                    or (bounds.to_offset is not None and row.base_offset >= bounds.to_offset)):
                 continue
             items = [replace(item, aborted=aborted)
                      for item in split_segment(row, bounds, options, split_bytes, index_interval_bytes)]
@@ -229,8 +230,6 @@ def _committed(bounds: ReadRange, row: SegmentRow, txns: Transactions) -> tuple[
     lso = txns.first_unstable_offset
     if lso is not None:
         bounds = replace(bounds, to_offset=lso if bounds.to_offset is None else min(bounds.to_offset, lso))
-    if bounds.to_offset is not None and row.base_offset >= bounds.to_offset:
-        bounds = replace(bounds, to_offset=bounds.from_offset or 0)  # nothing of it is stable: empty
     return bounds, txns.aborted.overlapping(row.base_offset, row.next_offset)
 
 
