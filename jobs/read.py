@@ -3,7 +3,7 @@
 Rows have the columns of Spark's Kafka source (`KAFKA_SCHEMA`: key, value, topic, partition, offset,
 timestamp, timestampType, headers), so code written against a live Kafka source runs unchanged on the
 archive. They go to `--output` or, from Python, come back as a DataFrame:
-`read_records(spark, config, topic, from_ms=..., to_ms=..., from_offset=..., to_offset=...)`.
+`read_records(spark, config, topic, from_ms=..., to_ms=..., from_offset=..., to_offset=..., isolation=...)`.
 
 What the job's tasks do with the records depends on what it is asked for; every task reads, CRC-checks
 and range-filters every batch the same way (`engine.ops.read.read_item`):
