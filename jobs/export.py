@@ -26,6 +26,7 @@ from engine.ops.export import (
     report_of,
     write_checkpoints,
 )
+from engine.ops.read import IsolationLevel
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from layouts.store import check_access
 
@@ -50,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start at the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
     parser.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
                         help="end before the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
+    parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel),
+                        default=IsolationLevel.READ_UNCOMMITTED,
+                        help="read_committed: end each partition where no transaction is left open "
+                        "(default read_uncommitted: every record)")
     parser.add_argument("--topic-id", dest="topic_ids", action="append", default=[], type=topic_id_argument,
                         metavar="TOPIC=ID", help="the topic id for partition.metadata (the cluster's, as "
                         "kafka-topics --describe prints it); default: one derived from the topic name")
@@ -59,7 +64,7 @@ def run(ctx: JobContext) -> None:
     args = ctx.args
     output = check_output(args.output, ctx.config.root, ctx.config.catalog_uri)
     check_access(output, ctx.options, write=True)
-    rng = ExportRange(args.from_offset, args.to_offset, args.from_ms, args.to_ms)
+    rng = ExportRange(args.from_offset, args.to_offset, args.from_ms, args.to_ms, args.isolation_level)
     tps = ctx.selected_partitions()
     for topic in sorted({tp.topic for tp in tps}):  # bad input: exit 2 before any work
         check_times(rng, ctx.topic_config(topic), f"topic {topic}")

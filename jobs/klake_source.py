@@ -8,7 +8,9 @@
 Options: `root` (required), `catalog` (default `{root}/_catalog`), `topic` (required),
 `startingTimestamp` / `endingTimestamp` (epoch ms or ISO-8601; inclusive / exclusive),
 `startingOffset` / `endingOffset` (inclusive / exclusive), `partitions` ("0,3"), `splitBytes`, `endpoint`
-(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 256 MiB). Credentials are never options: `register` binds the driver's storage
+(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 256 MiB),
+`kafka.isolation.level` (`read_uncommitted`, the default, or `read_committed`: as Spark's Kafka source,
+the records of aborted transactions left out and each partition read up to its last stable offset). Credentials are never options: `register` binds the driver's storage
 settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the registered class, so the
 Python workers that plan and read need no environment of their own. Range semantics, pruning,
 seeking, splitting and packing are the `read` job's (`jobs/read.py`): one Spark partition per pack.
@@ -62,6 +64,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.read import (
     DEFAULT_PACK_BYTES,
     DEFAULT_SPLIT_BYTES,
+    IsolationLevel,
     ReadRange,
     WorkItem,
     pack_items,
@@ -74,6 +77,7 @@ from jobs.read import KAFKA_SCHEMA
 from layouts.store import StorageOptions, join, normalize_uri
 
 NAME = "klake"
+ISOLATION_OPTION = "kafka.isolation.level"
 _NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
 _COMPARISONS = (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, EqualTo)
 
@@ -178,6 +182,7 @@ class KlakeReader(DataSourceReader):
             [("in", tuple(int(p) for p in listed.split(",") if p.strip()))] if listed else [])
         self.split_bytes = self._int("splitbytes") or DEFAULT_SPLIT_BYTES
         self.pack_bytes = self._int("packbytes") or DEFAULT_PACK_BYTES
+        self.isolation = self._isolation()
         self.nothing = False
 
     def _required(self, name: str) -> str:
@@ -188,6 +193,14 @@ class KlakeReader(DataSourceReader):
     def _int(self, name: str) -> int | None:
         text = self.options.get(name)
         return None if text in (None, "") else int(text)
+
+    def _isolation(self) -> IsolationLevel:
+        text = self.options.get(ISOLATION_OPTION.lower()) or IsolationLevel.READ_UNCOMMITTED
+        try:
+            return IsolationLevel(text)
+        except ValueError:
+            raise ConfigError(f"klake data source: option {ISOLATION_OPTION!r}: {text!r} is not one of "
+                              + ", ".join(IsolationLevel)) from None
 
     def _time(self, name: str) -> int | None:
         text = self.options.get(name)
@@ -230,7 +243,8 @@ class KlakeReader(DataSourceReader):
         catalog = Catalog.open(self.catalog_uri, self.storage)
         tests = list(self.partition_tests)
         plan = plan_read(catalog, self.topic, self.range, self.storage,
-                         lambda p: all(_partition_ok(p, op, v) for op, v in tests), self.split_bytes)
+                         lambda p: all(_partition_ok(p, op, v) for op, v in tests), self.split_bytes,
+                         isolation=self.isolation)
         return [KlakeInputPartition(pack) for pack in pack_items(plan.items, self.pack_bytes, os.cpu_count() or 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

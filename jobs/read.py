@@ -3,7 +3,7 @@
 Rows have the columns of Spark's Kafka source (`KAFKA_SCHEMA`: key, value, topic, partition, offset,
 timestamp, timestampType, headers), so code written against a live Kafka source runs unchanged on the
 archive. They go to `--output` or, from Python, come back as a DataFrame:
-`read_records(spark, config, topic, from_ms=..., to_ms=..., from_offset=..., to_offset=...)`.
+`read_records(spark, config, topic, from_ms=..., to_ms=..., from_offset=..., to_offset=..., isolation=...)`.
 
 What the job's tasks do with the records depends on what it is asked for; every task reads, CRC-checks
 and range-filters every batch the same way (`engine.ops.read.read_item`):
@@ -24,7 +24,9 @@ Range (all bounds optional, combined with AND): `--from`/`--to` (epoch ms or ISO
 on KIP-228 topics): `from <= timestamp < to`, each record by its own timestamp (Spark's Kafka source
 instead turns `startingTimestamp` into an offset and returns everything after it, out-of-order
 timestamps included; here such records are left out); `--from-offset`/`--to-offset`:
-`from <= offset < to`. The rules and how the work is cut (prune, seek, split, pack small segments
+`from <= offset < to`. `--isolation-level read_committed` leaves out the records of aborted
+transactions and stops at each partition's last stable offset, as a read_committed consumer (default
+read_uncommitted, as Kafka's). The rules and how the work is cut (prune, seek, split, pack small segments
 into tasks of ~256 MiB, read) are `engine.ops.read`'s.
 The report counts live, pruned and read segments, work items, bytes read, GET requests and records.
 A read whose work items hold at most `jobs.driver_max_bytes` of log runs its packs in the job's own
@@ -54,6 +56,7 @@ from engine.ops.read import (
     DEFAULT_SPLIT_BYTES,
     KAFKA_ARROW_SCHEMA,
     KAFKA_PARQUET_COLUMNS,
+    IsolationLevel,
     ReadPlan,
     ReadRange,
     WorkItem,
@@ -192,7 +195,8 @@ def scan_packs(spark: SparkSession, items: list[WorkItem], options: StorageOptio
 
 def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: int | None = None,
                  to_ms: int | None = None, from_offset: int | None = None, to_offset: int | None = None,
-                 partitions: Iterable[int] | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES) -> DataFrame:
+                 partitions: Iterable[int] | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
+                 isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> DataFrame:
     """The topic's records in range as a DataFrame with `KAFKA_SCHEMA` (see the module docstring)."""
     try:
         catalog = Catalog.open(config.catalog_uri, config.storage)
@@ -203,7 +207,7 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
     floor = min_timestamp(load_topic_config(config.root, topic, config.storage))
     plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset,
                                                floor=floor), config.storage,
-                     chosen, split_bytes, interval)
+                     chosen, split_bytes, interval, isolation)
     return records_frame(spark, plan.items, config.storage, interval)
 
 
@@ -217,6 +221,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="end timestamp, exclusive")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
+    parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel),
+                        default=IsolationLevel.READ_UNCOMMITTED,
+                        help="read_committed: leave out records of aborted transactions and stop at the "
+                        "last stable offset, as a read_committed consumer (default read_uncommitted, as Kafka's)")
     parser.add_argument("--output", metavar="PATH", help="write the records here, replacing what is there "
                         "(default: only count them)")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
@@ -236,7 +244,7 @@ def run(ctx: JobContext) -> None:
                                floor=min_timestamp(ctx.topic_config(topic))) for topic in dict.fromkeys(args.topics)}
     rng = next(iter(ranges.values()))
     plans = [plan_read(ctx.catalog, topic, topic_range, ctx.options, lambda p, t=topic: (t, p) in chosen,
-                       args.split_bytes, interval) for topic, topic_range in ranges.items()]
+                       args.split_bytes, interval, args.isolation_level) for topic, topic_range in ranges.items()]
     items = [item for plan in plans for item in plan.items]
     if args.output and (args.output_format != "parquet" or not (is_local(args.output) or is_s3(args.output))):
         counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
@@ -292,7 +300,8 @@ def _report(ctx: JobContext, rng: ReadRange, plans: list[ReadPlan], work_items: 
     segments = {"live": sum(p.live_segments for p in plans), "pruned": sum(p.pruned_segments for p in plans),
                 "read": sum(p.segments_to_read for p in plans), "split": sum(p.split_segments for p in plans)}
     ctx.report.results["read"] = {
-        "topics": list(dict.fromkeys(ctx.args.topics)), "range": asdict(rng), "segments": segments, "work_items": work_items, "tasks": task_count,
+        "topics": list(dict.fromkeys(ctx.args.topics)), "range": asdict(rng),
+        "isolation_level": str(ctx.args.isolation_level), "segments": segments, "work_items": work_items, "tasks": task_count,
         "records": records, "records_by_partition": by_partition, "get_requests": get_requests,
         "bytes_read": bytes_read, "output": ctx.args.output,
         "output_format": ctx.args.output_format if ctx.args.output else None}

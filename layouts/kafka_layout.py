@@ -60,6 +60,13 @@ def kafka_segment_keys(root: str, tp: TopicPartition, base_offset: int) -> Segme
     return SegmentKeys(log=f"{stem}.log", index=f"{stem}.index", timeindex=f"{stem}.timeindex")
 
 
+def txn_index_key(log_key: str) -> str:
+    """The `.txnindex` beside a segment's `.log` (`TransactionIndex`: the segment's aborted transactions)."""
+    if not log_key.endswith(".log"):
+        raise ValueError(f"{log_key} is not a .log key")
+    return f"{log_key.removesuffix('.log')}.{KafkaFileKind.TXNINDEX}"
+
+
 @dataclass
 class KafkaSegmentFiles:
     """One segment found in a partition directory; the indexes may be missing."""

@@ -5,24 +5,28 @@ For each partition, under `{output}/{topic}-{partition}/`:
   sidecars when they check out against the log (a segment imported from a broker keeps the broker's
   files, byte for byte), else, and for every segment cut by a range, rebuilt with Kafka's recovery rule
   (`engine.index.rebuild`), which a broker applies to a segment it recovers;
+- `.txnindex` beside each segment holding the ABORT marker of a non-empty transaction: its aborted
+  transactions as a broker recovering the exported batches from the first one writes them
+  (`engine.cleaner.txn.completed_transactions`, `engine.index.txn_index`), so a broker serving the dir
+  answers read_committed fetches without rebuilding them;
 - `leader-epoch-checkpoint`: the leader epoch cache a broker builds from those batches
   (`engine.log.kafka_files.LeaderEpochCache`), truncated to the log start offset;
 - `partition.metadata`: the topic id (given, else derived from the topic name).
 At the top of the log dir, `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
 `replication-offset-checkpoint`, with the entries of other partitions already there kept. The log start
 offset is the catalog's (a DeleteRecords inside a segment keeps the segment whole, as a broker does),
-raised to `from` by a range; the high watermark is the log end offset (an archive holds committed data),
-and so is the recovery point, except in a partition holding an aborted transaction: klake keeps no
-`.txnindex`, so the recovery point is the base offset of the first segment holding an ABORT marker, and a
-broker loading the dir (it has no clean-shutdown marker) recovers that segment and the later ones
-(`LogLoader` recovers from the recovery point), which rebuilds their `.txnindex` (`LogSegment.recover`).
+raised to `from` by a range; the high watermark and the recovery point are the log end offset (an archive
+holds committed data, and every file a broker's recovery would rebuild is written).
 
 A range (offsets, or times turned into offsets as a consumer's `offsetsForTimes` does: the first offset
-whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or dropped whole.
+whose timestamp is >= the time) is cut at batch boundaries: a batch is kept or dropped whole. With the
+isolation level read_committed the export also ends where no transaction is left open (the greatest
+offset at or below the last stable offset that no transaction straddles): a broker loading a dir after a
+clean shutdown rebuilds no producer state, so it would serve an open transaction's records as committed.
 
 Idempotent: a file already holding the same bytes is left alone, any other is written whole (one PUT
 on S3; a temporary file renamed over the name locally), segment files of the partition directory that
-the export does not hold (an earlier export's, a broker's `.snapshot`/`.txnindex`) are deleted, and so
+the export does not hold (an earlier export's, a broker's `.snapshot`) are deleted, and so
 are the temporary files a killed export left (`layouts.store.TEMPORARY_NAME`) in the partition directory
 and beside the checkpoints; the log dir's checkpoints are written last, so an interrupted export is
 finished by running it again, to the very bytes of a clean export.
@@ -34,13 +38,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
-from engine.cleaner.txn import control_types
+from engine.cleaner.txn import completed_transactions, control_types
 from engine.errors import KlakeError
-from engine.format.batch import scan_batches
-from engine.format.builder import CONTROL_ABORT
+from engine.format.batch import BatchHeaders, scan_batches
 from engine.index.checks import check_sidecars
 from engine.index.rebuild import build_indexes
+from engine.index.txn_index import txn_index_bytes
 from engine.log.kafka_files import (
     LeaderEpochCache,
     cut_at_batches,
@@ -61,10 +67,11 @@ from engine.names import (
     REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
 )
+from engine.ops.read import IsolationLevel, partition_transactions
 from engine.ops.run import JobRun, PartitionInput, PartitionStep
 from engine.ops.stored_segment import stored_segment
 from engine.times import format_time
-from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys
+from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, txn_index_key
 from layouts.store import (
     TEMPORARY_NAME,
     StorageOptions,
@@ -84,12 +91,14 @@ _SEGMENT_FILE_KINDS = (KafkaFileKind.LOG, KafkaFileKind.INDEX, KafkaFileKind.TIM
 @dataclass(frozen=True)
 class ExportRange:
     """`from_offset <= offset < to_offset` and times turned into offsets (`from_ms`, `to_ms`); None leaves
-    a side open."""
+    a side open. `isolation` read_committed also ends each partition where it holds no open transaction
+    (`engine.cleaner.txn.Transactions.stable_prefix_end`)."""
 
     from_offset: int | None = None
     to_offset: int | None = None
     from_ms: int | None = None
     to_ms: int | None = None
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
     def __post_init__(self) -> None:
         for name in ("from_offset", "to_offset"):
@@ -228,12 +237,16 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
     rows = list(item.rows)
     catalog_start = partition_log_start_offset(rows) or 0
     low, high, empty = offset_bounds(rows, rng, config, catalog_start, options)
+    if rng.isolation == IsolationLevel.READ_COMMITTED and not empty:
+        stable_end = partition_transactions(rows, options, floor).stable_prefix_end
+        if stable_end is not None:
+            high = stable_end if high is None else min(high, stable_end)
     if empty or (low is not None and high is not None and high <= low):
         return PartitionStep(outcome)
     writer = _Writer(directory, options)
     epochs = LeaderEpochCache()
     end: int | None = None
-    first_abort: int | None = None
+    written: list[tuple[str, BatchHeaders, np.ndarray]] = []  # per segment: its .log key, headers, control types
     for row in rows:
         below = row.size_bytes > 0 and row.next_offset <= max(catalog_start, low or 0)
         if below or (high is not None and row.base_offset >= high):
@@ -261,8 +274,7 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
         for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
             writer.put(uri, content)
         epochs.append(headers)
-        if first_abort is None and (control_types(log, headers, row.log_key) == CONTROL_ABORT).any():
-            first_abort = cut.base_offset
+        written.append((keys.log, headers, control_types(log, headers, row.log_key)))
         end = int(headers.last_offset[-1]) + 1 if len(headers) else max(end or 0, cut.base_offset)
         outcome.segments.append(ExportedSegment(
             cut.base_offset, end, len(log), not whole, "stored" if check is not None and check.valid else "rebuilt",
@@ -271,7 +283,9 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
         return PartitionStep(outcome)
     start = max(catalog_start, low or 0, outcome.segments[0].base_offset)
     outcome.log_start_offset, outcome.log_end_offset = min(start, end), end
-    outcome.recovery_point = end if first_abort is None else first_abort
+    outcome.recovery_point = end
+    for uri, content in transaction_indexes(written):
+        writer.put(uri, content)
     epochs.truncate_from_start(outcome.log_start_offset)
     outcome.leader_epochs = [(e.epoch, e.start_offset) for e in epochs.entries]
     writer.put(join(directory, LEADER_EPOCH_CHECKPOINT), leader_epoch_checkpoint(epochs.entries))
@@ -284,6 +298,26 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
             raise KlakeError(f"{tp}: could not delete the stale file {uri} of an earlier export: {why}")
     outcome.written, outcome.unchanged, outcome.deleted = writer.written, len(writer.kept), stale
     return PartitionStep(outcome)
+
+
+def transaction_indexes(segments: Sequence[tuple[str, BatchHeaders, np.ndarray]]) -> list[tuple[str, bytes]]:
+    """The `.txnindex` of each segment (its `.log` key, batch headers and control types, in log order) that
+    holds an aborted transaction's marker: `LogSegment.updateTxnIndex` appends the entry to the segment
+    the marker is appended to."""
+    if not segments:
+        return []
+    aborted = completed_transactions(BatchHeaders.concat([h for _, h, _ in segments]),
+                                     np.concatenate([kinds for _, _, kinds in segments])).aborted
+    out = []
+    ends = np.cumsum([len(h) for _, h, _ in segments])
+    last_offsets = np.concatenate([h.last_offset for _, h, _ in segments])  # ascending, legacy batches too
+    segment_of = np.searchsorted(ends, np.searchsorted(last_offsets, aborted.last_offset), side="right")
+    for i, (log_key, _, _) in enumerate(segments):
+        mine = aborted.take(np.flatnonzero(segment_of == i))
+        if len(mine):
+            out.append((txn_index_key(log_key), txn_index_bytes(mine.producer_id, mine.first_offset,
+                                                                mine.last_offset, mine.last_stable_offset)))
+    return out
 
 
 def write_checkpoints(output: str, exported: Sequence[PartitionExport], options: StorageOptions | None) -> list[str]:

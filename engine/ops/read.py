@@ -6,8 +6,12 @@ Range (all bounds optional, combined with AND):
   has no place on the time axis, as in the catalog's `base_timestamp` bound;
 - offsets: `from <= offset < to`.
 Records below the log start offset (DeleteRecords) are never returned, nor are control records
-(transaction markers). Records of aborted transactions are returned: Spark's Kafka source reads with
-`read_uncommitted` by default, and the archive keeps no transaction index to do otherwise.
+(transaction markers). The isolation level is Kafka's consumer's (`isolation.level`): `read_uncommitted`,
+the default as Kafka's and Spark's Kafka source's, returns the records of aborted transactions too;
+`read_committed` drops them as a read_committed consumer does (`engine.cleaner.txn.AbortedTxns.covers`) and
+returns nothing at or past the partition's last stable offset, the first offset of a transaction without
+a marker (`engine.cleaner.txn.completed_transactions`). Those come from a scan of the batch headers (and
+the control records) of every live segment of each partition read: an archive holds no producer state.
 
 How the work is cut:
 1. prune: the catalog returns only live segments whose time and offset ranges can hold a match;
@@ -27,12 +31,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
+from engine.cleaner.txn import AbortedTxns, Transactions, completed_transactions, control_types
 from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
 from engine.format.records import HEADERS_TYPE, RecordTable
@@ -68,6 +74,13 @@ per core, so 128 MiB is ~0.1-0.13 s of work, about the fixed cost of a wave of P
 READ_WINDOW = 4 * 1024**2
 _TIMESTAMP = KAFKA_ARROW_SCHEMA.field("timestamp").type
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
+
+
+class IsolationLevel(StrEnum):
+    """Kafka's consumer `isolation.level` (and Spark's Kafka source's `kafka.isolation.level`)."""
+
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
 
 
 @dataclass(frozen=True)
@@ -122,13 +135,16 @@ class ReadRange:
 class WorkItem:
     """One Spark task: bytes [start, end) of one segment's `.log`; `start` None means "seek in the task".
 
-    `bounds.from_offset` already includes the partition's log start offset.
+    `bounds.from_offset` already includes the partition's log start offset, and, read_committed,
+    `bounds.to_offset` its last stable offset; `aborted` (read_committed only): the partition's aborted
+    transactions that overlap the segment, whose batches the read drops.
     """
 
     row: SegmentRow
     start: int | None
     end: int
     bounds: ReadRange
+    aborted: AbortedTxns | None = None
 
     @property
     def log_bytes(self) -> int:
@@ -158,8 +174,10 @@ class ReadPlan:
 
 def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOptions | None,
               partitions: Callable[[int], bool] | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
-              index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> ReadPlan:
-    """Prune by the catalog, then make work items; only segments above `split_bytes` cost index GETs here."""
+              index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+              isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> ReadPlan:
+    """Prune by the catalog, then make work items; only segments above `split_bytes` cost index GETs here
+    (read_committed: the partitions read are scanned for their transactions first)."""
     wanted = partitions or (lambda _: True)
     live = [r for r in table_to_rows(catalog.segments(topic=topic)) if wanted(r.partition)]
     plan = ReadPlan(live_segments=len(live), partitions=sorted({f"{topic}-{r.partition}" for r in live}))
@@ -168,17 +186,51 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
         return plan
     start_offsets = _log_start_offsets(live)
     with metered() as meter:
-        for row in _catalog_candidates(catalog, topic, rng, wanted, live):
+        candidates = _catalog_candidates(catalog, topic, rng, wanted, live)
+        txns = ({} if isolation == IsolationLevel.READ_UNCOMMITTED else
+                {p: partition_transactions([r for r in live if r.partition == p], options, rng.floor)
+                 for p in sorted({r.partition for r in candidates})})
+        for row in candidates:
             bounds = replace(rng, from_offset=max(rng.from_offset or 0, start_offsets[row.partition]))
-            if row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0:
+            aborted = None
+            if row.partition in txns:
+                bounds, aborted = _committed(bounds, row, txns[row.partition])
+            if (row.next_offset <= (bounds.from_offset or 0) or row.size_bytes == 0 or bounds.empty
+                    or (bounds.to_offset is not None and row.base_offset >= bounds.to_offset)):
                 continue
-            items = split_segment(row, bounds, options, split_bytes, index_interval_bytes)
+            items = [replace(item, aborted=aborted)
+                     for item in split_segment(row, bounds, options, split_bytes, index_interval_bytes)]
             plan.items += items
             plan.split_segments += len(items) > 1
     plan.requests.update(meter.requests)
     plan.bytes.update(meter.bytes)
     plan.pruned_segments = plan.live_segments - plan.segments_to_read
     return plan
+
+
+def partition_transactions(rows: Sequence[SegmentRow], options: StorageOptions | None, floor: int
+                           ) -> Transactions:
+    """The transactions of a partition's live segments (`rows`), from every batch header and the records of
+    its control batches; `floor`: the topic's smallest timestamp (`ReadRange.floor`)."""
+    parts: list[BatchHeaders] = []
+    kinds: list[np.ndarray] = []
+    for row in sorted(rows, key=lambda r: r.base_offset):
+        for data, headers in StoredSegment(row, options, read_window=READ_WINDOW, min_timestamp=floor).chunks_from(0):
+            parts.append(headers)
+            kinds.append(control_types(data, headers, row.log_key))
+    if not parts:
+        none = np.zeros(0, np.int64)
+        return Transactions(AbortedTxns(none, none, none, none), None, None)
+    return completed_transactions(BatchHeaders.concat(parts), np.concatenate(kinds))
+
+
+def _committed(bounds: ReadRange, row: SegmentRow, txns: Transactions) -> tuple[ReadRange, AbortedTxns]:
+    """A segment's read_committed bounds (ending at the last stable offset) and the aborted transactions
+    that can hold its batches."""
+    lso = txns.first_unstable_offset
+    if lso is not None:
+        bounds = replace(bounds, to_offset=lso if bounds.to_offset is None else min(bounds.to_offset, lso))
+    return bounds, txns.aborted.overlapping(row.base_offset, row.next_offset)
 
 
 def pack_items(items: Sequence[WorkItem], target_bytes: int = DEFAULT_PACK_BYTES, min_packs: int = 1
@@ -310,7 +362,8 @@ def _decoded_chunks(item: WorkItem, options: StorageOptions | None, index_interv
     ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW,
                            min_timestamp=item.bounds.floor)
     to_offset = item.bounds.to_offset
-    for records, taken, headers in ranged.decoded_from(start, lambda h: _candidate_batches(h, item.bounds)):
+    for records, taken, headers in ranged.decoded_from(start, lambda h: _candidate_batches(h, item.bounds,
+                                                                                           item.aborted)):
         yield records, taken, item.bounds.mask(records.offset, records.timestamp)
         if to_offset is not None and int(headers.last_offset[-1]) >= to_offset - 1:
             return
@@ -325,11 +378,14 @@ def _task_range(segment: StoredSegment, bounds: ReadRange) -> tuple[int, int]:
     return start, end
 
 
-def _candidate_batches(headers: BatchHeaders, bounds: ReadRange) -> np.ndarray:
-    """Batches that can hold a record in range: never control batches; v2 headers' max timestamp is
-    trusted to skip decoding (as Kafka's own lookups do), legacy batches are always decoded."""
+def _candidate_batches(headers: BatchHeaders, bounds: ReadRange, aborted: AbortedTxns | None) -> np.ndarray:
+    """Batches that can hold a record in range: never control batches, nor (read_committed) batches of
+    aborted transactions; v2 headers' max timestamp is trusted to skip decoding (as Kafka's own lookups
+    do), legacy batches are always decoded."""
     last = headers.last_offset
     keep = ~headers.is_control & (last >= (bounds.from_offset or 0))
+    if aborted is not None and len(aborted):
+        keep &= ~aborted.covers(headers)
     if bounds.to_offset is not None:
         previous_last = np.concatenate(([np.iinfo(np.int64).min], last[:-1]))
         keep &= previous_last < bounds.to_offset - 1

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (
 )
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
+from engine.errors import ConfigError
 from engine.format.batch import scan_batches
 from engine.format.records import decode_records
 from engine.index.time_index import TimeIndex
@@ -230,6 +231,23 @@ def test_a_negative_bound_or_no_topic_is_a_usage_error(store) -> None:
     assert main(read.SPEC, ["--root", root, "--from-offset", "3", "--no-progress"]) == 2
     with pytest.raises(SystemExit):
         main(read.SPEC, ["--root", root, "--topic", EVENTS, "--to-offset", "-1"])
+
+
+def test_read_committed_leaves_out_an_aborted_transaction_and_a_bad_level_is_refused(store, tmp_path: Path) -> None:
+    """archive-0 is kafka-clients' transaction of producer 42 (offsets 200-202) and its ABORT marker (203)."""
+    backend, root = store[0], store[1]
+    counts = {}
+    for level in ("read_uncommitted", "read_committed"):
+        report = tmp_path / f"{level}.json"
+        assert main(read.SPEC, ["--root", root, "--topic", ARCHIVE, "--partition", "0", "--isolation-level", level,
+                                "--report", str(report), "--no-progress"]) == 0
+        result = json.loads(report.read_text())["results"]["read"]
+        counts[level] = (result["isolation_level"], result["records"])
+    assert counts == {"read_uncommitted": ("read_uncommitted", 3), "read_committed": ("read_committed", 0)}
+    with pytest.raises(SystemExit):
+        main(read.SPEC, ["--root", root, "--topic", ARCHIVE, "--isolation-level", "committed"])
+    with pytest.raises(ConfigError, match="kafka.isolation.level"):
+        KlakeReader({"root": root, "topic": ARCHIVE, "kafka.isolation.level": "committed"}, backend.options)
 
 
 @pytest.fixture

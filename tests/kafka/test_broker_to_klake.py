@@ -102,11 +102,11 @@ def produce(broker: KafkaBroker, topic: str, t0: int, seed: int) -> None:
     producer.close()
 
 
-def consumed(broker: KafkaBroker, topic: str) -> list[Record]:
-    """Every record Kafka's consumer fetches, read_uncommitted (as Spark's Kafka source reads)."""
+def consumed(broker: KafkaBroker, topic: str, isolation: str = "read_uncommitted") -> list[Record]:
+    """Every record Kafka's consumer fetches, read_uncommitted by default (as Spark's Kafka source reads)."""
     tp = TopicPartition(topic, 0)
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             isolation_level="read_uncommitted", auto_offset_reset="earliest")
+                             isolation_level=isolation, auto_offset_reset="earliest")
     try:
         consumer.assign([tp])
         end = consumer.end_offsets([tp])[tp]
@@ -136,9 +136,9 @@ def broker_list_offsets(broker: KafkaBroker, topic: str, targets: list[int]) -> 
         admin.close()
 
 
-def klake_records(tmp: Path, root: str, topic: str) -> list[Record]:
+def klake_records(tmp: Path, root: str, topic: str, *argv: str) -> list[Record]:
     out = tmp / f"read-{topic}-{uuid.uuid4().hex[:6]}"
-    run(read.SPEC, tmp, "--root", root, "--topic", topic, "--output", str(out))
+    run(read.SPEC, tmp, "--root", root, "--topic", topic, "--output", str(out), *argv)
     table = pq.read_table(out).sort_by("offset")
     rows = table.to_pylist()
     return [(r["offset"], _epoch_ms(r["timestamp"]), r["timestampType"], r["key"], r["value"],

@@ -9,7 +9,7 @@ cleans up to the active segment's base offset, which `cleaner-offset-checkpoint`
 Neither side's choice depends on time: a first clean keeps every tombstone (their delete horizon starts
 with it, `delete.retention.ms` is a day), and the cleaning point is the active segment's base on both
 sides. The same pre-clean copy imported into klake and compacted must then read (offset, timestamp, key,
-value, headers) exactly as Kafka's consumer reads the cleaned partition.
+value, headers) exactly as Kafka's consumer reads the cleaned partition, read_uncommitted and read_committed.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def test_klake_compact_keeps_what_kafkas_log_cleaner_keeps(spark, kafka_broker: 
     kafka_broker.copy_topic(topic, pre)
     active = max(int(p.stem) for p in (pre / f"{topic}-0").glob("*.log"))
     aborted = {r[0] for r in consumed(kafka_broker, topic) if (r[4] or b"").startswith((b"tx-1-", b"tx-3-"))}
+    committed_before = consumed(kafka_broker, topic, "read_committed")
+    assert not {r[0] for r in committed_before} & aborted and len(aborted) == 24
     assert min(aborted) < active  # aborted records lie in the part the cleaners clean
 
     admin = kafka_broker.admin()
@@ -93,9 +95,12 @@ def test_klake_compact_keeps_what_kafkas_log_cleaner_keeps(spark, kafka_broker: 
         "partitions": 1, "cleanup.policy": "compact", "delete.retention.ms": 24 * HOUR}})
     code, report = jobs.run(import_log.SPEC, str(pre), now=None)
     assert code == 0, report.get("failures")
+    assert klake_records(tmp_path, jobs.root, topic, "--isolation-level", "read_committed") == committed_before
     code, report = jobs.run(compact.SPEC, "--force", now=int(time.time() * 1000))
     assert code == 0 and report["results"]["records_removed"] > 0, report
     ours = klake_records(tmp_path, jobs.root, topic)
     assert len(kafka) < 900 and any(r[4] is None for r in kafka)  # the cleaner removed records, kept tombstones
     assert not {r[0] for r in kafka if r[0] < active} & aborted  # and the aborted records below its cleaning point
     assert ours == kafka
+    assert klake_records(tmp_path, jobs.root, topic, "--isolation-level", "read_committed") == \
+        consumed(kafka_broker, topic, "read_committed")

@@ -8,6 +8,7 @@ with CRC checks, and `klake import` of the export giving back the source catalog
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -206,10 +207,11 @@ def test_an_output_inside_the_root_is_refused_and_an_empty_range_writes_nothing(
     assert report.partitions[0].log_end_offset is None and report.checkpoints_written == []
 
 
-def test_a_partition_with_an_aborted_transaction_gets_a_recovery_point_at_its_marker_segment(
+def test_a_partition_with_an_aborted_transaction_gets_kafkas_txnindex_and_a_recovery_point_at_its_end(
         backend, kafka_fixtures) -> None:
-    """klake keeps no `.txnindex`: the recovery point of a partition holding an ABORT marker is the base of the
-    first segment holding one, so a broker recovers (and rebuilds the `.txnindex` of) that segment on load."""
+    """The segment holding an ABORT marker gets the `.txnindex` entry `LogSegment.updateTxnIndex` writes
+    (version 0, producer, first offset, the marker's offset, last stable offset: 34 bytes, big-endian), so
+    the recovery point is the log end offset: a broker loading the dir has nothing to rebuild."""
     records = kafka_fixtures / "kafka-clients"  # producer 42's transaction at 200-202, its marker at 203
     for dir_name, name in (("aborted-0", "txn-abort.records"), ("committed-0", "txn-commit.records")):
         write_bytes(backend.uri("src", dir_name, f"{200:020d}.log"), (records / name).read_bytes(), backend.options)
@@ -218,8 +220,12 @@ def test_a_partition_with_an_aborted_transaction_gets_a_recovery_point_at_its_ma
     report = export_log_dir(catalog, backend.uri("root"), configs(catalog), backend.uri("out"),
                             options=backend.options)
     assert {(p.topic, p.recovery_point, p.log_end_offset) for p in report.partitions} == {
-        ("aborted", 200, 204), ("committed", 204, 204)}
+        ("aborted", 204, 204), ("committed", 204, 204)}
+    txnindex = f"{200:020d}.txnindex"
+    assert read_bytes(backend.uri("out", "aborted-0", txnindex), backend.options) == \
+        struct.pack(">hqqqq", 0, 42, 200, 203, 204)
+    assert txnindex not in {info.name for info in list_objects(backend.uri("out", "committed-0"), backend.options)}
     uri = backend.uri("out", "recovery-point-offset-checkpoint")
-    assert read_bytes(uri, backend.options) == b"0\n2\naborted 0 200\ncommitted 0 204\n"
+    assert read_bytes(uri, backend.options) == b"0\n2\naborted 0 204\ncommitted 0 204\n"
     assert read_bytes(backend.uri("out", "replication-offset-checkpoint"), backend.options) == \
         b"0\n2\naborted 0 204\ncommitted 0 204\n"

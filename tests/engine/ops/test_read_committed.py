@@ -1,0 +1,211 @@
+"""read_committed reads (`engine.ops.read`) and the `.txnindex` of an export, against a literal model of Kafka.
+
+Logs are generated batch by batch: non-transactional and idempotent data, two or three transactional
+producers whose transactions interleave and span segments, committed and aborted, empty transactions (a
+marker alone), and sometimes one transaction left open at the end. The truth is the model below, written
+from Kafka's code, not from klake's: the broker's aborted-transaction list and last stable offset
+(`ProducerStateManager`, `ProducerAppendInfo.appendEndTxnMarker`: a marker without data completes
+nothing), and the consumer's skipping (`CompletedFetch.nextFetchedRecord`: aborted producers are added as
+batches pass their transaction's first offset, removed at their ABORT marker; control batches never
+returned; nothing at or past the last stable offset is fetched).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pytest
+
+from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
+from engine.log.topic_config import TopicConfig
+from engine.names import TopicPartition
+from engine.ops import read as range_read
+from engine.ops.catalog_table import Catalog
+from engine.ops.export import ExportRange
+from engine.ops.importer import import_log_dir
+from layouts.store import StorageOptions, list_objects, read_bytes, write_bytes
+from tests.codecs_for_tests import control_record
+from tests.conftest import Backend
+from tests.single_partition import export_log_dir
+
+TOPIC = "txn"
+
+
+@dataclass(frozen=True)
+class Gen:
+    """One generated batch: offsets, producer, kind ("data", "txn", "marker") and the marker's type."""
+
+    base: int
+    last: int
+    pid: int
+    kind: str
+    control_type: int | None
+    blob: bytes
+
+
+def generate(rnd: random.Random) -> tuple[list[list[Gen]], bool]:
+    """Segments of batches; whether a transaction was left open."""
+    offset, batches, open_txn = rnd.randint(0, 30), [], set()
+    producers = [100, 101, 102][:rnd.randint(2, 3)]
+    for _ in range(rnd.randint(20, 60)):
+        kind = rnd.choice(["data", "data", "txn", "txn", "txn", "marker"])
+        if kind == "marker":
+            pid = rnd.choice(sorted(open_txn) if open_txn and rnd.random() < 0.85 else producers)
+            open_txn.discard(pid)
+            control_type = rnd.choice([CONTROL_ABORT, CONTROL_COMMIT])
+            key, value = control_record(control_type)
+            blob = encode_batch([key], [value], [1000 + offset], base_offset=offset, producer_id=pid,
+                                producer_epoch=0, transactional=True, control=True)
+            batches.append(Gen(offset, offset, pid, kind, control_type, blob))
+            offset += 1 + rnd.choice([0, 0, 3])
+            continue
+        n = rnd.randint(1, 4)
+        pid = rnd.choice(producers) if kind == "txn" else rnd.choice([-1, 7])
+        if kind == "txn":
+            open_txn.add(pid)
+        blob = encode_batch([b"k%d" % (offset + i) for i in range(n)], [b"v%d" % (offset + i) for i in range(n)],
+                            [1000 + offset + i for i in range(n)], base_offset=offset, producer_id=pid,
+                            producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+                            transactional=kind == "txn")
+        batches.append(Gen(offset, offset + n - 1, pid, kind, None, blob))
+        offset += n
+    left_open = bool(open_txn) and rnd.random() < 0.5
+    for pid in sorted(open_txn) if not left_open else sorted(open_txn)[1:]:
+        key, value = control_record(rnd.choice([CONTROL_ABORT, CONTROL_COMMIT]))
+        blob = encode_batch([key], [value], [1000 + offset], base_offset=offset, producer_id=pid,
+                            producer_epoch=0, transactional=True, control=True)
+        control_type = struct.unpack(">hh", key)[1]
+        batches.append(Gen(offset, offset, pid, "marker", control_type, blob))
+        offset += 1
+    cuts = sorted(rnd.sample(range(1, len(batches)), rnd.randint(1, 4)))
+    segments = [batches[a:b] for a, b in zip([0, *cuts], [*cuts, len(batches)], strict=True)]
+    return segments, left_open
+
+
+def kafka_model(batches: list[Gen]) -> tuple[list[tuple[int, int, int, int]], int]:
+    """The broker's AbortedTxn entries (producer, first, last, last stable offset) and the partition's last
+    stable offset, from `ProducerStateManager`'s rules."""
+    ongoing: dict[int, int] = {}  # producer -> first offset of its ongoing transaction
+    entries = []
+    for b in batches:
+        if b.kind == "txn":
+            ongoing.setdefault(b.pid, b.base)
+        elif b.kind == "marker" and b.pid in ongoing:
+            first = ongoing.pop(b.pid)
+            if b.control_type == CONTROL_ABORT:
+                lso = min(ongoing.values(), default=b.last + 1)
+                entries.append((b.pid, first, b.last, lso))
+    return entries, min(ongoing.values(), default=batches[-1].last + 1)
+
+
+def stable_prefix_end(batches: list[Gen]) -> int:
+    """Where a read_committed export ends: the greatest offset <= the last stable offset below which every
+    transaction started has its marker (so the exported log holds no open transaction)."""
+    ongoing: dict[int, int] = {}
+    spans = []  # (first offset, marker offset) of every transaction, open ones to infinity
+    for b in batches:
+        if b.kind == "txn":
+            ongoing.setdefault(b.pid, b.base)
+        elif b.kind == "marker" and b.pid in ongoing:
+            spans.append((ongoing.pop(b.pid), b.last))
+    spans += [(first, float("inf")) for first in ongoing.values()]
+    cut = kafka_model(batches)[1]
+    while straddling := [first for first, end in spans if first < cut <= end]:
+        cut = min(straddling)
+    return cut
+
+
+def consumer_model(batches: list[Gen]) -> list[int]:
+    """The offsets a read_committed consumer returns from the first offset on."""
+    entries, lso = kafka_model(batches)
+    pending = sorted((first, pid) for pid, first, _, _ in entries)
+    aborted_producers: set[int] = set()
+    out = []
+    for b in batches:
+        if b.base >= lso:
+            break
+        while pending and pending[0][0] <= b.last:
+            aborted_producers.add(pending.pop(0)[1])
+        if b.kind == "marker":
+            if b.control_type == CONTROL_ABORT:
+                aborted_producers.discard(b.pid)
+            continue
+        if b.kind == "txn" and b.pid in aborted_producers:
+            continue
+        out += range(b.base, b.last + 1)
+    return out
+
+
+def build(backend, segments: list[list[Gen]], name: str) -> Catalog:
+    for batches in segments:
+        write_bytes(backend.uri(name, f"{TOPIC}-0", f"{batches[0].base:020d}.log"),
+                    b"".join(b.blob for b in batches), backend.options)
+    catalog = Catalog.create(backend.uri(f"{name}-root", "_catalog"), backend.options)
+    assert not import_log_dir(backend.uri(name), backend.uri(f"{name}-root"), catalog,
+                              options=backend.options).failed
+    return catalog
+
+
+def read_offsets(catalog: Catalog, backend, isolation: range_read.IsolationLevel, split_bytes: int = 1 << 30,
+                 **bounds) -> list[int]:
+    rng = range_read.ReadRange(**{"floor": 0, **bounds})
+    plan = range_read.plan_read(catalog, TOPIC, rng, backend.options, None, split_bytes, isolation=isolation)
+    batches = [b for item in plan.items for b in range_read.read_item(item, backend.options)]
+    return pa.Table.from_batches(batches, range_read.KAFKA_ARROW_SCHEMA).column("offset").to_pylist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_read_committed_returns_what_a_read_committed_consumer_fetches(tmp_path, seed: int) -> None:
+    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
+    rnd = random.Random(seed)
+    segments, left_open = generate(rnd)
+    batches = [b for s in segments for b in s]
+    catalog = build(backend, segments, "src")
+    every = [o for b in batches if b.kind != "marker" for o in range(b.base, b.last + 1)]
+    committed = consumer_model(batches)
+    assert read_offsets(catalog, backend, range_read.IsolationLevel.READ_UNCOMMITTED) == every
+    assert read_offsets(catalog, backend, range_read.IsolationLevel.READ_COMMITTED) == committed
+    assert read_offsets(catalog, backend, range_read.IsolationLevel.READ_COMMITTED, split_bytes=200) == committed
+    low, high = batches[len(batches) // 3].base, batches[2 * len(batches) // 3].base
+    assert read_offsets(catalog, backend, range_read.IsolationLevel.READ_COMMITTED, from_offset=low,
+                        to_offset=high) == [o for o in committed if low <= o < high]
+
+    # the export's .txnindex: the broker's entries, each in the segment holding its marker
+    tp = TopicPartition(TOPIC, 0)
+    export_log_dir(catalog, backend.uri("src-root"), {tp: TopicConfig()}, backend.uri("out"),
+                   options=backend.options)
+    entries, _ = kafka_model(batches)
+    expected = {}
+    for pid, first, last, lso in entries:
+        holder = next(s[0].base for s in segments if s[0].base <= last <= s[-1].last)
+        expected.setdefault(holder, b"")
+        expected[holder] += struct.pack(">hqqqq", 0, pid, first, last, lso)
+    found = {int(info.name.split(".")[0]): read_bytes(info.uri, backend.options)
+             for info in list_objects(backend.uri("out", f"{TOPIC}-0"), backend.options)
+             if info.name.endswith(".txnindex")}
+    assert found == expected
+
+    # a read_committed export ends where no transaction is open: its own last stable offset is its end
+    report = export_log_dir(catalog, backend.uri("src-root"), {tp: TopicConfig()}, backend.uri("out-rc"),
+                            ExportRange(isolation=range_read.IsolationLevel.READ_COMMITTED), options=backend.options)
+    end = stable_prefix_end(batches)
+    assert report.partitions[0].log_end_offset == (end if left_open else batches[-1].last + 1)
+    kept = [b for b in batches if b.last < end]
+    assert kafka_model(kept)[1] == kept[-1].last + 1
+
+
+def test_the_seeds_hold_open_transactions_and_aborted_ones_across_segments() -> None:
+    """What the test above is about is in its data: some logs end inside a transaction, and aborted
+    transactions start in one segment and end in another."""
+    logs = [generate(random.Random(seed)) for seed in range(6)]
+    assert sum(left_open for _, left_open in logs) >= 2
+    spanning = 0
+    for segments, _ in logs:
+        entries, _ = kafka_model([b for s in segments for b in s])
+        firsts = {b.base: i for i, s in enumerate(segments) for b in s}
+        lasts = {b.last: i for i, s in enumerate(segments) for b in s}
+        spanning += sum(firsts[first] != lasts[last] for _, first, last, _ in entries)
+    assert spanning >= 2
