@@ -42,6 +42,7 @@ from engine.ops.run import (
     run_partition_job,
     serial_execute,
 )
+from engine.ops.tiered import refuse_broker_owned
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from engine.times import InvalidTimeError, format_time, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
@@ -244,8 +245,11 @@ class JobContext:
     def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute[OutcomeT], **kwargs: Any,
                             ) -> JobRun[OutcomeT]:
         """`run_partitions` with the job's own way of running the partitions' tasks; a run that changes
-        nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask."""
+        nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask. A
+        job that changes data refuses partitions a broker's tiered storage owns, dry run or not (exit 2)."""
         by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
+        if self.spec.mutates and self.catalogued_partitions():
+            refuse_broker_owned(self.catalog, by_tp, self.spec.name)
         mutate = self.spec.mutates and not self.dry_run
         kwargs.setdefault("ledger", self.spec.mutates)
         catalog = self.catalog_or_create() if mutate else self.catalog if self.catalogued_partitions() else None
