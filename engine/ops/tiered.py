@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from engine.catalog.schema import LIVE_STATES, Layout
 from engine.errors import CorruptRecordError, KlakeError
 from engine.log.summary import summarize_segment
+from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import InvalidSourceError, SourceLayout
@@ -32,7 +33,8 @@ def _next_offset(upload: Upload, options: StorageOptions | None) -> int | None:
     """The offset after an upload's last batch, None if its `.log` does not read whole."""
     log = upload.files["log"]
     try:
-        summary = summarize_segment(read_bytes(log.uri, options), upload.start_offset, log.uri)
+        summary = summarize_segment(read_bytes(log.uri, options), upload.start_offset, log.uri,
+                                    min_timestamp=min_timestamp(TopicConfig()))  # a broker's log: Kafka's floor
     except CorruptRecordError:
         return None
     return None if summary.problems or summary.batch_count == 0 else summary.next_offset
