@@ -214,13 +214,17 @@ class JobContext:
 
     def selected_partitions(self) -> list[TopicPartition]:
         """The catalogued partitions the job's --topic/--partition select (all by default). A --partition
-        no selected topic has is a typo, refused (issue 26): Kafka answers UNKNOWN_TOPIC_OR_PARTITION."""
+        no selected topic has is a typo, refused (issue 26): Kafka answers UNKNOWN_TOPIC_OR_PARTITION. A job
+        that changes data refuses partitions a broker's tiered storage owns (exit 2)."""
         found = self.catalog.partitions()
         topics, numbers = set(self.args.topics), set(self.args.partition_ids)
         if missing := topics - {tp.topic for tp in found}:
             raise KlakeError(f"topic(s) not in the catalog {self.config.catalog_uri}: {sorted(missing)}")
         check_partitions(found, topics, numbers, self.config)
-        return [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
+        selected = [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
+        if self.spec.mutates:  # before Spark starts
+            refuse_broker_owned(self.catalog, selected, self.spec.name)
+        return selected
 
     def topic_config(self, topic: str) -> TopicConfig:
         """Declared in the config file (and then stored beside the data for other jobs), else the topic's

@@ -127,3 +127,41 @@ def test_a_root_inside_the_bucket_is_refused_on_one_line(kafka_fixtures: Path, t
     assert code == 2 and len(err.splitlines()) == 1
     assert "lies inside the tiered-storage bucket" in err and "never writes into a bucket a broker owns" in err
     assert state(bucket) == before
+
+
+def test_jobs_that_would_change_a_tiered_partition_refuse_on_one_line_and_reading_ones_answer(
+        kafka_fixtures: Path, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs import append, compact, recover, retention, roll, truncate
+    from jobs.cli.main import main as klake_main
+
+    bucket = make_bucket(kafka_fixtures, tmp_path / "bucket")
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path / "report.json", str(bucket), "--root", root)[0] == 0
+    before, catalog = state(bucket), state(tmp_path / "klake" / "_catalog")
+    (tmp_path / "input").mkdir()
+    pq.write_table(pa.table({"value": [b"v"], "partition": pa.array([0], pa.int32())}), tmp_path / "input" / "a.parquet")
+    common = ["--root", root, "--topic", "timeindex_test", "--no-progress"]
+    for spec, argv in ((retention.SPEC, ["--dry-run"]), (compact.SPEC, ["--force", "--set", "topics.timeindex_test.cleanup.policy=compact"]), (roll.SPEC, []),
+                       (recover.SPEC, ["--dry-run"]), (recover.REBUILD_INDEX, []),
+                       (truncate.SPEC, ["--partition", "0", "--offset", "9"]),
+                       (truncate.DELETE_RECORDS, ["--partition", "0", "--offset", "9"]),
+                       (append.SPEC, ["--input", str(tmp_path / "input"), "--format", "parquet"])):
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            assert main(spec, [*common, *argv]) == 2, (spec.name, err.getvalue())
+        assert len(err.getvalue().splitlines()) == 1, (spec.name, err.getvalue())
+        assert f"{spec.name} would change timeindex_test-0, whose segments a broker's tiered storage owns" \
+            in err.getvalue(), (spec.name, err.getvalue())
+    assert state(bucket) == before and state(tmp_path / "klake" / "_catalog") == catalog  # nothing written
+
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert klake_main(["topics", "--root", root, "--json"]) == 0
+        assert klake_main(["consume", "--root", root, "--topic", "timeindex_test", "--from", "30560", "--format",
+                           "json"]) == 0
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[0]["log_end_offset"] == 30565 and lines[0]["log_start_offset"] == 0
+    assert [line["offset"] for line in lines[1:]] == [30560, 30561, 30562, 30563, 30564]
