@@ -23,6 +23,8 @@ from engine.ops.catalog_table import Catalog
 from jobs import import_log
 from jobs.runtime.job_runner import main
 from layouts.kafka_rsm_layout import parse_upload_dir
+from layouts.store import list_objects, read_bytes
+from tests.conftest import Backend
 
 TOPIC_ID = "p59PN4qkR8y176nhuDDPPA"
 UUIDS = ["wCh7lSDPSy-dIdBYswqpew", "_ErN8CURTHOgDN1Uesu-Cw", "67MybqKuR2m2kDbNf6KF1w", "GTOPzGE8ReWLmyKMib5R_g"]
@@ -95,29 +97,37 @@ def test_uploads_are_catalogued_in_place_and_duplicates_set_aside(kafka_fixtures
     assert state(bucket) == before  # nothing written into the bucket
 
 
+def stored_state(uri: str, backend: Backend) -> dict[str, tuple[int, int, bytes]]:
+    """Every object under `uri`, local or S3: size, mtime and bytes."""
+    return {o.uri: (o.size, o.mtime_ms, read_bytes(o.uri, backend.options)) for o in list_objects(uri, backend.options)}
+
+
 def test_a_missing_object_fails_its_partition_naming_it_and_writes_nothing_into_the_bucket(
-        kafka_fixtures: Path, tmp_path: Path) -> None:
-    bucket = make_bucket(kafka_fixtures, tmp_path / "bucket")
-    missing = next((bucket / "kafka-tiered-storage").rglob("*15363-*.index"))
+        kafka_fixtures: Path, tmp_path: Path, backend: Backend) -> None:
+    made = make_bucket(kafka_fixtures, tmp_path / "made")
+    missing = next((made / "kafka-tiered-storage").rglob("*15363-*.index"))
     os.remove(missing)
-    before = state(bucket)
-    code, err, report = run_import(tmp_path / "report.json", str(bucket), "--root", str(tmp_path / "klake"))
+    bucket = backend.upload_tree(made, backend.uri("bucket"), skip_suffixes=())
+    before = stored_state(bucket, backend)
+    code, err, report = run_import(tmp_path / "report.json", bucket, "--root", backend.uri("klake"))
     assert code == 1
     error = report["failures"][0]["error"]
     assert f"{missing.name} missing" in error and "offset 15363" in error and "\n" not in error
-    assert state(bucket) == before
+    assert stored_state(bucket, backend) == before
 
 
-def test_a_truncated_log_fails_its_partition_naming_the_object_and_byte(kafka_fixtures: Path, tmp_path: Path) -> None:
-    bucket = make_bucket(kafka_fixtures, tmp_path / "bucket")
-    last = next((bucket / "kafka-tiered-storage").rglob("*22964-*.log"))
+def test_a_truncated_log_fails_its_partition_naming_the_object_and_byte(kafka_fixtures: Path, tmp_path: Path,
+                                                                      backend: Backend) -> None:
+    made = make_bucket(kafka_fixtures, tmp_path / "made")
+    last = next((made / "kafka-tiered-storage").rglob("*22964-*.log"))
     last.write_bytes(last.read_bytes()[:-7])  # a cut mid-batch
-    before = state(bucket)
-    code, err, report = run_import(tmp_path / "report.json", str(bucket), "--root", str(tmp_path / "klake"))
+    bucket = backend.upload_tree(made, backend.uri("bucket"), skip_suffixes=())
+    before = stored_state(bucket, backend)
+    code, err, report = run_import(tmp_path / "report.json", bucket, "--root", backend.uri("klake"))
     assert code == 1
     error = report["failures"][0]["error"]
     assert last.name in error and "byte" in error
-    assert state(bucket) == before
+    assert stored_state(bucket, backend) == before
 
 
 def test_a_root_inside_the_bucket_is_refused_on_one_line(kafka_fixtures: Path, tmp_path: Path) -> None:
