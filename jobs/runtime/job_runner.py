@@ -222,9 +222,14 @@ class JobContext:
             raise KlakeError(f"topic(s) not in the catalog {self.config.catalog_uri}: {sorted(missing)}")
         check_partitions(found, topics, numbers, self.config)
         selected = [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
-        if self.spec.mutates:  # before Spark starts
-            refuse_broker_owned(self.catalog, selected, self.spec.name)
+        if self.spec.mutates:
+            self.check_changeable(selected)
         return selected
+
+    def check_changeable(self, tps: Iterable[TopicPartition]) -> None:
+        """Refuse (exit 2), before any work or Spark, to change partitions a broker's tiered storage owns."""
+        if self.catalogued_partitions():
+            refuse_broker_owned(self.catalog, tps, self.spec.name)
 
     def topic_config(self, topic: str) -> TopicConfig:
         """Declared in the config file (and then stored beside the data for other jobs), else the topic's
@@ -250,10 +255,9 @@ class JobContext:
                             ) -> JobRun[OutcomeT]:
         """`run_partitions` with the job's own way of running the partitions' tasks; a run that changes
         nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask. A
-        job that changes data refuses partitions a broker's tiered storage owns, dry run or not (exit 2)."""
+        job that changes data refuses partitions a broker's tiered storage owns, dry run or not (exit 2),
+        when it selects them (`selected_partitions`, `check_changeable`)."""
         by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
-        if self.spec.mutates and self.catalogued_partitions():
-            refuse_broker_owned(self.catalog, by_tp, self.spec.name)
         mutate = self.spec.mutates and not self.dry_run
         kwargs.setdefault("ledger", self.spec.mutates)
         catalog = self.catalog_or_create() if mutate else self.catalog if self.catalogued_partitions() else None
