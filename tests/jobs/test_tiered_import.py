@@ -175,3 +175,18 @@ def test_jobs_that_would_change_a_tiered_partition_refuse_on_one_line_and_readin
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert lines[0]["log_end_offset"] == 30565 and lines[0]["log_start_offset"] == 0
     assert [line["offset"] for line in lines[1:]] == [30560, 30561, 30562, 30563, 30564]
+
+
+def test_a_copied_import_is_a_root_of_its_own_that_jobs_may_change(kafka_fixtures: Path, tmp_path: Path) -> None:
+    from jobs import retention
+
+    bucket = make_bucket(kafka_fixtures, tmp_path / "bucket")
+    root = str(tmp_path / "klake")
+    before = state(bucket)
+    assert run_import(tmp_path / "report.json", str(bucket), "--root", root, "--copy")[0] == 0
+    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    assert [r.base_offset for r in rows] == [0, 7729, 15363, 22964]
+    assert {r.layout for r in rows} == {"object"} and all(r.log_key.startswith(root) for r in rows)
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert main(retention.SPEC, ["--root", root, "--dry-run", "--no-progress"]) == 0
+    assert state(bucket) == before
