@@ -561,6 +561,7 @@ def run(ctx: JobContext) -> None:
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
            if not ctx.args.partition_ids or p in ctx.args.partition_ids]
     selected = {names.index((tp.topic, tp.partition)): tp for tp in tps}
+    ctx.check_changeable(tps)
     if _appended_already(ctx, tps):
         return
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,

@@ -5,6 +5,10 @@ holding directories that are no partition of a valid topic (`..-0`, `a b-0`, `lo
 input: exit 2 naming them, nothing written (a broker refuses that log dir too; the user moves them
 out and re-runs, where a partial import would leave them to be forgotten).
 
+`--layout kafka-rsm` reads a tiered-storage bucket of Kafka's `LocalTieredStorage` instead (`engine.ops.tiered`):
+the uploads are catalogued in place, read-only, in a root outside the bucket; duplicate uploads of a start
+offset are set aside and listed.
+
     spark-submit jobs/import_log.py /mnt/kafka-data --copy --conf conf/s3.example.yaml --report out/import.json
 """
 
@@ -14,19 +18,24 @@ import argparse
 import sys
 
 from engine.ops.importer import (
+    KAFKA_SOURCE,
     ImportReport,
     default_import_job_id,
     import_log_dir,
-    scan_source,
-    source_log_start_offsets,
 )
+from engine.ops.tiered import KAFKA_RSM_SOURCE, check_outside
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from layouts.store import normalize_uri
+
+LAYOUTS = {layout.name: layout for layout in (KAFKA_SOURCE, KAFKA_RSM_SOURCE)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SRC", help="log dir holding <topic>-<partition> directories (path or s3://)")
     parser.add_argument("--copy", action="store_true", help="copy segments into the object layout under the root")
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="kafka",
+                        help="kafka: a broker's log dir (default); kafka-rsm: a tiered-storage bucket of Kafka's "
+                             "LocalTieredStorage, {topic}-{partition}-{topicId}/{offset}-{uuid}.log, read in place")
     parser.add_argument("--index-interval-bytes", type=int,
                         help="index.interval.bytes for rebuilt indexes (default jobs.index_interval_bytes, 4096)")
 
@@ -36,12 +45,15 @@ def run(ctx: JobContext) -> None:
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_import_job_id(normalize_uri(ctx.args.source), ctx.config.root,
                                                                ctx.args.copy)
-    log_dir = scan_source(ctx.args.source, ctx.options)  # bad input fails before the catalog is created
-    log_starts = source_log_start_offsets(ctx.args.source, ctx.options)
+    layout = LAYOUTS[ctx.args.layout]
+    if layout is KAFKA_RSM_SOURCE:
+        check_outside(ctx.args.source, ctx.config.root, ctx.config.catalog_uri)
+    log_dir = layout.scan(ctx.args.source, ctx.options)  # bad input fails before the catalog is created
+    log_starts = layout.log_start_offsets(ctx.args.source, ctx.options)
     report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
                             index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
                             lease_ttl_ms=ctx.config.jobs.lease_ttl_ms, log_dir=log_dir,
-                            log_start_offsets=log_starts)
+                            log_start_offsets=log_starts, layout=layout)
     ctx.report.results["import"] = report.to_dict()
     for part in report.partitions:
         ctx.report.partitions.append({"partition": f"{part.topic}-{part.partition}",
@@ -61,6 +73,8 @@ def import_summary(report: ImportReport) -> list[str]:
             counts[s.status] = counts.get(s.status, 0) + 1
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no segments"
         lines.append(f"  {part.topic}-{part.partition}: {summary}")
+        for uri, why in sorted(part.set_aside.items()):
+            lines.append(f"    set aside {uri}: {why}")
         for s in part.segments:
             if s.sidecars == "rebuilt":
                 lines.append(f"    rebuilt indexes of {s.source}: {'; '.join(s.sidecar_problems)}")

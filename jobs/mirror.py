@@ -26,6 +26,7 @@ from engine.ops.mirror import (
     mirror_partitions,
     source_partitions,
 )
+from engine.ops.tiered import refuse_broker_owned
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 from layouts.store import check_access, join, normalize_uri
@@ -50,7 +51,10 @@ def run(ctx: JobContext) -> None:
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = default_mirror_job_id(source, ctx.config.root, ctx.args.offsets)
     declared = {tp.topic: ctx.topic_config(tp.topic) for tp in tps if ctx.config.topic(tp.topic) is not None}
-    run = mirror_partitions(source, source_catalog, ctx.config.root, _destination_catalog(ctx), tps,
+    destination = _destination_catalog(ctx)
+    if destination is not None and ctx.catalogued_partitions():
+        refuse_broker_owned(destination, tps, "mirror")  # a tiered root is a mirror's source, never its destination
+    run = mirror_partitions(source, source_catalog, ctx.config.root, destination, tps,
                             dest_configs=declared, mode=ctx.args.offsets, now_ms=ctx.now_ms, options=ctx.options,
                             job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=ctx.config.jobs.lease_ttl_ms,
                             dry_run=ctx.dry_run)

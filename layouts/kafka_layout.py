@@ -86,6 +86,10 @@ class KafkaPartitionDir:
     segments: list[KafkaSegmentFiles] = field(default_factory=list)
     orphan_indexes: list[ObjectInfo] = field(default_factory=list)
     other_files: dict[KafkaFileKind, list[ObjectInfo]] = field(default_factory=dict)
+    set_aside: dict[str, str] = field(default_factory=dict)
+    """Objects another layout's rules set aside, with why (a tiered-storage bucket's duplicate uploads)."""
+    error: str | None = None
+    """What stops this partition's import after its segments (a gap between a bucket's uploads)."""
 
 
 @dataclass

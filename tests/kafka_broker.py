@@ -65,6 +65,8 @@ class KafkaBroker:
     classpath: str
     broker_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
+    extra_configs: dict[str, str] = field(default_factory=dict)
+    """Broker configs added to (or overriding) the defaults below: a dedicated broker's own, e.g. tiered storage."""
     process: subprocess.Popen | None = None
     start_seconds: list[float] = field(default_factory=list)
 
@@ -117,6 +119,7 @@ class KafkaBroker:
             "log.retention.check.interval.ms": "1000",
             "log.cleaner.backoff.ms": "200",
             "log.flush.offset.checkpoint.interval.ms": "1000",
+            **self.extra_configs,
         }
         self.properties_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         done = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(),
@@ -222,8 +225,8 @@ class KafkaBroker:
         return target
 
 
-def start_broker(workdir: Path) -> KafkaBroker:
-    broker = KafkaBroker(workdir, fetch_jvm.require("kafka"))
+def start_broker(workdir: Path, extra_configs: dict[str, str] | None = None) -> KafkaBroker:
+    broker = KafkaBroker(workdir, fetch_jvm.require("kafka"), extra_configs=dict(extra_configs or {}))
     broker.configure()
     broker.start()
     if os.environ.get("KLAKE_BROKER_STATS"):

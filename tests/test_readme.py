@@ -45,6 +45,8 @@ SKIPPED = {  # a block's first line -> why it does not run here
         "needs real S3 credentials; `make dist` is tests/test_dist.py's",
     'S="spark-submit --master yarn"':
         "needs a YARN cluster and S3 buckets; tests/jobs/test_cluster.py submits to a local standalone cluster",
+    ".venv/bin/klake import /var/lib/kafka/remote --layout kafka-rsm --root s3://archive/klake      # the plugin's dir":
+        "needs a broker's tiered-storage bucket; tests/kafka/test_tiered_storage.py imports one and runs these jobs on it",
 }
 EXPECTED = "#> "
 TIMEOUT_S = 1200

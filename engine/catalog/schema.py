@@ -66,6 +66,9 @@ class Layout(StrEnum):
 
     OBJECT = "object"
     KAFKA = "kafka"
+    KAFKA_RSM = "kafka-rsm"
+    """A segment a broker's tiered storage uploaded (KIP-405), read in place: the broker owns it, so no job
+    changes its partition (`engine.ops.tiered`)."""
 
 
 CATALOG_SCHEMA = pa.schema([

@@ -21,12 +21,16 @@ catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects
   ROLLED; a previously ACTIVE row followed by newly imported segments moves to ROLLED in the same commit;
 - a log start offset the log dir's `log-start-offset-checkpoint` holds inside a newly registered
   segment (a DeleteRecords the broker had applied) goes on that segment's row, as the catalog keeps it.
+
+Other layouts of Kafka's segments (a tiered-storage bucket: `engine.ops.tiered`) plug in as a `SourceLayout`:
+how the source is listed into partitions of segments, where its log start offsets are, and the layout its
+rows get in place.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
@@ -78,6 +82,7 @@ class PartitionOutcome:
     error: str | None = None
     orphan_indexes: list[str] = field(default_factory=list)
     ignored_files: int = 0
+    set_aside: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -144,9 +149,12 @@ class _PartitionImporter:
     """Imports the segments of one partition directory, collecting rows for the single commit."""
 
     def __init__(self, part: KafkaPartitionDir, root: str, copy: bool, job_id: str, interval: int,
-                 existing: dict[SegmentRef, SegmentRow], options: StorageOptions | None, floor: int) -> None:
-        """`floor`: the topic's `min_timestamp` (a broker's log: Kafka's 0)."""
+                 existing: dict[SegmentRef, SegmentRow], options: StorageOptions | None, floor: int,
+                 in_place: Layout = Layout.KAFKA) -> None:
+        """`floor`: the topic's `min_timestamp` (a broker's log: Kafka's 0); `in_place`: the rows' layout
+        without `copy`."""
         self.part = part
+        self.in_place = in_place
         self.floor = floor
         self.root = root
         self.copy = copy
@@ -157,7 +165,8 @@ class _PartitionImporter:
         self.rows: list[SegmentRow] = []
         self.outcome = PartitionOutcome(topic=part.tp.topic, partition=part.tp.partition, source=part.uri,
                                         orphan_indexes=[i.uri for i in part.orphan_indexes],
-                                        ignored_files=sum(len(v) for v in part.other_files.values()))
+                                        ignored_files=sum(len(v) for v in part.other_files.values()),
+                                        set_aside=dict(part.set_aside))
 
     def run(self) -> None:
         last = len(self.part.segments) - 1
@@ -166,6 +175,7 @@ class _PartitionImporter:
             if not self._import_segment(seg, state):
                 self.outcome.error = self.outcome.segments[-1].error
                 return
+        self.outcome.error = self.part.error
 
     def _import_segment(self, seg: KafkaSegmentFiles, state: SegmentState) -> bool:
         """Register one segment; False if it is corrupt, which stops the partition."""
@@ -232,12 +242,12 @@ class _PartitionImporter:
             put_segment_objects(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
             return owned, Layout.OBJECT
         if sidecars.source_keys is not None and batchindex is None:
-            return SegmentKeys(seg.log.uri, *sidecars.source_keys), Layout.KAFKA
+            return SegmentKeys(seg.log.uri, *sidecars.source_keys), self.in_place
         ensure_object(owned.index, sidecars.index, self.options)
         ensure_object(owned.timeindex, sidecars.timeindex, self.options)
         if batchindex is not None:
             ensure_object(owned.batchindex, batchindex, self.options)
-        return SegmentKeys(seg.log.uri, owned.index, owned.timeindex), Layout.KAFKA
+        return SegmentKeys(seg.log.uri, owned.index, owned.timeindex), self.in_place
 
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
                   state: SegmentState, sidecars: _Sidecars, record: bool = True) -> None:
@@ -276,12 +286,13 @@ def _with_log_start(rows: list[SegmentRow], existing: Mapping[SegmentRef, Segmen
 
 def prepare_import(item: PartitionInput[None], parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
                    job_id: str, index_interval_bytes: int, options: StorageOptions | None,
-                   log_start_offsets: Mapping[TopicPartition, int] | None = None) -> PartitionStep[PartitionOutcome]:
+                   log_start_offsets: Mapping[TopicPartition, int] | None = None,
+                   in_place: Layout = Layout.KAFKA) -> PartitionStep[PartitionOutcome]:
     """Import one partition directory against its live rows; the change is checked here, so a partition
     whose rows conflict with the import fails alone (`CatalogStateError`)."""
     existing = {row.ref: row for row in item.rows}
     importer = _PartitionImporter(parts[item.tp], root, copy, job_id, index_interval_bytes, existing, options,
-                                  min_timestamp(item.config))
+                                  min_timestamp(item.config), in_place)
     importer.run()
     rows = _with_log_start(importer.rows, existing, (log_start_offsets or {}).get(item.tp))
     change = CatalogChange(add=tuple(rows), transitions=tuple(_demotions(rows, existing)))
@@ -316,11 +327,28 @@ def source_log_start_offsets(source: str, options: StorageOptions | None = None)
     return parse_offset_checkpoint(read_bytes(uri, options), uri)
 
 
+@dataclass(frozen=True)
+class SourceLayout:
+    """The extension point of `import`: how a layout's source is listed into partitions of segments
+    (`scan`, raising `InvalidSourceError` on a source no broker would load), the log start offsets it
+    records (`log_start_offsets`), and the layout of the rows registered in place."""
+
+    name: str
+    scan: Callable[[str, StorageOptions | None], KafkaLogDir]
+    log_start_offsets: Callable[[str, StorageOptions | None], dict[TopicPartition, int]]
+    in_place: Layout
+
+
+KAFKA_SOURCE = SourceLayout("kafka", scan_source, source_log_start_offsets, Layout.KAFKA)
+"""A broker's log dir (or a copy of it)."""
+
+
 def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                    options: StorageOptions | None = None, job_id: str | None = None,
                    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, log_dir: KafkaLogDir | None = None,
-                   log_start_offsets: Mapping[TopicPartition, int] | None = None) -> ImportReport:
+                   log_start_offsets: Mapping[TopicPartition, int] | None = None,
+                   layout: SourceLayout | None = None) -> ImportReport:
     """Register every partition directory under `source` in `catalog` with one commit, through the
     partition-job protocol every job uses (`engine.ops.run`: lease, plan, check the lease, one commit).
 
@@ -331,17 +359,18 @@ def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
     source's `scan_source` and `log_start_offsets` its `source_log_start_offsets`, when the caller checked
     them before creating the catalog.
     """
+    layout = layout or KAFKA_SOURCE
     source, root = normalize_uri(source), normalize_uri(root)
     job_id = job_id or default_import_job_id(source, root, copy)
     report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
-    log_dir = log_dir or scan_source(source, options)
+    log_dir = log_dir or layout.scan(source, options)
     if log_start_offsets is None:
-        log_start_offsets = source_log_start_offsets(source, options)
+        log_start_offsets = layout.log_start_offsets(source, options)
     report.skipped_dirs = log_dir.skipped_dirs
     parts = {part.tp: part for part in log_dir.partitions}
     prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,
                       index_interval_bytes=index_interval_bytes, options=options,
-                      log_start_offsets=log_start_offsets)
+                      log_start_offsets=log_start_offsets, in_place=layout.in_place)
     run = run_partition_job(catalog, root, dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
                             operation="import", job_id=job_id, options=options, ledger=False,
                             lease_ttl_ms=lease_ttl_ms)

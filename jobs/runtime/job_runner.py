@@ -42,6 +42,7 @@ from engine.ops.run import (
     run_partition_job,
     serial_execute,
 )
+from engine.ops.tiered import refuse_broker_owned
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from engine.times import InvalidTimeError, format_time, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
@@ -213,13 +214,22 @@ class JobContext:
 
     def selected_partitions(self) -> list[TopicPartition]:
         """The catalogued partitions the job's --topic/--partition select (all by default). A --partition
-        no selected topic has is a typo, refused (issue 26): Kafka answers UNKNOWN_TOPIC_OR_PARTITION."""
+        no selected topic has is a typo, refused (issue 26): Kafka answers UNKNOWN_TOPIC_OR_PARTITION. A job
+        that changes data refuses partitions a broker's tiered storage owns (exit 2)."""
         found = self.catalog.partitions()
         topics, numbers = set(self.args.topics), set(self.args.partition_ids)
         if missing := topics - {tp.topic for tp in found}:
             raise KlakeError(f"topic(s) not in the catalog {self.config.catalog_uri}: {sorted(missing)}")
         check_partitions(found, topics, numbers, self.config)
-        return [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
+        selected = [tp for tp in found if (not topics or tp.topic in topics) and (not numbers or tp.partition in numbers)]
+        if self.spec.mutates:
+            self.check_changeable(selected)
+        return selected
+
+    def check_changeable(self, tps: Iterable[TopicPartition]) -> None:
+        """Refuse (exit 2), before any work or Spark, to change partitions a broker's tiered storage owns."""
+        if self.catalogued_partitions():
+            refuse_broker_owned(self.catalog, tps, self.spec.name)
 
     def topic_config(self, topic: str) -> TopicConfig:
         """Declared in the config file (and then stored beside the data for other jobs), else the topic's
@@ -244,7 +254,9 @@ class JobContext:
     def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute[OutcomeT], **kwargs: Any,
                             ) -> JobRun[OutcomeT]:
         """`run_partitions` with the job's own way of running the partitions' tasks; a run that changes
-        nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask."""
+        nothing (a dry run) creates no catalog either, and a job that never commits has no ledger to ask. A
+        job that changes data refuses partitions a broker's tiered storage owns, dry run or not (exit 2),
+        when it selects them (`selected_partitions`, `check_changeable`)."""
         by_tp = {tp: self.topic_config(tp.topic) for tp in tps}
         mutate = self.spec.mutates and not self.dry_run
         kwargs.setdefault("ledger", self.spec.mutates)
