@@ -27,13 +27,32 @@ def test_a_set_that_differs_from_the_lock_is_refused_naming_each_jar(tmp_path: P
     directory.mkdir()
     (directory / "a.jar").write_bytes(b"a")
     (directory / "extra.jar").write_bytes(b"x")
-    (directory / fetch_jvm.STAMP).write_text("")
     pinned = {"a.jar": hashlib.sha256(b"not a").hexdigest(), "b.jar": hashlib.sha256(b"b").hexdigest()}
+    (directory / fetch_jvm.STAMP).write_text(fetch_jvm._stamp_text(pinned))
     with pytest.raises(fetch_jvm.FetchError) as error:
         fetch_jvm.fetch("kafka", pinned)
     message = str(error.value)
     assert "missing b.jar" in message and "unexpected extra.jar" in message
     assert f"a.jar has SHA-256 {hashlib.sha256(b'a').hexdigest()}" in message
+
+
+def test_a_set_resolved_for_an_earlier_lock_is_resolved_again(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(fetch_jvm, "CACHE", tmp_path)
+    old = tmp_path / "kafka"
+    old.mkdir()
+    (old / "a.jar").write_bytes(b"a")
+    (old / fetch_jvm.STAMP).write_text(fetch_jvm._stamp_text({"a.jar": hashlib.sha256(b"a").hexdigest()}))
+    pinned = {"a.jar": hashlib.sha256(b"a").hexdigest(), "b.jar": hashlib.sha256(b"b").hexdigest()}
+
+    def resolve(name: str, dest: Path) -> None:
+        dest.mkdir(parents=True)
+        (dest / "a.jar").write_bytes(b"a")
+        (dest / "b.jar").write_bytes(b"b")
+
+    monkeypatch.setattr(fetch_jvm, "_resolve", resolve)
+    assert fetch_jvm.fetch("kafka", pinned).startswith("resolved 2 jars")
+    assert sorted(p.name for p in old.glob("*.jar")) == ["a.jar", "b.jar"]
+    assert fetch_jvm.fetch("kafka", pinned) == "already there, hashes checked"
 
 
 @pytest.mark.parametrize("ci", ["true", ""])

@@ -137,10 +137,18 @@ def _resolve(name: str, dest: Path) -> None:
         raise FetchError(f"mvn exited with code {done.returncode}: {tail}")
 
 
+def _stamp_text(pinned: dict[str, str]) -> str:
+    """What a resolved set's stamp holds: the lock's lines it was resolved for, so that a set resolved for
+    an earlier lock (a jar pinned since, a version moved) is resolved again, not refused."""
+    return "".join(f"{jar} {digest}\n" for jar, digest in sorted(pinned.items()))
+
+
 def fetch(name: str, pinned: dict[str, str]) -> str:
-    """Make `.cache/jvm/<name>` hold exactly the pinned jars; returns what was done. Raises FetchError."""
+    """Make `.cache/jvm/<name>` hold exactly the pinned jars; returns what was done. Raises FetchError: a set
+    stamped for the current lock whose jars differ from it (changed on disk) is refused, never used."""
     directory = set_dir(name)
-    if (directory / STAMP).is_file():
+    stamp = directory / STAMP
+    if stamp.is_file() and stamp.read_text() == _stamp_text(pinned):
         _check(name, _digests(directory), pinned)
         return "already there, hashes checked"
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -148,7 +156,7 @@ def fetch(name: str, pinned: dict[str, str]) -> str:
         staging = Path(tmp) / name
         _resolve(name, staging)
         _check(name, _digests(staging), pinned)
-        (staging / STAMP).write_text("jars match jvm.lock\n")
+        (staging / STAMP).write_text(_stamp_text(pinned))
         shutil.rmtree(directory, ignore_errors=True)
         os.replace(staging, directory)  # same filesystem: the set appears whole or not at all
     return f"resolved {len(pinned)} jars, hashes checked"
