@@ -6,7 +6,7 @@ columns, not the sentences.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -23,8 +23,6 @@ from engine.log.retention import (
     RetentionPass,
     Why,
 )
-from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.times import format_duration, format_time
 
 
@@ -72,47 +70,23 @@ class RetentionExplanation:
     plan: PartitionRetention
 
     @property
-    def tp(self) -> TopicPartition:
-        return self.plan.tp
-
-    @property
-    def now_ms(self) -> int:
-        return self.plan.now_ms
-
-    @property
-    def config(self) -> TopicConfig:
-        return self.plan.config
-
-    @property
-    def info(self) -> Mapping[str, Any]:
-        return self.plan.info
-
-    @property
-    def rows(self) -> pa.Table:
-        return self.plan.rows
-
-    @property
-    def hold(self) -> FutureTimestampHold | None:
-        return self.plan.hold
-
-    @property
     def to_delete(self) -> tuple[SegmentDecision, ...]:
-        return self.decisions[:self.info["delete_segments"]]
+        return self.decisions[:self.plan.info["delete_segments"]]
 
     @cached_property
     def _columns(self) -> dict[str, list[Any]]:
-        return self.rows.to_pydict()
+        return self.plan.rows.to_pydict()
 
     def _at(self, column: str, i: int) -> Any:
         """One value: from the Python columns once every decision was rendered, else from Arrow."""
         columns = self.__dict__.get("_columns")
-        return columns[column][i] if columns is not None else self.rows[column][i].as_py()
+        return columns[column][i] if columns is not None else self.plan.rows[column][i].as_py()
 
     def _upper(self, i: int) -> int:
-        return self._at("base_offset", i + 1) if i + 1 < self.info["segments"] else self.plan.log_end_offset
+        return self._at("base_offset", i + 1) if i + 1 < self.plan.info["segments"] else self.plan.log_end_offset
 
     def _stops(self) -> list[tuple[RetentionPass, int | None, Why | None]]:
-        return [(name, self.info[f"{key}_stop"], None if self.info[f"{key}_why"] is None else Why(self.info[f"{key}_why"]))
+        return [(name, self.plan.info[f"{key}_stop"], None if self.plan.info[f"{key}_why"] is None else Why(self.plan.info[f"{key}_why"]))
                 for name, key in zip(PASSES, ("log_start", "size", "time"), strict=True)]
 
     def _deleted_why(self, name: RetentionPass, i: int) -> str:
@@ -120,7 +94,7 @@ class RetentionExplanation:
         if name == RetentionPass.LOG_START_OFFSET:
             return f"wholly below the log start offset: the next segment starts at {self._upper(i)} <= {start}"
         if name == RetentionPass.SIZE:
-            over, limit = self._at("log_over_bytes", i), self.config.retention_bytes
+            over, limit = self._at("log_over_bytes", i), self.plan.config.retention_bytes
             return (f"the log is {over} B over retention.bytes {limit} B; dropping its {size} B leaves it "
                     f"{over - size} B over")
         what, age, retention = self._aged(i)
@@ -130,7 +104,7 @@ class RetentionExplanation:
         largest = self._at("retention_timestamp", i)
         what = (f"created_at_ms (mtime; largest_timestamp {self._at('largest_timestamp', i)}) {format_time(largest)}"
                 if self._at("from_mtime", i) else f"largest timestamp {format_time(largest)}")
-        return what, self.now_ms - largest, _setting(self.config.retention_ms)
+        return what, self.plan.now_ms - largest, _setting(self.plan.config.retention_ms)
 
     def _stop_why(self, name: RetentionPass, why: Why, i: int) -> str:
         """The sentence for a pass that stopped at segment `i` for `why`, with its numbers."""
@@ -147,7 +121,7 @@ class RetentionExplanation:
             return f"holds the log start offset {start} (the next segment starts at {nxt} > {start})"
         if why == Why.UNDER_RETENTION_BYTES:
             over, size = self._at("log_over_bytes", i), self._at("size_bytes", i)
-            return (f"the log is only {over} B over retention.bytes {self.config.retention_bytes} B; dropping "
+            return (f"the log is only {over} B over retention.bytes {self.plan.config.retention_bytes} B; dropping "
                     f"its {size} B would leave it {size - over} B under")
         what, age, retention = self._aged(i)
         if why == Why.EXACTLY_RETENTION_MS:
@@ -155,14 +129,14 @@ class RetentionExplanation:
                     "tiered storage deletes at equality, KAFKA-20091)")
         if why == Why.WITHIN_RETENTION_MS:
             return f"{what} is {_age(age, retention)} old <= retention.ms {retention}"
-        assert self.hold is not None, f"{self.tp}: a future-timestamp stop without its hold"
-        return f"held back: {describe_hold(self.hold)}"
+        assert self.plan.hold is not None, f"{self.plan.tp}: a future-timestamp stop without its hold"
+        return f"held back: {describe_hold(self.plan.hold)}"
 
     @cached_property
     def decisions(self) -> tuple[SegmentDecision, ...]:
         """Every segment's decision with its reason as a sentence, in offset order."""
         c, stops = self._columns, self._stops()
-        first = self.info["delete_segments"]
+        first = self.plan.info["delete_segments"]
         out = []
         for i, sid in enumerate(c["segment_id"]):
             name = RetentionPass(c["decided_by"][i])
@@ -184,11 +158,11 @@ class RetentionExplanation:
     @cached_property
     def passes(self) -> tuple[PassOutcome, ...]:
         """Each pass: ran or skipped (and why), what it deleted, where and why it stopped."""
-        ids, n, out, begin = self.rows["segment_id"], self.info["segments"], [], 0
+        ids, n, out, begin = self.plan.rows["segment_id"], self.plan.info["segments"], [], 0
         none = ids.slice(0, 0)
         for name, stop, why in self._stops():
             status = PassStatus.RAN if name == RetentionPass.LOG_START_OFFSET else PassStatus(
-                self.info[f"{'size' if name == RetentionPass.SIZE else 'time'}_pass"])
+                self.plan.info[f"{'size' if name == RetentionPass.SIZE else 'time'}_pass"])
             if status != PassStatus.RAN:
                 out.append(PassOutcome(name, False, none, None, self._skipped(name, status)))
                 continue
@@ -209,31 +183,31 @@ class RetentionExplanation:
         return tuple(out)
 
     def _skipped(self, name: RetentionPass, status: PassStatus) -> str:
-        config = self.config
+        config = self.plan.config
         if status == PassStatus.POLICY:
             return f"skipped: cleanup.policy={config.cleanup_policy} runs only the log-start-offset pass (KAFKA-7400)"
         if status == PassStatus.UNDER:
-            return f"skipped: log size {self.info['log_size']} B < retention.bytes {config.retention_bytes} B"
+            return f"skipped: log size {self.plan.info['log_size']} B < retention.bytes {config.retention_bytes} B"
         if name == RetentionPass.SIZE:
             return f"skipped: retention.bytes {config.retention_bytes} (unlimited)"
         return f"skipped: retention.ms {config.retention_ms} (unlimited)"
 
     def reasons(self) -> dict[str, int]:
         """How many segments each reason decided (the `reason` column's counts for this partition)."""
-        return {r["values"]: r["counts"] for r in self.rows["reason"].value_counts().to_pylist()}
+        return {r["values"]: r["counts"] for r in self.plan.rows["reason"].value_counts().to_pylist()}
 
     def to_dict(self) -> dict[str, Any]:
         """The run report's per-partition summary: offsets, passes, holds, totals, first and last segment
         deleted, counts by reason. Every segment's decision is in the plan's `segments` (a Parquet side file)."""
-        info, deleted = self.info, self.info["delete_segments"]
+        info, deleted = self.plan.info, self.plan.info["delete_segments"]
 
         def sid(i: int) -> str | None:
             return self._at("segment_id", i) if 0 <= i < info["segments"] else None
 
         return {
-            "topic": self.plan.topic, "partition": self.plan.partition, "now_ms": self.now_ms,
-            "cleanup_policy": self.config.cleanup_policy, "retention_ms": self.config.retention_ms,
-            "retention_bytes": self.config.retention_bytes, "log_start_offset": self.plan.log_start_offset,
+            "topic": self.plan.topic, "partition": self.plan.partition, "now_ms": self.plan.now_ms,
+            "cleanup_policy": self.plan.config.cleanup_policy, "retention_ms": self.plan.config.retention_ms,
+            "retention_bytes": self.plan.config.retention_bytes, "log_start_offset": self.plan.log_start_offset,
             "high_watermark": self.plan.high_watermark, "log_end_offset": self.plan.log_end_offset,
             "new_log_start_offset": self.plan.new_log_start_offset, "roll_new_active_at": self.plan.roll_new_active_at,
             "segments": info["segments"],
@@ -246,8 +220,8 @@ class RetentionExplanation:
 
     def describe(self) -> str:
         """A dry-run printout: a header, one line per segment, then the roll, holds, passes and totals."""
-        cfg = self.config
-        lines = [f"{self.tp}: now {format_time(self.now_ms)}, cleanup.policy={cfg.cleanup_policy}, "
+        cfg = self.plan.config
+        lines = [f"{self.plan.tp}: now {format_time(self.plan.now_ms)}, cleanup.policy={cfg.cleanup_policy}, "
                  f"retention.ms {_limit(cfg.retention_ms, _setting)}, "
                  f"retention.bytes {_limit(cfg.retention_bytes, lambda b: f'{b} B')}; "
                  f"log start {self.plan.log_start_offset} -> {self.plan.new_log_start_offset}, "
