@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
+from engine.log.retention_explain import RetentionExplanation, describe_hold
 from engine.ops.retention import RetentionOutcome, RetentionPlanner, prepare_retention
 from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
@@ -39,10 +40,10 @@ def run(ctx: JobContext) -> None:
         size += plan.bytes_to_delete
         records += plan.records_to_delete
         for hold in plan.held_back_by_future_timestamp:
-            ctx.report.anomalies.append(f"{result.tp}: segment {hold.base_offset} is held back: {hold.describe()}")
+            ctx.report.anomalies.append(f"{result.tp}: segment {hold.base_offset} is held back: {describe_hold(hold)}")
         if ctx.args.verbose:
             verbose += [f"{result.tp} {d.base_offset:>20} {d.action.value:<6} ({d.decided_by.value}) {d.reason}"
-                        for d in plan.decisions]
+                        for d in RetentionExplanation(plan).decisions]
     verb = "would delete" if ctx.dry_run else "deleted"
     ctx.report.summary.append(f"retention: {verb} {deleted} segment(s), kept {kept}; {size:,} B, "
                               f"{plural(records, 'record')}")

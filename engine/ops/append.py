@@ -1,11 +1,11 @@
 """Append records to one catalogued partition: the active segment grows as a new object version.
 
 Under the partition's lease: read the catalog's live rows, resume the ACTIVE segment exactly where
-the previous job left it (its bytes, `.index`, `.timeindex` and roll state, so segment boundaries and
-index entries are what one broker appending the same sequence would produce), append with Kafka's
-rules (`engine.log.append`), write every new segment version under a new id (put-if-absent), and swap
-the old ACTIVE row for the new rows in ONE catalog commit. Rejected records are returned with their
-reasons; nothing is dropped silently.
+the previous job left it (`engine.ops.active_segment`: its bytes, `.index`, `.timeindex` and roll state,
+so segment boundaries and index entries are what one broker appending the same sequence would produce),
+append with Kafka's rules (`engine.log.append`), write every new segment version under a new id
+(put-if-absent), and swap the old ACTIVE row for the new rows in ONE catalog commit. Rejected records
+are returned with their reasons; nothing is dropped silently.
 
 Idempotent by `append_id`: the job ledger (engine.ops.catalog_table) records in the same commit that this id
 appended to this partition, so a re-run after a crash appends nothing twice; a crash before the commit
@@ -23,16 +23,13 @@ import pyarrow.compute as pc
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRow, SegmentState
-from engine.index.offset_index import OffsetIndex
-from engine.index.time_index import TimeIndex
 from engine.log.append import AppendCounters, append_records
-from engine.log.segment_writer import ActiveSegmentState
 from engine.log.summary import SegmentSummary
-from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
+from engine.log.topic_config import min_timestamp
+from engine.ops.active_segment import last_log_append_time, resume_state
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.store import Parts, StorageOptions, read_bytes
+from layouts.store import Parts, StorageOptions
 
 
 @dataclass
@@ -56,43 +53,6 @@ class PartitionAppendOutcome:
                 "rejected": dict(counters.rejected) if counters else {},
                 "batches": counters.batches if counters else 0, "bytes": counters.bytes if counters else 0,
                 "segments_written": self.segments_written, "commit_version": self.commit_version}
-
-
-def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
-                  ) -> tuple[ActiveSegmentState, bytes, SegmentSummary]:
-    """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
-    min_ts = min_timestamp(config)
-    log = read_bytes(row.log_key, options)
-    offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
-    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key,
-                           min_timestamp=min_ts)
-    none = min_ts - 1
-    state = ActiveSegmentState(
-        base_offset=row.base_offset, size=row.size_bytes, next_offset=row.next_offset,
-        offset_index=offsets.index, time_index=times.index,
-        max_timestamp=row.largest_timestamp if row.record_count else none,
-        offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
-        rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
-        created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
-    return state, log, row_summary(row)
-
-
-def row_summary(row: SegmentRow) -> SegmentSummary:
-    """The facts a catalog row records about its segment, as the summary they were made from."""
-    return SegmentSummary(
-        base_offset=row.base_offset, last_offset=row.last_offset, next_offset=row.next_offset,
-        record_count=row.record_count, batch_count=row.batch_count, size_bytes=row.size_bytes,
-        first_batch_timestamp=row.first_batch_timestamp, base_timestamp=row.base_timestamp,
-        largest_timestamp=row.largest_timestamp, offset_of_largest_timestamp=row.offset_of_largest_timestamp,
-        timestamp_type=row.timestamp_type, magic=row.magic, valid_bytes=row.size_bytes)
-
-
-def last_log_append_time(rows: Sequence[SegmentRow], config: TopicConfig) -> int | None:
-    """The last append time of a LogAppendTime partition (its largest timestamp), which a monotonic
-    append time must not go below; None for CreateTime topics."""
-    if config.message_timestamp_type != "LogAppendTime":
-        return None
-    return max((r.largest_timestamp for r in rows), default=None)
 
 
 def _whole(pieces: list[bytes], chunks: list[bytes], start_position: int) -> list[bytes]:

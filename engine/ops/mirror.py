@@ -53,7 +53,7 @@ from engine.log.mirror import NotAReplicaError, is_replica, relocate_batches, re
 from engine.log.segment_writer import SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.append import last_log_append_time, resume_state
+from engine.ops.active_segment import last_log_append_time, resume_state
 from engine.ops.catalog_table import AppTransaction, Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import (

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRef, SegmentState
 from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
+from engine.log.retention_explain import RetentionExplanation
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.deletion import DELETE_COLUMNS, Cleanup
@@ -45,7 +46,7 @@ class RetentionOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "dry_run": self.dry_run,
-                "plan": None if self.plan is None else self.plan.to_dict(), "finished_from_earlier_run": self.finished_from_earlier_run,
+                "plan": None if self.plan is None else RetentionExplanation(self.plan).to_dict(), "finished_from_earlier_run": self.finished_from_earlier_run,
                 **asdict(self.cleanup)}
 
 

@@ -34,7 +34,7 @@ from engine.log.roll_plan import ROLL_INPUT_COLUMNS, PartitionRoll, RollAction, 
 from engine.log.segment_writer import ActiveSegment, Append
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.append import resume_state
+from engine.ops.active_segment import resume_state
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
 from layouts.store import StorageOptions

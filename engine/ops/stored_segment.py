@@ -2,13 +2,10 @@
 
 Its metadata (offsets, largest timestamp and its offset) comes from the catalog row, so choosing the
 segment costs no request. A lookup reads what Kafka's own lookup touches, and little more:
-- the sidecars by pages (`_PagedSidecar`): one no larger than a page is read whole; a larger one is
-  searched page by page, each probe a page centred on the slot found by interpolating the target
-  between the entries already known (one probe for evenly spread data), as a binary search would.
-  The row gives the sidecars' sizes (`index_size_bytes`, `timeindex_size_bytes`), so the first probe
-  is the first read; a row of an older catalog does not, and the first read is then the last page,
-  Kafka's "warm section" (KAFKA-7283: recent lookups land there), plus a HEAD for the size if the
-  file is larger;
+- the sidecars by pages (`engine.ops.paged_index`): one no larger than a page is read whole; a larger
+  one is searched page by page, a probe a page placed by interpolation. The row gives the sidecars'
+  sizes (`index_size_bytes`, `timeindex_size_bytes`), so the first probe is the first read; a row of an
+  older catalog does not, and the first read is then the last page (KAFKA-7283's warm section);
 - the log from the batch holding the first offset that can answer (the offset index's entry for it,
   or the next entry when every batch is indexed and that batch turns out to hold it) to the batch the
   time index says reaches the target, in one ranged GET, then on by `read_window` if needed;
@@ -41,138 +38,12 @@ from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.ops.paged_index import PagedSidecar, Unpaged, offset_entries, time_entries
 from layouts.object_layout import batch_index_key
-from layouts.store import StorageOptions, object_info, read_bytes
+from layouts.store import StorageOptions, read_bytes
 
 DEFAULT_READ_WINDOW = 256 * 1024
 MIN_LOOKUP_WINDOW = 8 * 1024
-INDEX_PAGE_BYTES = 4096
-"""A sidecar is read in pages of whole entries of at most this many bytes (an OS page, which is what
-Kafka's memory-mapped index lookups touch)."""
-
-
-class _Unpaged(Exception):
-    """A sidecar page did not check out: the sidecar is to be read whole (and checked against the log)."""
-
-
-class _PagedSidecar:
-    """One `.index` or `.timeindex` object read a page at a time, as a sorted list of (key, value)
-    entries: (relative offset, position) or (timestamp, relative offset).
-
-    `parse` loads the bytes of whole entries with the index's own rules (`OffsetIndex.load`,
-    `TimeIndex.load`) and returns its key and value columns, or raises `_Unpaged` if they break them.
-    `size` is the object's length from its catalog row (None if the row does not say); `low_key` and
-    `high_key` bound the keys (no entry's key is below the first or at or above the second), for
-    interpolating before the first and after the last entry known.
-    """
-
-    def __init__(self, uri: str, options: StorageOptions | None, entry_size: int,
-                 parse: Callable[[bytes], tuple[np.ndarray, np.ndarray]], size: int | None, low_key: int,
-                 high_key: int) -> None:
-        self.uri, self.options, self.entry_size, self.parse = uri, options, entry_size, parse
-        self.size, self.low_key, self.high_key = size, low_key, high_key
-        self.page_entries = INDEX_PAGE_BYTES // entry_size
-        self.entries: int | None = None
-        self.blocks: list[tuple[int, np.ndarray, np.ndarray]] = []  # (first slot, keys, values), by slot
-
-    def around(self, key: int, after: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
-        """The floor entry of `key` (the last entry with key <= `key`; None if none) and the `after`
-        entries following it (fewer at the end of the file)."""
-        _, floor, following = self.locate(key, after)
-        return floor, following
-
-    def locate(self, key: int, after: int) -> tuple[int, tuple[int, int] | None, list[tuple[int, int]]]:
-        """`around`, with the floor entry's slot first (-1 if none)."""
-        if self.entries is None:
-            self._open()
-        while True:
-            low, high = self._bracket(key)
-            if high == low + 1:
-                break
-            self._load_around(self._probe(key, low, high), low, high)
-        wanted = range(max(low, 0), min(low + after + 1, self.entries))
-        for slot in wanted:
-            if self._entry(slot) is None:
-                self._load_around(slot, slot - 1, self._next_known(slot))
-        entries = [self._entry(slot) for slot in wanted]
-        return low, (entries[0] if low >= 0 else None), entries[1 if low >= 0 else 0:]
-
-    def _open(self) -> None:
-        """Know the entry count. With the size from the row, a file larger than a page is not read yet
-        (the search's first probe is its first read); else the last page is read, which is the whole
-        file when it is no larger, and otherwise its size (one HEAD) places it."""
-        span = self.page_entries * self.entry_size
-        if self.size is not None and (self.size > span or self.size == 0):
-            if self.size % self.entry_size:
-                raise _Unpaged
-            self.entries = self.size // self.entry_size
-            return
-        tail = read_bytes(self.uri, self.options, -span)
-        if len(tail) < span:
-            self.entries = len(tail) // self.entry_size
-            if len(tail) % self.entry_size:
-                raise _Unpaged
-            self._add(0, tail)
-            return
-        info = object_info(self.uri, self.options)
-        if info is None or info.size % self.entry_size:
-            raise _Unpaged
-        self.entries = info.size // self.entry_size
-        self._add(self.entries - self.page_entries, tail)
-
-    def _load_around(self, slot: int, low: int, high: int) -> None:
-        """Read a page of entries holding unread `slot`, centred on it, within the unread slots (low, high)."""
-        first = max(low + 1, min(slot - self.page_entries // 2, high - self.page_entries))
-        last = min(first + self.page_entries, high, self.entries)
-        data = read_bytes(self.uri, self.options, first * self.entry_size, last * self.entry_size)
-        if len(data) != (last - first) * self.entry_size:  # the object is shorter than its row says
-            raise _Unpaged
-        self._add(first, data)
-
-    def _next_known(self, slot: int) -> int:
-        """The first read slot after `slot`, or the entry count."""
-        return min([first for first, _, _ in self.blocks if first > slot], default=self.entries)
-
-    def _add(self, first: int, data: bytes) -> None:
-        """Keep a run of entries starting at slot `first`, if it is in order with every entry known."""
-        keys, values = self.parse(data)
-        if keys.shape[0] != len(data) // self.entry_size:
-            raise _Unpaged
-        end = first + keys.shape[0]
-        before = [b for b in self.blocks if b[0] + b[1].shape[0] <= first]
-        after = [b for b in self.blocks if b[0] >= end]
-        if keys.shape[0] and ((before and (before[-1][1][-1] >= keys[0] or before[-1][2][-1] > values[0]))
-                              or (after and (after[0][1][0] <= keys[-1] or after[0][2][0] < values[-1]))):
-            raise _Unpaged
-        self.blocks = sorted([*self.blocks, (first, keys, values)], key=lambda b: b[0])
-
-    def _entry(self, slot: int) -> tuple[int, int] | None:
-        for first, keys, values in self.blocks:
-            if first <= slot < first + keys.shape[0]:
-                return int(keys[slot - first]), int(values[slot - first])
-        return None
-
-    def _bracket(self, key: int) -> tuple[int, int]:
-        """(the last known slot with key <= `key`, or -1; the first known slot with key > `key`, or the
-        entry count): the floor lies in [low, high) and every slot strictly between is unread."""
-        low, high = -1, self.entries
-        for first, keys, _ in self.blocks:
-            cut = int(np.searchsorted(keys, key, side="right"))
-            if cut:
-                low = max(low, first + cut - 1)
-            if cut < keys.shape[0]:
-                high = min(high, first + cut)
-        return low, high
-
-    def _probe(self, key: int, low: int, high: int) -> int:
-        """An unread slot strictly between `low` and `high`, placed by interpolating `key` between them
-        (the key bounds stand for the entries before the first slot and after the last)."""
-        low_key = self._entry(low)[0] if low >= 0 else self.low_key
-        high_key = self._entry(high)[0] if high < self.entries else self.high_key
-        share = (key - low_key) / max(high_key - low_key, 1)
-        return clamp(low + 1 + int(share * (high - low - 1)), low + 1, high - 1)
-
-
 class _BatchGroups:
     """A segment's `.batchindex` (`engine.index.batch_index`) read a group at a time, each group once."""
 
@@ -211,22 +82,6 @@ class _PinnedBatch:
     kafka_first: int
 
 
-def _offset_entries(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    loaded = OffsetIndex.load(data, 0)
-    if not loaded.ok:
-        raise _Unpaged
-    return loaded.index.relative_offsets, loaded.index.positions
-
-
-def _time_entries(floor: int) -> Callable[[bytes], tuple[np.ndarray, np.ndarray]]:
-    def parse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-        loaded = TimeIndex.load(data, 0, min_timestamp=floor)
-        if not loaded.ok:
-            raise _Unpaged
-        return loaded.index.timestamps, loaded.index.relative_offsets
-    return parse
-
-
 class StoredSegment:
     def __init__(self, row: SegmentRow, options: StorageOptions | None = None,
                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
@@ -241,9 +96,9 @@ class StoredSegment:
         self.base_offset = row.base_offset
         self.source = row.log_key
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
-        self._offsets = _PagedSidecar(row.index_key, options, OFFSET_ENTRY_SIZE, _offset_entries,
+        self._offsets = PagedSidecar(row.index_key, options, OFFSET_ENTRY_SIZE, offset_entries,
                                       row.index_size_bytes, 0, row.next_offset - row.base_offset)
-        self._times = _PagedSidecar(row.timeindex_key, options, TIME_ENTRY_SIZE, _time_entries(min_timestamp),
+        self._times = PagedSidecar(row.timeindex_key, options, TIME_ENTRY_SIZE, time_entries(min_timestamp),
                                     row.timeindex_size_bytes, min(row.base_timestamp, row.largest_timestamp),
                                     row.largest_timestamp + 1)
         self._ranges: list[tuple[int, bytes]] | None = [] if keep_ranges else None
@@ -326,7 +181,7 @@ class StoredSegment:
         if self._indexes is None:
             try:
                 slot, floor, _ = self._times.locate(key, 0)
-            except _Unpaged:
+            except Unpaged:
                 self.indexes()
             else:
                 return slot, ((floor[0], self.base_offset + floor[1]) if floor else None)
@@ -341,7 +196,7 @@ class StoredSegment:
         if self._indexes is None:
             try:
                 floor, following = self._times.around(clamp(target, INT64_MIN + 1, INT64_MAX), 1)
-            except _Unpaged:
+            except Unpaged:
                 self.indexes()
             else:
                 return ((floor[0], self.base_offset + floor[1]) if floor else None,
@@ -392,7 +247,7 @@ class StoredSegment:
         if self._indexes is None:
             try:
                 floor, following = self._offsets.around(key, after)
-            except _Unpaged:
+            except Unpaged:
                 self.indexes()
             else:
                 return ((self.base_offset + floor[0], floor[1]) if floor else None,

@@ -1,7 +1,7 @@
-"""Parquet input read by the input tasks with pyarrow (local or `s3://`, through fsspec): the files' row groups
-in splits sized as Spark sizes file splits, packed into tasks as Spark packs files, each split read with
-its rows' input order (`_rank`: the file's place in path order, `_block`: the split's first row group,
-`_pos`: the row in the file)."""
+"""Parquet input read by the input tasks with pyarrow (local or `s3://`, through fsspec): every file's footer
+checked on the driver before Spark starts; the files' row groups in splits sized as Spark sizes file splits,
+packed into tasks as Spark packs files, each split read with its rows' input order (`_rank`: the file's
+place in path order, `_block`: the split's first row group, `_pos`: the row in the file)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,55 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
-from layouts.store import ObjectInfo, StorageOptions, open_ranged
+from jobs.ingest.columns import check_input_schema
+from layouts.store import ObjectInfo, StorageOptions, describe_error, open_ranged
+
+
+@dataclass(frozen=True)
+class ParquetInput:
+    """Parquet input whose footers were checked: each file (in path order) with its footer, the first file's
+    schema, and the topic of input without a `topic` column."""
+
+    files: list[tuple[ObjectInfo, pq.FileMetaData]]
+    schema: pa.Schema
+    topic: str
+
+
+def check_footers(files: Sequence[ObjectInfo], options: StorageOptions | None, topic_named: bool,
+                  ) -> tuple[dict[str, str] | None, list[tuple[ObjectInfo, pq.FileMetaData]], pa.Schema | None]:
+    """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
+    named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
+    `topic` column (each with a file holding it), read column-only, None if the input has no such column
+    (nulls in it only if a --topic is named: `topic_named`); each file (in path order) with its footer;
+    and the first file's schema."""
+    found: dict[str, str] = {}
+    with_topic: dict[bool, str] = {}
+    checked: list[tuple[ObjectInfo, pq.FileMetaData]] = []
+    first: pa.Schema | None = None
+    for info in files:
+        try:
+            parquet = pq.ParquetFile(open_ranged(info.uri, info.size, options))
+            schema = parquet.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
+        check_input_schema(schema, info.uri)
+        checked.append((info, parquet.metadata))
+        first = first or schema
+        with_topic.setdefault("topic" in schema.names, info.uri)
+        if len(with_topic) > 1:
+            raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
+        for group in range(parquet.num_row_groups if "topic" in schema.names else 0):
+            column = parquet.read_row_group(group, columns=["topic"]).column(0)
+            for topic in pc.unique(column.combine_chunks()).to_pylist():
+                found.setdefault(topic, info.uri)
+    if None in found and not topic_named:
+        raise KlakeError(f"input {found[None]}: column `topic` has nulls: name the --topic(s) to append")
+    found.pop(None, None)
+    return (found if with_topic.get(True) else None), checked, first
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""An append's input tasks staging their rows by topic-partition (`engine.ops.append_staging`), and the
-append tasks that read them back."""
+"""An append's input tasks staging their rows by topic-partition (`engine.ops.append_staging`), without a
+shuffle (issue 14), the size of their buffers, and the append tasks that read them back."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,12 +15,27 @@ import pyarrow.compute as pc
 from engine.errors import KlakeError
 from engine.names import TopicPartition
 from engine.ops.append_staging import PIECE_SCHEMA, RowStager
+from engine.ops.run import PartitionInput
 from jobs.ingest.assign import StickyAssigner, assign_partitions, topic_index, with_tp
-from jobs.ingest.parquet import InputSplit, split_batches
+from jobs.ingest.columns import staging_schema
+from jobs.ingest.parquet import InputSplit, ParquetInput, parquet_splits, parquet_tasks, split_batches
 from layouts.metering import add_counted, metered
 from layouts.store import StorageOptions
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 STAGED_SCHEMA = "pieces binary, requests string, bytes string, error string"  # an input task's outcome
+STAGE_FLUSH_BYTES = 16 * 1024**2  # most rows an input task buffers before staging them (sorted once, then written)
+BUFFER_FLOOR_BYTES = 4 * 1024**2  # least a task buffer shrinks to (`buffer_bytes`)
+
+
+def buffer_bytes(most: int, items: Iterable[PartitionInput]) -> int:
+    """A task buffer's size: a quarter of the smallest `segment.bytes` among the partitions, between
+    `BUFFER_FLOOR_BYTES` and `most`, so that a worker's memory beyond its open segment shrinks with the
+    segment too (issue 28 item 8: within 4 x segment.bytes + 300 MB also at 32 MiB segments)."""
+    smallest = min((item.config.segment_bytes for item in items), default=most * 4)
+    return min(most, max(BUFFER_FLOOR_BYTES, smallest // 4))
 
 
 @dataclass(frozen=True)
@@ -96,3 +113,23 @@ def append_tasks(pieces: dict[int, pa.Table], selected: dict[int, TopicPartition
     for i, tp in enumerate(tp for tp in sorted(pieces) if tp not in selected):
         tasks[i % len(tasks)].append(pieces[tp])
     return [sorted(task, key=lambda t: t.column("tp")[0].as_py()) for task in tasks if task]
+
+
+def stage_input(spark: SparkSession, stager: Stager, parquet: ParquetInput | None, df: DataFrame | None) -> pa.Table:
+    """Run the input tasks (no shuffle): Parquet input read by pyarrow in the tasks, split by row groups as
+    Spark splits files; any other input (`df`) read by Spark, one task per Spark split. Every staged piece."""
+    if parquet is None:
+        assert df is not None
+        return staged_pieces(df.mapInArrow(stager.spark_task, STAGED_SCHEMA).toArrow())
+    conf = spark._jsparkSession.sessionState().conf()  # Spark's own split settings (FilePartition)
+    open_cost, most = int(conf.filesOpenCostInBytes()), int(conf.filesMaxPartitionBytes())
+    total = sum(info.size + open_cost for info, _ in parquet.files)
+    split_bytes = min(most, max(open_cost, total // max(spark.sparkContext.defaultParallelism, 1)))
+    tasks = parquet_tasks(parquet_splits(parquet.files, split_bytes), split_bytes, open_cost)
+    if not tasks:
+        return PIECE_SCHEMA.empty_table()
+    schema = parquet.schema
+    staging = staging_schema(schema if "topic" in schema.names else schema.append(pa.field("topic", pa.string())))
+    frame = spark.range(len(tasks), numPartitions=len(tasks))
+    run = partial(stager.parquet_tasks, tasks, staging, None if "topic" in schema.names else parquet.topic)
+    return staged_pieces(frame.mapInArrow(run, STAGED_SCHEMA).toArrow())

@@ -97,7 +97,8 @@ def test_task_buffers_shrink_with_the_smallest_segment_between_floor_and_cap() -
     from engine.log.topic_config import TopicConfig
     from engine.names import TopicPartition
     from engine.ops.run import PartitionInput
-    from jobs.append import APPEND_CHUNK_BYTES, BUFFER_FLOOR_BYTES, STAGE_FLUSH_BYTES, buffer_bytes
+    from jobs.ingest.append_task import APPEND_CHUNK_BYTES
+    from jobs.ingest.stage import BUFFER_FLOOR_BYTES, STAGE_FLUSH_BYTES, buffer_bytes
 
     def items(*segment_bytes: int) -> list[PartitionInput]:
         return [PartitionInput(TopicPartition("t", p), (), TopicConfig.from_mapping({"segment.bytes": s}))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table
 from engine.log.retention import PartitionRetention, RetentionAction, RetentionPass, plan_retention
+from engine.log.retention_explain import RetentionExplanation as explain
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from tests.catalog_rows import make_row
@@ -53,7 +54,7 @@ def plan_one(rows: list[SegmentRow], topic_config: TopicConfig, now: int, log_st
 
 
 def decision(plan: PartitionRetention, sid: str):
-    return next(d for d in plan.decisions if d.segment_id == sid)
+    return next(d for d in explain(plan).decisions if d.segment_id == sid)
 
 
 # ---- log-start-offset pass -------------------------------------------------------------------------
@@ -78,7 +79,7 @@ def test_log_start_pass_reason_and_pass_outcomes() -> None:
     assert decision(plan, "s1").reason.startswith("kept: log-start-offset: holds the log start offset 150 "
                                                   "(the next segment starts at 200 > 150)")
     assert decision(plan, "s2").decided_by == NONE and "the walk stopped at s1" in decision(plan, "s2").reason
-    ran = {p.name: p.ran for p in plan.passes}
+    ran = {p.name: p.ran for p in explain(plan).passes}
     assert ran == {LOG_START: True, SIZE: False, TIME: False}
 
 
@@ -88,15 +89,15 @@ def test_log_start_pass_runs_first_kafka_12177() -> None:
                           log_start_offset=200)
     assert plan.delete_ids == ("s0", "s1")
     assert [decision(plan, s).decided_by for s in ("s0", "s1")] == [LOG_START, LOG_START]
-    assert plan.passes[1].note == "skipped: log size 100 B < retention.bytes 150 B"
+    assert explain(plan).passes[1].note == "skipped: log size 100 B < retention.bytes 150 B"
 
 
 def test_compact_only_runs_just_the_log_start_pass_kafka_7400() -> None:
     rows = chain((100, NOW - 30 * DAY), (100, NOW - 30 * DAY), (100, NOW - 30 * DAY))
     plan = plan_one(rows, config("compact", WEEK, 0), NOW, log_start_offset=150)
     assert plan.delete_ids == ("s0",) and plan.roll_new_active_at is None
-    assert [(p.name, p.ran) for p in plan.passes] == [(LOG_START, True), (SIZE, False), (TIME, False)]
-    assert "KAFKA-7400" in plan.passes[2].note
+    assert [(p.name, p.ran) for p in explain(plan).passes] == [(LOG_START, True), (SIZE, False), (TIME, False)]
+    assert "KAFKA-7400" in explain(plan).passes[2].note
     both = plan_one(rows, config("compact,delete", WEEK, 0), NOW, log_start_offset=150)
     assert both.delete_ids == ("s0", "s1", "s2") and both.roll_new_active_at == 300
     assert [decision(both, s).decided_by for s in ("s0", "s1", "s2")] == [LOG_START, SIZE, SIZE]
@@ -111,9 +112,9 @@ def test_compact_only_runs_just_the_log_start_pass_kafka_7400() -> None:
 def test_size_pass_keeps_at_least_retention_bytes(retention_bytes: int, deleted: tuple[str, ...]) -> None:
     plan = plan_one(chain((100, NOW), (100, NOW), (100, NOW)), config(retention_bytes=retention_bytes), NOW)
     assert plan.delete_ids == deleted
-    assert sum(r.size_bytes for r in plan.to_delete) == plan.bytes_to_delete == 100 * len(deleted)
+    assert sum(r.size_bytes for r in explain(plan).to_delete) == plan.bytes_to_delete == 100 * len(deleted)
     assert all(decision(plan, s).decided_by == SIZE for s in deleted)
-    size_pass = plan.passes[1]
+    size_pass = explain(plan).passes[1]
     assert size_pass.ran == (0 <= retention_bytes <= 300)
 
 
@@ -187,7 +188,7 @@ def test_future_timestamp_blocks_time_retention_and_is_reported_kafka_4340() -> 
     reason = decision(plan, "s1").reason
     assert "held back: largest timestamp 2030-03-17T17:46:40Z is in the future by 3 years" in reason
     assert "KAFKA-4340" in reason and "3 newer segments" in reason and "2 of them past retention.ms" in reason
-    assert "HELD BACK s1" in plan.describe()
+    assert "HELD BACK s1" in explain(plan).describe()
     # until wall time passes largest + retention.ms; then the whole expired prefix goes
     assert plan_one(rows[1:], config(retention_ms=WEEK), hold.deletable_from_ms - 1).delete_ids == ()
     assert plan_one(rows[1:], config(retention_ms=WEEK), hold.deletable_from_ms).delete_ids == (
@@ -224,14 +225,14 @@ def test_active_segment_can_be_deleted_after_rolling_a_new_empty_one() -> None:
     assert plan.delete_ids == ("s0", "s1", "s2")
     assert plan.roll_new_active_at == 300 and plan.new_log_start_offset == 300
     assert "roll it (ACTIVE -> ROLLED)" in decision(plan, "s2").reason
-    assert "ROLL   a new empty active segment at offset 300" in plan.describe()
-    assert plan.passes[2].note == "every segment goes: roll a new empty active segment at 300 first"
+    assert "ROLL   a new empty active segment at offset 300" in explain(plan).describe()
+    assert explain(plan).passes[2].note == "every segment goes: roll a new empty active segment at 300 first"
 
 
 def test_roll_in_size_pass_leaves_nothing_for_the_time_pass() -> None:
     plan = plan_one(chain((100, NOW - 30 * DAY), (100, NOW)), config(retention_ms=WEEK, retention_bytes=0), NOW)
     assert plan.delete_ids == ("s0", "s1") and plan.roll_new_active_at == 200
-    assert plan.passes[2].deleted == () and plan.passes[2].note.startswith("nothing to walk")
+    assert explain(plan).passes[2].deleted == () and explain(plan).passes[2].note.startswith("nothing to walk")
 
 
 def test_empty_last_segment_is_never_deleted() -> None:
@@ -275,14 +276,14 @@ def test_applying_a_plan_then_replanning_deletes_nothing_more() -> None:
 def test_to_dict_is_json_and_describe_has_one_line_per_segment() -> None:
     rows = chain((100, NOW - 30 * DAY), (50, NOW), active_last=True)
     plan = plan_one(rows, config(retention_ms=WEEK), NOW)
-    data = json.loads(json.dumps(plan.to_dict()))
+    data = json.loads(json.dumps(explain(plan).to_dict()))
     assert (data["first_deleted"], data["last_deleted"], data["first_kept"]) == ("s0", "s0", "s1")
     assert data["totals"] == {"segments": 1, "bytes": 100, "records": 100}
     assert data["reasons"] == {"time: older than retention.ms": 1, "kept: time: not older than retention.ms": 1}
     assert plan.rows["action"].to_pylist() == ["delete", "keep"]  # every decision is in the plan's columns
     assert plan.rows["decided_by"].to_pylist() == ["time", "time"]
     assert data["new_log_start_offset"] == 100 and data["roll_new_active_at"] is None
-    lines = plan.describe().splitlines()
+    lines = explain(plan).describe().splitlines()
     assert [line.split()[:2] for line in lines[1:3]] == [["DELETE", "s0"], ["KEEP", "s1"]]
     assert sum(" s0 " in line or " s1 " in line for line in lines) == 2
 
@@ -429,19 +430,19 @@ def test_plan_matches_literal_kafka_simulation(case: tuple[list[SegmentRow], Top
     ref = kafka_reference(rows, topic.cleanup_policy, topic.retention_ms, topic.retention_bytes, SMALL_NOW,
                           log_start, hw)
     assert plan.delete_ids == tuple(ref["deleted"])
-    assert {d.segment_id: str(d.decided_by) for d in plan.decisions if d.action == RetentionAction.DELETE} == ref[
+    assert {d.segment_id: str(d.decided_by) for d in explain(plan).decisions if d.action == RetentionAction.DELETE} == ref[
         "deleted"]
     assert plan.new_log_start_offset == ref["lso"] and plan.roll_new_active_at == ref["roll"]
     assert [(h.segment_id, h.largest_timestamp, h.in_future_ms, h.newer_segments, h.newer_past_retention)
             for h in plan.held_back_by_future_timestamp] == ref["holds"]
-    assert [d.segment_id for d in plan.decisions] == [r.segment_id for r in rows]
+    assert [d.segment_id for d in explain(plan).decisions] == [r.segment_id for r in rows]
     gone = [r for r in rows if r.segment_id in ref["deleted"]]
     assert (plan.bytes_to_delete, plan.records_to_delete) == (sum(r.size_bytes for r in gone),
                                                               sum(r.record_count for r in gone))
-    kept = [d for d in plan.decisions if d.action == RetentionAction.KEEP]
+    kept = [d for d in explain(plan).decisions if d.action == RetentionAction.KEEP]
     assert all(d.decided_by != NONE for d in kept[:1]) and all(d.decided_by == NONE for d in kept[1:])
-    json.dumps(plan.to_dict())
-    assert len(plan.describe().splitlines()) == 1 + len(rows) + (plan.roll_new_active_at is not None) + len(
+    json.dumps(explain(plan).to_dict())
+    assert len(explain(plan).describe().splitlines()) == 1 + len(rows) + (plan.roll_new_active_at is not None) + len(
         plan.held_back_by_future_timestamp) + 3 + 1
 
 

@@ -13,7 +13,8 @@ from engine.log.lookup import list_offsets
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.append import prepare_append, row_summary
+from engine.ops.active_segment import row_summary
+from engine.ops.append import prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
 from layouts.store import read_bytes

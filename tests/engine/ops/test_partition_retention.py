@@ -6,6 +6,7 @@ import pytest
 
 from engine.catalog.schema import Layout, SegmentState
 from engine.format.builder import encode_batch
+from engine.log.retention_explain import RetentionExplanation
 from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig
@@ -60,7 +61,7 @@ def test_time_retention_deletes_old_segments_and_their_objects(setup) -> None:
     config = TopicConfig.from_mapping({"retention.ms": 2 * DAY})
     now = T0 + 5 * DAY + 12 * 3_600_000  # segments whose last hour is older than 2 days go: days 0, 1, 2
     dry = apply_retention(catalog, backend.uri("root"), TP, config, now, backend.options, dry_run=True)
-    assert [r.base_offset for r in dry.plan.to_delete] == [0, 24, 48]
+    assert [r.base_offset for r in RetentionExplanation(dry.plan).to_delete] == [0, 24, 48]
     assert len(catalog.live_segments("events", 0)) == 6 and all(all(_exists(backend, r)) for r in rows)
 
     outcome = apply_retention(catalog, backend.uri("root"), TP, config, now, backend.options)
@@ -70,7 +71,7 @@ def test_time_retention_deletes_old_segments_and_their_objects(setup) -> None:
     assert [_exists(backend, r) for r in rows] == [[False] * 3] * 3 + [[True] * 3] * 3
     assert len(outcome.cleanup.deleted_objects) == 9 and not outcome.cleanup.failed_deletes
     again = apply_retention(catalog, backend.uri("root"), TP, config, now, backend.options)
-    assert again.plan.to_delete == () and again.cleanup.commit_versions == []
+    assert RetentionExplanation(again.plan).to_delete == () and again.cleanup.commit_versions == []
 
 
 def test_a_crash_after_delete_started_is_finished_by_the_next_run(setup) -> None:

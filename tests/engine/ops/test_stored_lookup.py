@@ -20,13 +20,8 @@ from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
-from engine.ops.stored_segment import (
-    DEFAULT_READ_WINDOW,
-    INDEX_PAGE_BYTES,
-    StoredSegment,
-    lookup_window,
-    stored_segment,
-)
+from engine.ops.paged_index import INDEX_PAGE_BYTES
+from engine.ops.stored_segment import DEFAULT_READ_WINDOW, StoredSegment, lookup_window, stored_segment
 from engine.ops.versions import store_segment_version
 from layouts.metering import metered
 from layouts.object_layout import batch_index_key

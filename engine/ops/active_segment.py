@@ -1,0 +1,54 @@
+"""The ACTIVE segment as the steps that continue it resume it from its catalog row (append, roll, mirror):
+its bytes, `.index`, `.timeindex` and roll state, exactly where the previous job left it, so segment
+boundaries and index entries are what one broker appending the same sequence would produce (spec 2.5);
+and a LogAppendTime partition's last append time, which a monotonic append time must not go below."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.catalog.schema import SegmentRow
+from engine.index.offset_index import OffsetIndex
+from engine.index.time_index import TimeIndex
+from engine.log.segment_writer import ActiveSegmentState
+from engine.log.summary import SegmentSummary
+from engine.log.topic_config import TopicConfig, min_timestamp
+from engine.names import TopicPartition
+from layouts.store import StorageOptions, read_bytes
+
+
+def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
+                  ) -> tuple[ActiveSegmentState, bytes, SegmentSummary]:
+    """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
+    min_ts = min_timestamp(config)
+    log = read_bytes(row.log_key, options)
+    offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
+    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key,
+                           min_timestamp=min_ts)
+    none = min_ts - 1
+    state = ActiveSegmentState(
+        base_offset=row.base_offset, size=row.size_bytes, next_offset=row.next_offset,
+        offset_index=offsets.index, time_index=times.index,
+        max_timestamp=row.largest_timestamp if row.record_count else none,
+        offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
+        rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
+        created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
+    return state, log, row_summary(row)
+
+
+def row_summary(row: SegmentRow) -> SegmentSummary:
+    """The facts a catalog row records about its segment, as the summary they were made from."""
+    return SegmentSummary(
+        base_offset=row.base_offset, last_offset=row.last_offset, next_offset=row.next_offset,
+        record_count=row.record_count, batch_count=row.batch_count, size_bytes=row.size_bytes,
+        first_batch_timestamp=row.first_batch_timestamp, base_timestamp=row.base_timestamp,
+        largest_timestamp=row.largest_timestamp, offset_of_largest_timestamp=row.offset_of_largest_timestamp,
+        timestamp_type=row.timestamp_type, magic=row.magic, valid_bytes=row.size_bytes)
+
+
+def last_log_append_time(rows: Sequence[SegmentRow], config: TopicConfig) -> int | None:
+    """The last append time of a LogAppendTime partition (its largest timestamp), which a monotonic
+    append time must not go below; None for CreateTime topics."""
+    if config.message_timestamp_type != "LogAppendTime":
+        return None
+    return max((r.largest_timestamp for r in rows), default=None)
