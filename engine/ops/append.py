@@ -26,6 +26,7 @@ from engine.catalog.schema import SegmentRow, SegmentState
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.append import AppendCounters, append_records
+from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegmentState
 from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
@@ -73,7 +74,7 @@ def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, optio
         max_timestamp=row.largest_timestamp if row.record_count else none,
         offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
         rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
-        created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
+        created_ms=row.created_at_ms, jitter_ms=RollPolicy(config).jitter_for(f"{tp}:{row.base_offset}"))
     return state, log, row_summary(row)
 
 
