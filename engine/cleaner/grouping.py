@@ -78,8 +78,7 @@ class _IndexSizer:
 
     def fits(self, index_bytes: int) -> bool:
         """Whether the indexes, with the final time entry, fit files of `index_bytes` (`IndexFullRule.holds`)."""
-        final = self.time_entries + (1 if TimeIndexAppendRule.admits(self.max_timestamp, self.last_time_entry) else 0)
-        return IndexFullRule(index_bytes).holds(self.offset_entries, self.time_entries, final)
+        return IndexFullRule(index_bytes).holds(self.offset_entries, self.time_entries)
 
 
 def group_segments(bases: Sequence[int], estimated_last_offsets: Sequence[int], outputs: Sequence[OutputBatches],

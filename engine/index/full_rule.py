@@ -51,9 +51,7 @@ class IndexFullRule:
         or time entries >= maxEntries - 1 (one slot kept for the final entry)."""
         return (offset_entries >= self.max_offset_entries) | (time_entries >= self.max_time_entries - 1)
 
-    def holds(self, offset_entries: int, live_time_entries: int, time_entries: int) -> bool:
-        """Whether a segment's indexes fit their files: every live append found them not full (offset entries
-        <= maxEntries, time entries before the final one <= maxEntries - 1) and the final time entry has its
-        slot (`time_entries`, the final one counted, <= maxEntries)."""
-        return bool(offset_entries <= self.max_offset_entries and live_time_entries <= self.max_time_entries - 1
-                    and time_entries <= self.max_time_entries)
+    def holds(self, offset_entries: int, live_time_entries: int) -> bool:
+        """Whether a segment's indexes fit their files: every live append found them not full, so offset entries
+        <= maxEntries and time entries before the final one <= maxEntries - 1 (the final entry has its slot)."""
+        return bool(offset_entries <= self.max_offset_entries and live_time_entries <= self.max_time_entries - 1)
