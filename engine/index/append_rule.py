@@ -15,7 +15,6 @@ import numpy as np
 from engine.errors import InvalidIndexError
 from engine.index.common import (
     DEFAULT_INDEX_INTERVAL_BYTES,
-    DEFAULT_SEGMENT_INDEX_BYTES,
     INT32_MAX,
     OffsetOverflowError,
 )
@@ -170,7 +169,7 @@ class SegmentIndexer:
         self._size += size
         self._last_offset = last_offset
 
-    def is_full(self, segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES) -> bool:
+    def is_full(self, segment_index_bytes: int) -> bool:
         """Whether either index is full (`engine.index.full_rule`), which rolls the segment (spec 3)."""
         return IndexFullRule(segment_index_bytes).is_full(len(self._offset_rel), len(self._time_ts))
 
