@@ -40,6 +40,14 @@ class IndexFullRule:
         """`maxEntries` of a `.timeindex`: floor(segment.index.bytes / 12)."""
         return self.segment_index_bytes // TIME_ENTRY_SIZE
 
+    def offset_index_full(self, entries: int | np.ndarray) -> bool | np.ndarray:
+        """`AbstractIndex.isFull` of an `.index`: entries >= maxEntries."""
+        return entries >= self.max_offset_entries
+
+    def time_index_full(self, entries: int | np.ndarray) -> bool | np.ndarray:
+        """`TimeIndex.isFull`: entries >= maxEntries - 1, one slot kept for the final entry."""
+        return entries >= self.max_time_entries - 1
+
     @overload
     def is_full(self, offset_entries: int, time_entries: int) -> bool: ...
 
@@ -47,9 +55,9 @@ class IndexFullRule:
     def is_full(self, offset_entries: np.ndarray, time_entries: np.ndarray) -> np.ndarray: ...
 
     def is_full(self, offset_entries: int | np.ndarray, time_entries: int | np.ndarray) -> bool | np.ndarray:
-        """Whether an index takes no further live entry, so the segment rolls: offset entries >= maxEntries,
-        or time entries >= maxEntries - 1 (one slot kept for the final entry)."""
-        return (offset_entries >= self.max_offset_entries) | (time_entries >= self.max_time_entries - 1)
+        """Whether either index of a segment takes no further live entry, so the segment rolls
+        (`LogSegment.shouldRoll`: `offsetIndex().isFull() || timeIndex().isFull()`)."""
+        return self.offset_index_full(offset_entries) | self.time_index_full(time_entries)
 
     def holds(self, offset_entries: int, live_time_entries: int) -> bool:
         """Whether a segment's indexes fit their files: every live append found them not full, so offset entries

@@ -12,6 +12,7 @@ from engine.log.roll_rule import ROLL_INDEX_FULL, RollPolicy
 from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.topic_config import TopicConfig
 from tests.catalog_rows import all_segments
+from tests.oracles.kafka_tools import run_java_helper
 
 
 def test_kafka_default_index_holds_its_numbers() -> None:
@@ -68,3 +69,18 @@ def test_written_segments_roll_at_kafkas_entry_counts() -> None:
         assert len(rolled) >= 2 and all(s.rolled_because == ROLL_INDEX_FULL for s in rolled)
         assert {len(s.index) // 8 for s in rolled} == {index_bytes // 8}
         assert {len(s.timeindex) // 12 for s in rolled} == {1}
+
+
+def test_kafkas_own_indexes_fill_where_the_rule_says() -> None:
+    """Kafka 4.1's `OffsetIndex` / `TimeIndex`, filled by live appends until `isFull()`, then the final time entry
+    past the check: each holds what `IndexFullRule` says, at every size around the entry boundaries."""
+    sizes = [12, 16, 23, 24, 25, 35, 36, 47, 48, 96, 100, 131, 4096]
+    lines = run_java_helper("IndexFull", *map(str, sizes)).split()
+    got = [tuple(map(int, lines[i:i + 6])) for i in range(0, len(lines), 6)]
+    want = []
+    for size in sizes:
+        rule = IndexFullRule(size)
+        live_offsets = next(k for k in range(size) if rule.offset_index_full(k))
+        live_times = next(k for k in range(size) if rule.time_index_full(k))
+        want.append((size, rule.max_offset_entries, live_offsets, rule.max_time_entries, live_times, live_times + 1))
+    assert got == want
