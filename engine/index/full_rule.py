@@ -60,6 +60,7 @@ class IndexFullRule:
         return self.offset_index_full(offset_entries) | self.time_index_full(time_entries)
 
     def holds(self, offset_entries: int, live_time_entries: int) -> bool:
-        """Whether a segment's indexes fit their files: every live append found them not full, so offset entries
-        <= maxEntries and time entries before the final one <= maxEntries - 1 (the final entry has its slot)."""
-        return bool(offset_entries <= self.max_offset_entries and live_time_entries <= self.max_time_entries - 1)
+        """Whether a segment's indexes fit their files: every live append found its index not full, and so did
+        the last one, made at one entry fewer (then offset entries <= maxEntries, time entries <= maxEntries - 1,
+        and the final time entry has its slot)."""
+        return not (self.offset_index_full(offset_entries - 1) or self.time_index_full(live_time_entries - 1))
