@@ -45,7 +45,8 @@ from engine.index.offset_index import OffsetIndex  # noqa: E402
 from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE  # noqa: E402
 from engine.index.time_index import TimeIndex  # noqa: E402
 from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets  # noqa: E402
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter  # noqa: E402
+from engine.log.roll_rule import RollPolicy  # noqa: E402
+from engine.log.segment_writer import Append, SegmentWriter  # noqa: E402
 from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, TopicConfig  # noqa: E402
 from engine.names import TopicPartition  # noqa: E402
 from engine.ops.stored_segment import stored_segment  # noqa: E402
@@ -72,7 +73,7 @@ def write_partition(root: str, tp: TopicPartition, records: int, segment_bytes: 
     """Records with rising, slightly disordered timestamps, appended a batch at a time and stored."""
     per_batch = max(1, batch_bytes // (VALUE_BYTES + 20))
     stamps = START_MS + np.sort(rng.integers(0, 86_400_000, records)) + rng.integers(-2_000, 2_000, records)
-    writer = SegmentWriter(RollPolicy(segment_bytes=segment_bytes, segment_ms=10**15),
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_bytes=segment_bytes, segment_ms=10**15)),
                            min_timestamp=KAFKA_MIN_TIMESTAMP)
     value = b"v" * VALUE_BYTES
     for first in range(0, records, per_batch):

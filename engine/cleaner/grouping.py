@@ -7,8 +7,8 @@ Kafka's `groupSegmentsBySize`: oldest first, the next segment joins the current 
   offset <= Int.MAX (empty segments are exempt, KAFKA-12889).
 Kafka groups before cleaning and sums the *source* files' sizes. klake cleans in memory first and
 measures what the group will really hold: the cleaned `.log` bytes and the exact entry counts of the
-group's indexes under the append rule below (offset entries <= bytes/8; time entries <= bytes/12,
-with one slot reserved for the final entry). Adjacent small segments therefore merge up to
+group's indexes under the append rule below, held to `engine.index.full_rule` (offset entries <= bytes/8;
+time entries <= bytes/12, with one slot reserved for the final entry). Adjacent small segments therefore merge up to
 segment.bytes, the limits hold for the written files, and regrouping the output finds the same
 groups (entry counts only grow when batches are appended), so a second round is a no-op.
 
@@ -29,8 +29,7 @@ import numpy as np
 from engine.format.batch import NO_TIMESTAMP
 from engine.index.append_rule import SegmentIndexer, TimeIndexAppendRule
 from engine.index.common import INT32_MAX
-from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
-from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
+from engine.index.full_rule import IndexFullRule
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,8 @@ class _IndexSizer:
                        max_timestamp=seg_max, last_time_entry=last_time)
 
     def fits(self, index_bytes: int) -> bool:
-        max_time_entries = index_bytes // TIME_ENTRY_SIZE
-        final = self.time_entries + (1 if TimeIndexAppendRule.admits(self.max_timestamp, self.last_time_entry) else 0)
-        return (self.offset_entries <= index_bytes // OFFSET_ENTRY_SIZE
-                and self.time_entries <= max_time_entries - 1 and final <= max_time_entries)
+        """Whether the indexes, with the final time entry, fit files of `index_bytes` (`IndexFullRule.holds`)."""
+        return IndexFullRule(index_bytes).holds(self.offset_entries, self.time_entries)
 
 
 def group_segments(bases: Sequence[int], estimated_last_offsets: Sequence[int], outputs: Sequence[OutputBatches],

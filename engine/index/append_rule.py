@@ -15,13 +15,11 @@ import numpy as np
 from engine.errors import InvalidIndexError
 from engine.index.common import (
     DEFAULT_INDEX_INTERVAL_BYTES,
-    DEFAULT_SEGMENT_INDEX_BYTES,
     INT32_MAX,
     OffsetOverflowError,
 )
-from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
+from engine.index.full_rule import IndexFullRule
 from engine.index.offset_index import OffsetIndex
-from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.index.time_index import TimeIndex
 
 
@@ -171,10 +169,9 @@ class SegmentIndexer:
         self._size += size
         self._last_offset = last_offset
 
-    def is_full(self, segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES) -> bool:
-        """Kafka's index-full roll rule (spec 3): offset entries >= max, time entries >= max - 1."""
-        return (len(self._offset_rel) >= segment_index_bytes // OFFSET_ENTRY_SIZE
-                or len(self._time_ts) >= segment_index_bytes // TIME_ENTRY_SIZE - 1)
+    def is_full(self, segment_index_bytes: int) -> bool:
+        """Whether either index is full (`engine.index.full_rule`), which rolls the segment (spec 3)."""
+        return IndexFullRule(segment_index_bytes).is_full(len(self._offset_rel), len(self._time_ts))
 
     def snapshot(self) -> tuple[OffsetIndex, TimeIndex]:
         """The indexes as they stand, without the final entry: an active segment's files."""

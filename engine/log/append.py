@@ -62,6 +62,7 @@ from engine.format.varint import encoded_size
 from engine.index.common import INT64_MAX, INT64_MIN
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
 from engine.log.summary import SegmentSummary
 from engine.log.timestamp_floor import has_timestamp, no_timestamp
@@ -189,7 +190,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     rejects = _Rejects()
     ok = _validate(keys, headers, ts, config, now_ms, rejects)
 
-    policy = config.roll_policy()
+    policy = RollPolicy(config)
     limit = batch_size_limit(config)
     codec = compression.NONE if config.compression_type in ("producer", "uncompressed") \
         else compression.codec_id(config.compression_type)
@@ -333,7 +334,7 @@ def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: 
 def batch_size_limit(config: TopicConfig) -> int:
     """The largest batch (log overhead included) a partition takes: `max.message.bytes`, and never more
     than `segment.bytes` (spec 2.1; the broker's RecordTooLargeException for either)."""
-    return min(config.max_message_bytes, config.roll_policy().segment_bytes)
+    return min(config.max_message_bytes, config.segment_bytes)
 
 
 def batch_too_large(size: int, config: TopicConfig) -> str:

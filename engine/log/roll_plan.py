@@ -3,20 +3,16 @@ empty append arriving at `now`, planned for every partition at once over the cat
 
 `plan_roll` reads nothing and writes nothing: given the live rows of any number of partitions (Arrow,
 the catalog's columns), each topic's config and an explicit `now_ms`, it says per partition whether
-its ACTIVE segment rolls, by which rule and with the numbers behind it. The rules, in `shouldRoll`'s
-order, for a probe append of no bytes whose max timestamp is `now` (`ActiveSegment.roll_reason`, the
-rule's home, which the task applies to the segment it closes):
-1. size: `size > segment.bytes` (the probe adds no bytes);
-2. time: the segment is non-empty and `now - rollingBasedTimestamp > segment.ms - jitter`, where the
-   rolling base is the first batch's max timestamp (the catalog's `first_batch_timestamp`), or the
-   segment's creation time (`created_at_ms`) when it has none (below the topic's minimum timestamp,
-   KAFKA-4099); `segment.ms` is capped by `max.compaction.lag.ms` on compacted topics, and the jitter
-   is `RollPolicy.jitter_for` the segment's identity;
-3. index full: offset entries >= `segment.index.bytes / 8` or time entries >= `segment.index.bytes / 12 - 1`.
-   The catalog holds no index size, but an append adds at most one entry of each kind per batch, so a
-   segment with fewer batches than that cannot be full: only the others (`CHECK_INDEX`) need their
-   index read, by the task;
-4. offset overflow: `next_offset - base_offset` outside `[0, Int.MaxValue]`.
+its ACTIVE segment rolls, by which rule and with the numbers behind it. The rule is
+`engine.log.roll_rule.should_roll`, the one the writer asks per append (`ActiveSegment.roll_reason`, which
+the task applies to the segment it closes), here for a probe append of no bytes whose max timestamp is
+`now` and whose last offset is the segment's next offset: size > segment.bytes; time waited since the
+first batch's max timestamp (`first_batch_timestamp`), or since `created_at_ms` when it has none
+(KAFKA-4099), > segment.ms - jitter (`RollPolicy.jitter_for` the segment's identity, segment.ms capped by
+max.compaction.lag.ms on compacted topics); index full; offset overflow. The catalog holds no index
+size, but an append adds at most one entry of each kind per batch, so the batch count bounds the entry
+counts: a segment the index-full rule (`engine.index.full_rule`) cannot call full at that bound is not
+full, and only the others (`CHECK_INDEX`) need their index read, by the task.
 An empty active segment never rolls (Kafka rolls only on `size > 0`), and a partition without an ACTIVE
 row (a closed log) has nothing to roll.
 """
@@ -33,11 +29,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentState
-from engine.index.common import INT32_MAX
-from engine.index.offset_index import ENTRY_SIZE as OFFSET_ENTRY_SIZE
-from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
+from engine.index.full_rule import IndexFullRule
 from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
-from engine.log.segment_writer import ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW, ROLL_SIZE, ROLL_TIME
+from engine.log.roll_rule import (
+    ROLL_INDEX_FULL,
+    ROLL_OFFSET_OVERFLOW,
+    ROLL_RULES,
+    ROLL_SIZE,
+    ROLL_TIME,
+    RollPolicy,
+    should_roll,
+    time_waited_for_roll,
+)
 from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
@@ -65,6 +68,8 @@ class RollWhy(StrEnum):
 
 _WHYS = list(RollWhy)
 _ACTIONS = list(RollAction)
+_RULE_WHYS = np.array([_WHYS.index(w) for w in (RollWhy.SIZE, RollWhy.TIME, RollWhy.INDEX, RollWhy.OVERFLOW,
+                                                 RollWhy.NOT_DUE)])  # by `should_roll`'s answer (NO_ROLL: last)
 _RULES = {RollWhy.SIZE: ROLL_SIZE, RollWhy.TIME: ROLL_TIME, RollWhy.TIME_CREATED: ROLL_TIME,
           RollWhy.OVERFLOW: ROLL_OFFSET_OVERFLOW, RollWhy.INDEX: ROLL_INDEX_FULL}
 ROLL_INPUT_COLUMNS = ("topic", "partition", "segment_id", "base_offset", "next_offset", "size_bytes", "batch_count",
@@ -158,7 +163,7 @@ def plan_roll(segments: pa.Table, configs: Mapping[str, TopicConfig], now_ms: in
     col = {name: int64(tail[name]) for name in ("base_offset", "next_offset", "size_bytes", "batch_count",
                                                 "first_batch_timestamp", "created_at_ms")}
     active = np.asarray(pc.equal(tail["state"], str(SegmentState.ACTIVE)).to_numpy(zero_copy_only=False))
-    policies = [c.roll_policy() for c in cfgs]
+    policies = [RollPolicy(c) for c in cfgs]
     per_topic = groups.topic_of
     segment_bytes = np.array([p.segment_bytes for p in policies], np.int64)[per_topic]
     segment_ms = np.array([p.segment_ms for p in policies], np.int64)[per_topic]
@@ -173,16 +178,13 @@ def plan_roll(segments: pa.Table, configs: Mapping[str, TopicConfig], now_ms: in
     size, base, nxt = col["size_bytes"], col["base_offset"], col["next_offset"]
     from_created = ~has_timestamp(col["first_batch_timestamp"], floor)
     rolling_base = np.where(from_created, col["created_at_ms"], col["first_batch_timestamp"])
-    waited = now_ms - rolling_base
-    timed = waited > segment_ms - jitter
-    may_be_full = ((col["batch_count"] >= index_bytes // OFFSET_ENTRY_SIZE)
-                   | (col["batch_count"] >= index_bytes // TIME_ENTRY_SIZE - 1))
-    relative = nxt - base
-    overflow = (relative < 0) | (relative > INT32_MAX)
-    why = np.select(
-        [~active, size == 0, size > segment_bytes, timed & from_created, timed, may_be_full, overflow],
-        [_code(RollWhy.NO_ACTIVE), _code(RollWhy.EMPTY), _code(RollWhy.SIZE), _code(RollWhy.TIME_CREATED),
-         _code(RollWhy.TIME), _code(RollWhy.INDEX), _code(RollWhy.OVERFLOW)], _code(RollWhy.NOT_DUE))
+    waited = time_waited_for_roll(col["first_batch_timestamp"], now_ms, col["created_at_ms"], now_ms, floor)
+    # an append adds at most one entry of each kind per batch: the batch count bounds both indexes' entries
+    may_be_full = IndexFullRule(index_bytes).is_full(col["batch_count"], col["batch_count"])
+    rule = should_roll(size, 0, segment_bytes, waited, segment_ms, jitter, may_be_full, nxt - base)
+    time_why = np.where(from_created, _code(RollWhy.TIME_CREATED), _code(RollWhy.TIME))
+    why = np.select([~active, size == 0, rule == ROLL_RULES.index(ROLL_TIME)],
+                    [_code(RollWhy.NO_ACTIVE), _code(RollWhy.EMPTY), time_why], _RULE_WHYS[rule])
     action = np.select([np.isin(why, [_code(w) for w in (RollWhy.SIZE, RollWhy.TIME_CREATED, RollWhy.TIME,
                                                          RollWhy.OVERFLOW)]), why == _code(RollWhy.INDEX)],
                        [_ACTIONS.index(RollAction.ROLL), _ACTIONS.index(RollAction.CHECK_INDEX)],

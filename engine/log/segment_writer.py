@@ -1,11 +1,7 @@
 """Fill segments the way a broker's leader does: Kafka's roll rules and index rules per append.
 
-`shouldRoll` (spec 3) is checked before every append; the active segment rolls when
-1. size: `size > segment.bytes - incoming size`;
-2. time: the segment is non-empty and `incomingMaxTs - firstBatchTs > segment.ms - jitter` (record
-   time; wall clock against creation only when the segment has no timestamp, KAFKA-4099);
-3. index full: offset entries >= max or time entries >= max - 1;
-4. offset overflow: the incoming last offset is not within `[base, base + Int.MAX]`.
+Before every append the active segment asks Kafka's roll rule (`engine.log.roll_rule.should_roll`,
+`LogSegment.shouldRoll`, spec 3: size, time with jitter, index full, offset overflow).
 The new segment's base offset is `max(first offset of the append, log end offset)` (KAFKA-6530).
 Index entries follow `LogSegment.append` through `SegmentIndexer` (spec 2.5) and a rolled segment
 gets its final time-index entry (spec 2.6). `SegmentWriter.resume` continues an active segment
@@ -14,36 +10,13 @@ written by an earlier job from its `ActiveSegmentState`, with the same rolls and
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from engine.index.append_rule import SegmentIndexer
-from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES, INT32_MAX
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
-from engine.log.timestamp_floor import has_timestamp, no_timestamp
-
-ROLL_SIZE, ROLL_TIME, ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW = "size", "time", "index-full", "offset-overflow"
-
-
-@dataclass(frozen=True)
-class RollPolicy:
-    """The topic settings that decide rolling, with Kafka's names and defaults."""
-
-    segment_bytes: int = 1_073_741_824
-    segment_ms: int = 604_800_000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
-    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-
-    def jitter_for(self, segment_key: str) -> int:
-        """Per-segment jitter, uniform in [0, min(jitter, segment.ms)) (spec 3). Drawn from a hash of
-        the segment's identity instead of a random generator, so re-running a job rolls identically."""
-        bound = min(self.segment_jitter_ms, self.segment_ms)
-        if bound <= 0:
-            return 0
-        digest = hashlib.blake2b(segment_key.encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big") % bound
+from engine.log.roll_rule import NO_ROLL, ROLL_RULES, RollPolicy, should_roll, time_waited_for_roll
+from engine.log.timestamp_floor import no_timestamp
 
 
 @dataclass(frozen=True)
@@ -154,22 +127,13 @@ class ActiveSegment:
         return self.indexer.size
 
     def roll_reason(self, incoming: Append, now_ms: int) -> str | None:
-        """Kafka's `LogSegment.shouldRoll` for `incoming`, or None."""
-        if self.size > self.policy.segment_bytes - len(incoming.data):
-            return ROLL_SIZE
-        if self.size > 0:
-            if has_timestamp(self.rolling_base_timestamp, self.indexer.min_timestamp):  # Kafka: firstTs >= 0
-                waited = incoming.max_timestamp - self.rolling_base_timestamp
-            else:
-                waited = now_ms - self.created_ms
-            if waited > self.policy.segment_ms - self.jitter_ms:
-                return ROLL_TIME
-        if self.indexer.is_full(self.policy.segment_index_bytes):
-            return ROLL_INDEX_FULL
-        relative = incoming.last_offset - self.base_offset
-        if relative < 0 or relative > INT32_MAX:
-            return ROLL_OFFSET_OVERFLOW
-        return None
+        """Kafka's `LogSegment.shouldRoll` for `incoming` (`engine.log.roll_rule.should_roll`), or None."""
+        waited = time_waited_for_roll(self.rolling_base_timestamp, incoming.max_timestamp, self.created_ms, now_ms,
+                                      self.indexer.min_timestamp)
+        rule = should_roll(self.size, len(incoming.data), self.policy.segment_bytes, waited, self.policy.segment_ms,
+                           self.jitter_ms, self.indexer.is_full(self.policy.segment_index_bytes),
+                           incoming.last_offset - self.base_offset)
+        return None if rule == NO_ROLL else ROLL_RULES[rule]
 
     def append(self, incoming: Append) -> None:
         if self.size == 0:

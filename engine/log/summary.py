@@ -9,10 +9,11 @@ time-range query can prune with `base_timestamp <= to` even when timestamps are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from engine.catalog.schema import SegmentRow
 from engine.errors import CorruptRecordError
 from engine.format.batch import (
     CREATE_TIME,
@@ -44,6 +45,19 @@ class SegmentSummary:
     magic: int
     valid_bytes: int
     problems: list[CorruptRecordError] = field(default_factory=list)
+
+    def facts(self) -> dict[str, int | str]:
+        """What a catalog row records of the segment, under the row's column names (`SEGMENT_FACTS`)."""
+        return {name: getattr(self, name) for name in SEGMENT_FACTS}
+
+    @classmethod
+    def recorded(cls, row: SegmentRow) -> SegmentSummary:
+        """The summary a catalog row's facts were made from (a catalogued segment's bytes are all valid)."""
+        return cls(**{name: getattr(row, name) for name in SEGMENT_FACTS}, valid_bytes=row.size_bytes)
+
+
+SEGMENT_FACTS = tuple(f.name for f in fields(SegmentSummary) if f.name not in ("valid_bytes", "problems"))
+"""The summary's fields a catalog row (`engine.catalog.schema.SegmentRow`) holds, under the same names."""
 
 
 def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: int) -> tuple[int, int]:

@@ -20,7 +20,6 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
-from engine.log.segment_writer import RollPolicy
 
 LONG_MAX = 2**63 - 1
 KAFKA_MIN_TIMESTAMP = 0
@@ -163,12 +162,6 @@ class TopicConfig:
     @property
     def deletes(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
-
-    def roll_policy(self) -> RollPolicy:
-        """Rolling settings; for compacted topics `segment.ms` is capped by `max.compaction.lag.ms` (spec 3)."""
-        segment_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
-        return RollPolicy(self.segment_bytes, segment_ms, self.segment_jitter_ms, self.segment_index_bytes,
-                          self.index_interval_bytes)
 
 
 DEFAULTS = TopicConfig().to_mapping()  # Kafka's default of every topic setting, by its Kafka name

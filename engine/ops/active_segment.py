@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from engine.catalog.schema import SegmentRow
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegmentState
 from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
@@ -32,18 +33,8 @@ def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, optio
         max_timestamp=row.largest_timestamp if row.record_count else none,
         offset_of_max_timestamp=row.offset_of_largest_timestamp if row.record_count else -1,
         rolling_base_timestamp=row.first_batch_timestamp if row.size_bytes else none,
-        created_ms=row.created_at_ms, jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
-    return state, log, row_summary(row)
-
-
-def row_summary(row: SegmentRow) -> SegmentSummary:
-    """The facts a catalog row records about its segment, as the summary they were made from."""
-    return SegmentSummary(
-        base_offset=row.base_offset, last_offset=row.last_offset, next_offset=row.next_offset,
-        record_count=row.record_count, batch_count=row.batch_count, size_bytes=row.size_bytes,
-        first_batch_timestamp=row.first_batch_timestamp, base_timestamp=row.base_timestamp,
-        largest_timestamp=row.largest_timestamp, offset_of_largest_timestamp=row.offset_of_largest_timestamp,
-        timestamp_type=row.timestamp_type, magic=row.magic, valid_bytes=row.size_bytes)
+        created_ms=row.created_at_ms, jitter_ms=RollPolicy(config).jitter_for(f"{tp}:{row.base_offset}"))
+    return state, log, SegmentSummary.recorded(row)
 
 
 def last_log_append_time(rows: Sequence[SegmentRow], config: TopicConfig) -> int | None:

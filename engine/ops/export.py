@@ -3,8 +3,8 @@
 For each partition, under `{output}/{topic}-{partition}/`:
 - `{base_offset:020d}.log`: the segment's bytes, Kafka's exactly; `.index` / `.timeindex`: the stored
   sidecars when they check out against the log (a segment imported from a broker keeps the broker's
-  files, byte for byte), else, and for every segment cut by a range, rebuilt with Kafka's recovery rule
-  (`engine.index.rebuild`), which a broker applies to a segment it recovers;
+  files, byte for byte), else rebuilt (`settle_indexes`), and for every segment cut by a range rebuilt,
+  with Kafka's recovery rule (`engine.index.rebuild`), which a broker applies to a segment it recovers;
 - `.txnindex` beside each segment holding the ABORT marker of a non-empty transaction: its aborted
   transactions as a broker recovering the exported batches from the first one writes them
   (`engine.cleaner.txn.completed_transactions`, `engine.index.txn_index`), so a broker serving the dir
@@ -44,7 +44,7 @@ from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_
 from engine.cleaner.txn import completed_transactions, control_types
 from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders, scan_batches
-from engine.index.checks import check_sidecars
+from engine.index.checks import settle_indexes
 from engine.index.rebuild import build_indexes
 from engine.index.txn_index import txn_index_bytes
 from engine.log.kafka_files import (
@@ -260,16 +260,14 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
         check = None
         if whole:
             log = data
-            index, timeindex = read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options)
-            check = check_sidecars(headers, row.base_offset, index, timeindex, row.log_key,
-                                   active=row.state == SegmentState.ACTIVE, min_timestamp=floor)
-        else:
+            offsets, times, check = settle_indexes(
+                headers, row.base_offset, read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options),
+                row.log_key, config.index_interval_bytes, row.state == SegmentState.ACTIVE, min_timestamp=floor)
+        else:  # a slice is a new segment: its indexes are what recovery builds for it
             log = data[cut.start:cut.stop]
             headers = scan_batches(log, row.log_key).headers
-        if check is None or not check.valid:
-            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes,
-                                           min_timestamp=floor)
-            index, timeindex = offsets.to_bytes(), times.to_bytes()
+            offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes, min_timestamp=floor)
+        index, timeindex = offsets.to_bytes(), times.to_bytes()
         keys = kafka_segment_keys(output, tp, cut.base_offset)
         for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
             writer.put(uri, content)

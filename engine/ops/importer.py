@@ -7,9 +7,9 @@ catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects
 - the source is checked first (`scan_source`): a directory that is neither a partition of a valid
   topic nor one of Kafka's non-live (`-delete`, `-future`, `-stray`) directories fails the import
   before anything is written, naming every such directory, as a broker refuses to load that log dir;
-- the source is never modified: sidecars that are missing or fail validation (`OffsetIndex.load`,
-  `TimeIndex.load`, `check_indexes`) are rebuilt with Kafka's recovery rule (`build_indexes`) and
-  written under the root in the object layout, and the rebuild is reported;
+- the source is never modified: sidecars that are missing or fail validation are rebuilt with Kafka's
+  recovery rule (`settle_indexes`, validate-or-rebuild) and written under the root in the object layout,
+  and the rebuild is reported;
 - a corrupt segment is reported by name and byte position and the partition's import stops there;
   the segments before it are kept, and with `copy` so is the valid prefix of the corrupt segment
   (Kafka's recovery truncates a segment to its valid prefix, spec 7.2);
@@ -39,7 +39,7 @@ from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.errors import CorruptRecordError, KlakeError
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.index.batch_index import batch_index_bytes
-from engine.index.checks import check_sidecars
+from engine.index.checks import settle_indexes
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.index.rebuild import build_indexes
 from engine.log.kafka_files import parse_offset_checkpoint
@@ -219,12 +219,10 @@ class _PartitionImporter:
         index_bytes = read_bytes(seg.index.uri, self.options) if seg.index else None
         timeindex_bytes = read_bytes(seg.timeindex.uri, self.options) if seg.timeindex else None
         headers = scan_batches(data, seg.log.uri).headers
-        check = check_sidecars(headers, seg.base_offset, index_bytes, timeindex_bytes, seg.log.uri,
-                               active=state is SegmentState.ACTIVE, min_timestamp=self.floor)
-        if not check.valid:
-            return self._rebuilt(headers, seg, check.problems)
-        return _Sidecars(index_bytes, timeindex_bytes, headers, problems=[],
-                         source_keys=(seg.index.uri, seg.timeindex.uri))
+        offsets, times, check = settle_indexes(headers, seg.base_offset, index_bytes, timeindex_bytes, seg.log.uri,
+                                               self.interval, state is SegmentState.ACTIVE, min_timestamp=self.floor)
+        return _Sidecars(offsets.to_bytes(), times.to_bytes(), headers, check.problems,
+                         (seg.index.uri, seg.timeindex.uri) if check.valid else None)
 
     def _rebuilt(self, headers: BatchHeaders, seg: KafkaSegmentFiles, problems: list[str]) -> _Sidecars:
         offsets, times = build_indexes(headers, seg.base_offset, self.interval, min_timestamp=self.floor)

@@ -50,6 +50,7 @@ from engine.errors import KlakeError
 from engine.format.batch import scan_batches
 from engine.log.append import log_append_time
 from engine.log.mirror import NotAReplicaError, is_replica, relocate_batches, replica_plan
+from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
@@ -257,7 +258,7 @@ def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int |
     if not todo:
         return PartitionStep(outcome)
     active = dest[-1] if dest and dest[-1].state == SegmentState.ACTIVE else None
-    policy = config.roll_policy()
+    policy = RollPolicy(config)
     if active is not None:
         state, log, _ = resume_state(active, config, tp, options)
         writer = SegmentWriter.resume(policy, state, str(tp), log)

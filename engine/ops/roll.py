@@ -31,6 +31,7 @@ import pyarrow as pa
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import COLUMNS, SegmentState, table_to_rows
 from engine.log.roll_plan import ROLL_INPUT_COLUMNS, PartitionRoll, RollAction, RollPlan, RollWhy, plan_roll
+from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegment, Append
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
@@ -84,7 +85,7 @@ def prepare_roll(item: PartitionInput[PartitionRoll], *, root: str, now_ms: int,
         return PartitionStep(outcome)
     (active,) = table_to_rows(item.segments.slice(item.segments.num_rows - 1))
     state, log, summary = resume_state(active, config, tp, options)
-    segment = ActiveSegment.resume(state, config.roll_policy(), log)
+    segment = ActiveSegment.resume(state, RollPolicy(config), log)
     probe = Append(b"", active.next_offset, active.next_offset, now_ms, active.next_offset)
     reason = segment.roll_reason(probe, now_ms)
     assert planned.action == RollAction.CHECK_INDEX or reason == planned.rule, (

@@ -83,14 +83,9 @@ def segment_row(tp: TopicPartition, segment_id: str, keys: SegmentKeys, layout: 
     return SegmentRow(
         topic=tp.topic, partition=tp.partition, segment_id=segment_id,
         log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
-        base_offset=summary.base_offset, last_offset=summary.last_offset, next_offset=summary.next_offset,
-        record_count=summary.record_count, batch_count=summary.batch_count, size_bytes=summary.size_bytes,
-        first_batch_timestamp=summary.first_batch_timestamp, base_timestamp=summary.base_timestamp,
-        largest_timestamp=summary.largest_timestamp,
-        offset_of_largest_timestamp=summary.offset_of_largest_timestamp,
-        timestamp_type=str(summary.timestamp_type), state=str(state),
+        **summary.facts(), state=str(state),
         created_at_ms=time.time_ns() // 1_000_000 if created_at_ms is None else created_at_ms,
-        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout), magic=summary.magic,
+        job_id=job_id, format_version=FORMAT_VERSION, layout=str(layout),
         index_size_bytes=index_size_bytes, timeindex_size_bytes=timeindex_size_bytes,
         batchindex_size_bytes=batchindex_size_bytes)
 

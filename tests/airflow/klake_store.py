@@ -17,8 +17,10 @@ import sys
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import Layout, SegmentState
 from engine.format.builder import encode_batch
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.summary import summarize_segment
+from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import acquire_lease
@@ -41,7 +43,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
     rows = []
     for partition in range(partitions):
         tp = TopicPartition(topic, partition)
-        writer = SegmentWriter(RollPolicy(segment_ms=DAY - 1), min_timestamp=0)
+        writer = SegmentWriter(RollPolicy(TopicConfig(segment_ms=DAY - 1)), min_timestamp=0)
         for hour in range(days * 24):
             ts = t0 + hour * HOUR
             data = encode_batch([b"k%d" % hour], [b"v%d" % hour], [ts], base_offset=hour)

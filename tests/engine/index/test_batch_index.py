@@ -18,12 +18,14 @@ from engine.index.batch_index import (
     stride_of,
 )
 from engine.index.time_index import TimeIndex
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import Append, SegmentWriter
+from engine.log.topic_config import TopicConfig
 
 
 def _segment(seed: int, batches: int, per_batch: int, disorder: int, interval: int = 4096):
     rng = np.random.default_rng(seed)
-    writer = SegmentWriter(RollPolicy(segment_bytes=2**30, segment_ms=10**15, index_interval_bytes=interval),
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_bytes=2**30, segment_ms=10**15, index_interval_bytes=interval)),
                            min_timestamp=0)
     offset, stamps = 0, []
     for _ in range(batches):

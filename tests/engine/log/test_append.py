@@ -27,7 +27,8 @@ from engine.log.append import (
     RECORD_TOO_LARGE,
     append_records,
 )
-from engine.log.segment_writer import ActiveSegment, RollPolicy
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import ActiveSegment
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import KIP228_MIN_TIMESTAMP, TopicConfig, min_timestamp
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -421,7 +422,7 @@ def test_appending_in_arbitrary_calls_keeps_records_and_valid_indexes(rows, data
 
 
 def test_active_segment_state_round_trips() -> None:
-    policy = RollPolicy(index_interval_bytes=100)
+    policy = RollPolicy(TopicConfig(index_interval_bytes=100))
     result = append_records(_table([b"k"] * 50, [b"v" * 30] * 50, list(range(NOW, NOW + 50))),
                             TopicConfig(index_interval_bytes=100, max_message_bytes=400), log_end_offset=0,
                             now_ms=NOW)

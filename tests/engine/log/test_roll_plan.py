@@ -14,13 +14,8 @@ from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.roll_plan import RollAction, RollWhy, plan_roll
-from engine.log.segment_writer import (
-    ROLL_INDEX_FULL,
-    ROLL_OFFSET_OVERFLOW,
-    ActiveSegment,
-    ActiveSegmentState,
-    Append,
-)
+from engine.log.roll_rule import ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW, RollPolicy
+from engine.log.segment_writer import ActiveSegment, ActiveSegmentState, Append
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from tests.catalog_rows import make_row
@@ -43,8 +38,8 @@ def roll_by_segment(row: SegmentRow, config: TopicConfig, offset_entries: int, t
                              np.arange(1, time_entries + 1, dtype=np.int32), floor),
         max_timestamp=row.largest_timestamp, offset_of_max_timestamp=row.offset_of_largest_timestamp,
         rolling_base_timestamp=row.first_batch_timestamp, created_ms=row.created_at_ms,
-        jitter_ms=config.roll_policy().jitter_for(f"{tp}:{row.base_offset}"))
-    segment = ActiveSegment.resume(state, config.roll_policy())
+        jitter_ms=RollPolicy(config).jitter_for(f"{tp}:{row.base_offset}"))
+    segment = ActiveSegment.resume(state, RollPolicy(config))
     return segment.roll_reason(Append(b"", row.next_offset, row.next_offset, NOW, row.next_offset), NOW)
 
 

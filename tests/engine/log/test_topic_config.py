@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import ConfigError
+from engine.log.roll_rule import RollPolicy
 from engine.log.topic_config import DEFAULTS, KIP228_MIN_TIMESTAMP, LONG_MAX, TopicConfig, min_timestamp
 
 
@@ -60,9 +61,9 @@ def test_every_bad_setting_is_reported_at_once() -> None:
 
 def test_compacted_topics_cap_segment_ms_by_max_compaction_lag() -> None:
     compacted = TopicConfig.from_mapping({"cleanup.policy": "compact", "max.compaction.lag.ms": 1000})
-    assert compacted.roll_policy().segment_ms == 1000
+    assert RollPolicy(compacted).segment_ms == 1000
     deleting = TopicConfig.from_mapping({"max.compaction.lag.ms": 1000})
-    assert deleting.roll_policy().segment_ms == 604_800_000
+    assert RollPolicy(deleting).segment_ms == 604_800_000
 
 
 def test_min_timestamp_is_kafkas_zero_unless_the_topic_opts_into_kip228() -> None:

@@ -23,7 +23,8 @@ from engine.index.checks import check_indexes
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
 from engine.log.append import append_records
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.topic_config import TopicConfig
 from engine.log.truncate import (
     BATCH_ALIGNED,
@@ -82,7 +83,7 @@ def _encode(spec: dict, base_offset: int, keep: int | None = None, last_offset_d
 def _segment(codec: int) -> tuple[bytes, list[dict], list[int], OffsetIndex, TimeIndex]:
     """(log, specs, batch base offsets, live indexes) of a segment written one batch per append."""
     specs = _batch_specs(codec)
-    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=120), next_offset=BASE,
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_ms=10**15, index_interval_bytes=120)), next_offset=BASE,
                            min_timestamp=0)
     bases, offset = [], BASE
     for spec in specs:

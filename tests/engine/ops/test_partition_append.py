@@ -10,10 +10,9 @@ from engine.format.batch import scan_batches
 from engine.format.records import decode_records
 from engine.index.checks import check_sidecars
 from engine.log.lookup import list_offsets
-from engine.log.summary import summarize_segment
+from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from engine.ops.active_segment import row_summary
 from engine.ops.append import prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
@@ -135,7 +134,7 @@ def test_an_append_never_decodes_what_it_wrote_and_its_rows_equal_a_decode(backe
     for row in rows:
         truth = summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset, row.log_key,
                                   min_timestamp=floor)
-        assert row_summary(row) == truth
+        assert SegmentSummary.recorded(row) == truth
 
 
 def test_a_streamed_append_keeps_records_offsets_and_rejects_of_one_append(backend: Backend) -> None:
@@ -165,5 +164,5 @@ def test_a_streamed_append_keeps_records_offsets_and_rejects_of_one_append(backe
     assert _log(streamed, backend)[1] == _log(whole, backend)[1]
     floor = min_timestamp(config)
     for row in streamed.live_segments(TP.topic, TP.partition):
-        assert row_summary(row) == summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset,
+        assert SegmentSummary.recorded(row) == summarize_segment(read_bytes(row.log_key, backend.options), row.base_offset,
                                                      row.log_key, min_timestamp=floor)

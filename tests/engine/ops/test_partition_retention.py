@@ -7,7 +7,8 @@ import pytest
 from engine.catalog.schema import Layout, SegmentState
 from engine.format.builder import encode_batch
 from engine.log.retention_explain import RetentionExplanation
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -26,7 +27,7 @@ TP = TopicPartition("events", 0)
 
 def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
     """One segment per day (segment.ms = 1 day), 24 hourly batches each, registered in the catalog."""
-    writer = SegmentWriter(RollPolicy(segment_ms=DAY - 1), min_timestamp=0)
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_ms=DAY - 1)), min_timestamp=0)
     for hour in range(days * 24):
         ts = T0 + hour * 3_600_000
         data = encode_batch([b"k%d" % hour], [b"v"], [ts], base_offset=hour)

@@ -13,7 +13,8 @@ from engine.catalog.schema import Layout, SegmentRow, SegmentState
 from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
 from engine.format.records import decode_records
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
@@ -34,7 +35,7 @@ CONFIG = TopicConfig.from_mapping({"index.interval.bytes": 200})
 
 def _segments(n_segments: int = 6):
     """`n_segments` segments of 8 batches x 4 records (rolled by time), indexes every ~200 bytes."""
-    writer = SegmentWriter(RollPolicy(segment_ms=BATCHES_PER_SEGMENT * 1000 - 1, index_interval_bytes=200),
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_ms=BATCHES_PER_SEGMENT * 1000 - 1, index_interval_bytes=200)),
                            min_timestamp=0)
     offset = 0
     for b in range(n_segments * BATCHES_PER_SEGMENT):

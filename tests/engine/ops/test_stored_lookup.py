@@ -15,7 +15,8 @@ from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
 from engine.format.records import decode_records
 from engine.log.lookup import list_offsets
-from engine.log.segment_writer import Append, RollPolicy, SegmentWriter
+from engine.log.roll_rule import RollPolicy
+from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
@@ -101,7 +102,7 @@ def _paged_partition(backend: Backend, tail: dict[str, bytes] | None = None) -> 
     appends bytes to a sidecar ("index" / "timeindex") as a broken upload would leave it."""
     rng = np.random.default_rng(7)
     stamps = 1_000_000 + np.sort(rng.integers(0, 10**7, 3000)) + rng.integers(-500, 500, 3000)
-    writer = SegmentWriter(RollPolicy(segment_ms=10**15, index_interval_bytes=1), min_timestamp=0)
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_ms=10**15, index_interval_bytes=1)), min_timestamp=0)
     for offset, ts in enumerate(stamps.tolist()):
         data = encode_batch([b"k"], [b"v" * 50], [ts], base_offset=offset)
         writer.append(Append(data, offset, offset, ts, offset), now_ms=0)
@@ -220,7 +221,7 @@ def _small_batch_partition(backend: Backend) -> tuple[list, np.ndarray]:
     rng = np.random.default_rng(11)
     count = 6000
     stamps = 1_000_000 + np.sort(rng.integers(0, 10**7, count)) + rng.integers(-3_000, 3_000, count)
-    writer = SegmentWriter(RollPolicy(segment_bytes=128 * 1024, segment_ms=10**15), min_timestamp=0)
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_bytes=128 * 1024, segment_ms=10**15)), min_timestamp=0)
     first = 0
     while first < count:
         ts = stamps[first:first + int(rng.integers(1, 7))]
@@ -293,7 +294,7 @@ def test_max_timestamp_of_a_stored_pre_1970_partition_with_an_empty_active_segme
     config = TopicConfig(allow_negative_timestamps=True)
     floor = min_timestamp(config)
     stamps = [-9_000, -5_000, -7_000, -5_000, -8_000, -6_000]
-    writer = SegmentWriter(RollPolicy(segment_bytes=200, segment_ms=10**15), min_timestamp=floor)
+    writer = SegmentWriter(RollPolicy(TopicConfig(segment_bytes=200, segment_ms=10**15)), min_timestamp=floor)
     for offset, ts in enumerate(stamps):  # KIP-228 batches keep their true (negative) max timestamp
         data = encode_batch([b"k"], [b"v" * 50], [ts], base_offset=offset, max_timestamp=ts)
         writer.append(Append(data, offset, offset, ts, offset), now_ms=0)
