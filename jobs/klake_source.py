@@ -1,17 +1,22 @@
-"""`spark.read.format("klake")`: a topic's records as a Spark Python data source, with Spark's Kafka source schema.
+"""`spark.read.format("klake")`: a topic's records as a Spark Python data source, with Spark's Kafka source schema
+(`spark.readStream.format("klake")` is `jobs.klake_stream`'s).
 
     from jobs.klake_source import register
     register(spark)
-    df = (spark.read.format("klake").option("root", "s3://bucket/logs").option("topic", "orders").load()
+    df = (spark.read.format("klake").option("root", "s3://bucket/logs").option("subscribe", "orders").load()
           .where("timestamp >= '2026-11-21 10:00:00' AND timestamp < '2026-11-21 11:00:00' AND partition = 3"))
 
-Options: `root` (required), `catalog` (default `{root}/_catalog`), `topic` (required),
-`startingTimestamp` / `endingTimestamp` (epoch ms or ISO-8601; inclusive / exclusive),
-`startingOffset` / `endingOffset` (inclusive / exclusive), `partitions` ("0,3"), `splitBytes`, `endpoint`
-(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 256 MiB). Credentials are never options: `register` binds the driver's storage
-settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the registered class, so the
-Python workers that plan and read need no environment of their own. Range semantics, pruning,
-seeking, splitting and packing are the `read` job's (`jobs/read.py`): one Spark partition per pack.
+Options (`jobs.source_options`): Spark's Kafka source's (`subscribe`, `subscribePattern` or `assign`;
+`startingOffsets`, `startingTimestamp`, `startingOffsetsByTimestamp`, `endingOffsets`, `failOnDataLoss`,
+`includeHeaders`, ...), meaning what they mean there (offsets per partition, `jobs.source_offsets`), plus
+klake's `root` (required), `catalog` (default `{root}/_catalog`), `endpoint` (an S3-compatible endpoint),
+`splitBytes`, `packBytes` (log bytes per task from small segments, default 256 MiB). klake's own range options
+of before, kept for existing readers, go with `topic` (one topic, instead of `subscribe`): `startingTimestamp` /
+`endingTimestamp` (a record-time range: epoch ms or ISO-8601; inclusive / exclusive), `startingOffset` /
+`endingOffset` (inclusive / exclusive, every partition), `partitions` ("0,3"). Credentials are never options:
+`register` binds the driver's storage settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the
+registered class, so the Python workers that plan and read need no environment of their own. Range semantics,
+pruning, seeking, splitting and packing are the `read` job's (`engine.ops.read`): one Spark partition per pack.
 
 Filter pushdown (`register` turns on `spark.sql.python.filterPushdown.enabled`, which Spark requires
 of any source that implements it, so registering the class yourself needs it too): comparisons and
@@ -35,7 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -72,7 +77,7 @@ from engine.times import EPOCH, InvalidTimeError, parse_time
 from jobs.klake_stream import KlakeStreamReader, records
 from jobs.read import KAFKA_SCHEMA
 from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
-from jobs.source_options import parse_options, refuse_read_committed
+from jobs.source_options import include_headers, parse_options, refuse_read_committed
 from layouts.store import StorageOptions
 
 NAME = "klake"
@@ -98,11 +103,6 @@ class KlakeDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         options = parse_options(self.options, "stream")
         return KlakeStreamReader(options, _with_endpoint(self.storage or StorageOptions.from_env(), options.endpoint))
-
-
-def include_headers(options: Mapping[str, str]) -> bool:
-    """`includeHeaders` (Spark's Kafka source option, default false): whether rows carry the headers column."""
-    return {k.lower(): v for k, v in options.items()}.get("includeheaders", "false").strip().lower() == "true"
 
 
 def _with_endpoint(storage: StorageOptions, endpoint: str | None) -> StorageOptions:

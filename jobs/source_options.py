@@ -127,9 +127,15 @@ def parse_options(options: Mapping[str, str], mode: Mode, extra_names: Iterable[
         endpoint=given.get("endpoint") or None, subscription=subscription,
         starting=_starting(given, mode), ending=_ending(given), fail_on_data_loss=_bool(given, "failondataloss", True),
         max_offsets_per_trigger=_positive(given, "maxoffsetspertrigger"),
-        include_headers=_bool(given, "includeheaders", False), isolation_level=isolation_level(given),
+        include_headers=include_headers(given), isolation_level=isolation_level(given),
         split_bytes=_positive(given, "splitbytes"), pack_bytes=_positive(given, "packbytes"),
         extra={k: v for k, v in given.items() if k in extra})
+
+
+def include_headers(options: Mapping[str, str]) -> bool:
+    """`includeHeaders` (default false, as Spark's Kafka source): whether rows have the `headers` column; the
+    data source's schema asks this before any reader parses the rest."""
+    return _bool({k.lower(): v for k, v in options.items()}, "includeheaders", False)
 
 
 def isolation_level(options: Mapping[str, str]) -> str:
