@@ -191,6 +191,11 @@ class KlakeReader(DataSourceReader):
         if misplaced:
             raise ConfigError(f"klake data source: option {misplaced[0]!r} is klake's own and goes with 'topic'; "
                               "with subscribe, subscribePattern or assign use Kafka's startingOffsets/endingOffsets")
+        kafkas = [name for name in ("startingoffsets", "startingoffsetsbytimestamp", "endingoffsets")
+                  if name in self.options and self.legacy]
+        if kafkas:
+            raise ConfigError(f"klake data source: option {kafkas[0]!r} is Kafka's and goes with subscribe, "
+                              "subscribePattern or assign; with 'topic' use startingOffset/endingOffset")
         self.storage = _with_endpoint(storage or StorageOptions.from_env(), self.source.endpoint)
         topics = self.source.subscription.fixed_topics
         if topics is None:

@@ -150,3 +150,5 @@ def test_options_are_checked_and_named() -> None:
         KlakeReader({"root": "/tmp/r", "topic": "t", "startingOffsetz": "3"}, StorageOptions())
     with pytest.raises(ConfigError, match="option 'partitions' is klake's own and goes with 'topic'"):
         KlakeReader({**base, "partitions": "0"}, StorageOptions())
+    with pytest.raises(ConfigError, match="option 'startingoffsets' is Kafka's and goes with subscribe"):
+        KlakeReader({"root": "/tmp/r", "topic": "t", "startingOffsets": "earliest"}, StorageOptions())
