@@ -200,7 +200,8 @@ class KlakeReader(DataSourceReader):
         topics = self.source.subscription.fixed_topics
         if topics is None:
             catalog = Catalog.open(self.source.catalog, self.storage)
-            topics = tuple(sorted({t for t, _ in self.source.subscription.select(catalog.partitions())}))
+            listed = ((tp.topic, tp.partition) for tp in catalog.partitions())
+            topics = tuple(sorted({t for t, _ in self.source.subscription.select(listed)}))
         self.configs = {t: load_topic_config(self.source.root, t, self.storage) for t in topics}
         floor = max((min_timestamp(c) for c in self.configs.values()), default=KAFKA_MIN_TIMESTAMP)
         self.range = ReadRange(self._time("startingtimestamp") if self.legacy else None, self._time("endingtimestamp"),
