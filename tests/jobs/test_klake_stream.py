@@ -152,3 +152,25 @@ def test_options_are_checked_and_named() -> None:
         KlakeReader({**base, "partitions": "0"}, StorageOptions())
     with pytest.raises(ConfigError, match="option 'startingoffsets' is Kafka's and goes with subscribe"):
         KlakeReader({"root": "/tmp/r", "topic": "t", "startingOffsets": "earliest"}, StorageOptions())
+
+
+def test_starting_offsets_by_timestamp_are_kafkas_list_offsets_answers(spark, tmp_path: Path) -> None:
+    """Each partition starts at its first record with a timestamp at or after the time (kafka-python's decode of
+    the live segments is the truth); a time after every record fails the query (strategy error, the default) or
+    starts at the log end (strategy latest)."""
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    add(jobs, 150, "t", NOW - HOUR)
+    records = {p: jobs.records(TOPIC, p) for p in (0, 1)}
+    target = NOW - HOUR + 70_500
+
+    def reader(**options: str) -> KlakeStreamReader:
+        return KlakeStreamReader(parse_options({"root": jobs.root, "subscribe": TOPIC, **options}, "stream"),
+                                 StorageOptions())
+
+    first = {str(p): next(r[0] for r in records[p] if r[1] >= target) for p in (0, 1)}
+    assert reader(startingTimestamp=str(target)).initialOffset() == {TOPIC: first}
+    by_partition = json.dumps({TOPIC: {"0": target, "1": NOW}})
+    with pytest.raises(ConfigError, match="events-1 holds no record at or after timestamp"):
+        reader(startingOffsetsByTimestamp=by_partition).initialOffset()
+    latest = reader(startingOffsetsByTimestamp=by_partition, startingOffsetsByTimestampStrategy="latest")
+    assert latest.initialOffset() == {TOPIC: {"0": first["0"], "1": records[1][-1][0] + 1}}
