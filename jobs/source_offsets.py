@@ -15,7 +15,7 @@ Checkpoint JSON is Spark's Kafka source's: `{"topic": {"0": 23}}`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
@@ -56,6 +56,7 @@ def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
 
 
 def from_json(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
+    """The checkpoint's JSON (`to_json`) back as offsets per topic-partition."""
     return {(topic, int(p)): int(o) for topic, partitions in offsets.items() for p, o in partitions.items()}
 
 
@@ -123,9 +124,14 @@ def starting_offsets(catalog: Catalog, options: SourceOptions, storage: StorageO
                                                                                              wanted_offset)
             continue
         target = starting.timestamp if starting.timestamp is not None else named[topic][partition]
-        config = configs.setdefault(topic, load_topic_config(options.root, topic, storage))
-        answer = list_offsets([stored_segment(r, storage, config) for r in rows], target, extent.log_start,
-                              min_timestamp=min_timestamp(config))
+        if topic not in configs:
+            configs[topic] = load_topic_config(options.root, topic, storage)
+        config = configs[topic]
+        try:
+            answer = list_offsets([stored_segment(r, storage, config) for r in rows], target, extent.log_start,
+                                  min_timestamp=min_timestamp(config))
+        except ValueError as exc:  # a time before the topic's earliest (list_offsets names it)
+            raise ConfigError(f"klake data source: {topic}-{partition}: {exc}") from None
         if answer.found:
             out[(topic, partition)] = answer.offset
         elif starting.strategy == "latest":
@@ -136,8 +142,8 @@ def starting_offsets(catalog: Catalog, options: SourceOptions, storage: StorageO
     return out
 
 
-def _names(tps: object) -> str:
-    return ", ".join(f"{t}-{p}" for t, p in sorted(tps)) or "nothing"  # type: ignore[call-overload]
+def _names(tps: Iterable[TopicPartition]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(tps)) or "nothing"
 
 
 def checked_ranges(start: Offsets, end: Offsets, extents: Mapping[TopicPartition, PartitionExtent],
