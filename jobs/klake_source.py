@@ -1,19 +1,22 @@
-"""`spark.read.format("klake")`: a topic's records as a Spark Python data source, with Spark's Kafka source schema.
+"""`spark.read.format("klake")`: a topic's records as a Spark Python data source, with Spark's Kafka source schema
+(`spark.readStream.format("klake")` is `jobs.klake_stream`'s).
 
     from jobs.klake_source import register
     register(spark)
-    df = (spark.read.format("klake").option("root", "s3://bucket/logs").option("topic", "orders").load()
+    df = (spark.read.format("klake").option("root", "s3://bucket/logs").option("subscribe", "orders").load()
           .where("timestamp >= '2026-11-21 10:00:00' AND timestamp < '2026-11-21 11:00:00' AND partition = 3"))
 
-Options: `root` (required), `catalog` (default `{root}/_catalog`), `topic` (required),
-`startingTimestamp` / `endingTimestamp` (epoch ms or ISO-8601; inclusive / exclusive),
-`startingOffset` / `endingOffset` (inclusive / exclusive), `partitions` ("0,3"), `splitBytes`, `endpoint`
-(an S3-compatible endpoint), `packBytes` (log bytes per task from small segments, default 256 MiB),
-`kafka.isolation.level` (`read_uncommitted`, the default, or `read_committed`: as Spark's Kafka source,
-the records of aborted transactions left out and each partition read up to its last stable offset). Credentials are never options: `register` binds the driver's storage
-settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the registered class, so the
-Python workers that plan and read need no environment of their own. Range semantics, pruning,
-seeking, splitting and packing are the `read` job's (`jobs/read.py`): one Spark partition per pack.
+Options (`jobs.source_options`): Spark's Kafka source's (`subscribe`, `subscribePattern` or `assign`;
+`startingOffsets`, `startingTimestamp`, `startingOffsetsByTimestamp`, `endingOffsets`, `failOnDataLoss`,
+`includeHeaders`, ...), meaning what they mean there (offsets per partition, `jobs.source_offsets`), plus
+klake's `root` (required), `catalog` (default `{root}/_catalog`), `endpoint` (an S3-compatible endpoint),
+`splitBytes`, `packBytes` (log bytes per task from small segments, default 256 MiB). klake's own range options
+of before, kept for existing readers, go with `topic` (one topic, instead of `subscribe`): `startingTimestamp` /
+`endingTimestamp` (a record-time range: epoch ms or ISO-8601; inclusive / exclusive), `startingOffset` /
+`endingOffset` (inclusive / exclusive, every partition), `partitions` ("0,3"). Credentials are never options:
+`register` binds the driver's storage settings (AWS_* and KLAKE_S3_ENDPOINT_URL from its environment) into the
+registered class, so the Python workers that plan and read need no environment of their own. Range semantics,
+pruning, seeking, splitting and packing are the `read` job's (`engine.ops.read`): one Spark partition per pack.
 
 Filter pushdown (`register` turns on `spark.sql.python.filterPushdown.enabled`, which Spark requires
 of any source that implements it, so registering the class yourself needs it too): comparisons and
@@ -46,6 +49,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -59,25 +63,24 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from engine.errors import ConfigError, KlakeError
-from engine.log.topic_config import min_timestamp
+from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, min_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.read import (
     DEFAULT_PACK_BYTES,
     DEFAULT_SPLIT_BYTES,
-    IsolationLevel,
     ReadRange,
     WorkItem,
     pack_items,
-    plan_read,
-    read_item,
 )
 from engine.ops.topic_store import load_topic_config
 from engine.times import EPOCH, InvalidTimeError, parse_time
+from jobs.klake_stream import KlakeStreamReader, records
 from jobs.read import KAFKA_SCHEMA
-from layouts.store import StorageOptions, join, normalize_uri
+from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
+from jobs.source_options import include_headers, parse_options
+from layouts.store import StorageOptions
 
 NAME = "klake"
-ISOLATION_OPTION = "kafka.isolation.level"
 _NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
 _COMPARISONS = (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, EqualTo)
 
@@ -92,10 +95,18 @@ class KlakeDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return KAFKA_SCHEMA
+        return KAFKA_SCHEMA if include_headers(self.options) else KAFKA_SCHEMA.rsplit(", headers", 1)[0]
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KlakeReader(dict(self.options), self.storage)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        options = parse_options(self.options, "stream")
+        return KlakeStreamReader(options, _with_endpoint(self.storage or StorageOptions.from_env(), options.endpoint))
+
+
+def _with_endpoint(storage: StorageOptions, endpoint: str | None) -> StorageOptions:
+    return replace(storage, endpoint_url=endpoint) if endpoint else storage
 
 
 def register(spark: Any, storage: StorageOptions | None = None) -> None:
@@ -161,46 +172,53 @@ class Pushdown:
             setattr(self, f"to_{name}", high if current is None else min(current, high))
 
 
+LEGACY_OPTIONS = ("topic", "partitions", "startingOffset", "endingOffset", "endingTimestamp")
+"""klake's own range options, read with `topic` (and `startingTimestamp`, there a record-time bound too)."""
+
+
 class KlakeReader(DataSourceReader):
-    """Plans with `engine.ops.read.plan_read` (one input partition per pack of work items, `pack_items`) and
-    reads with `read_item`."""
+    """Resolves each partition's offset range as Spark's Kafka source (`jobs.source_offsets`), narrows it by
+    klake's range options and the pushed-down filters, plans with `engine.ops.read.plan_read` (one input
+    partition per pack of work items, `pack_items`) and reads with `read_item`."""
 
     def __init__(self, options: dict[str, str], storage: StorageOptions | None) -> None:
+        self.source = parse_options(options, "batch", LEGACY_OPTIONS)
         self.options = {k.lower(): v for k, v in options.items()}
-        self.topic = self._required("topic")
-        self.root = normalize_uri(self._required("root"))
-        self.catalog_uri = normalize_uri(self.options.get("catalog") or join(self.root, "_catalog"))
-        endpoint = self.options.get("endpoint")
-        self.storage = storage or StorageOptions.from_env()
-        if endpoint:
-            self.storage = replace(self.storage, endpoint_url=endpoint)
-        floor = min_timestamp(load_topic_config(self.root, self.topic, self.storage))
-        self.range = ReadRange(self._time("startingtimestamp"), self._time("endingtimestamp"),
+        self.legacy = "topic" in self.source.extra
+        misplaced = [name for name in ("partitions", "startingoffset", "endingoffset", "endingtimestamp")
+                     if name in self.options and not self.legacy]
+        if misplaced:
+            raise ConfigError(f"klake data source: option {misplaced[0]!r} is klake's own and goes with 'topic'; "
+                              "with subscribe, subscribePattern or assign use Kafka's startingOffsets/endingOffsets")
+        kafkas = [name for name in ("startingoffsets", "startingoffsetsbytimestamp", "endingoffsets")
+                  if name in self.options and self.legacy]
+        if kafkas:
+            raise ConfigError(f"klake data source: option {kafkas[0]!r} is Kafka's and goes with subscribe, "
+                              "subscribePattern or assign; with 'topic' use startingOffset/endingOffset")
+        self.storage = _with_endpoint(storage or StorageOptions.from_env(), self.source.endpoint)
+        topics = self.source.subscription.fixed_topics
+        if topics is None:
+            catalog = Catalog.open(self.source.catalog, self.storage)
+            listed = ((tp.topic, tp.partition) for tp in catalog.partitions())
+            topics = tuple(sorted({t for t, _ in self.source.subscription.select(listed)}))
+        self.configs = {t: load_topic_config(self.source.root, t, self.storage) for t in topics}
+        floor = max((min_timestamp(c) for c in self.configs.values()), default=KAFKA_MIN_TIMESTAMP)
+        self.range = ReadRange(self._time("startingtimestamp") if self.legacy else None, self._time("endingtimestamp"),
                                self._int("startingoffset"), self._int("endingoffset"), floor=floor)
         listed = self.options.get("partitions")
         self.partition_tests: list[tuple[str, Any]] = (
             [("in", tuple(int(p) for p in listed.split(",") if p.strip()))] if listed else [])
-        self.split_bytes = self._int("splitbytes") or DEFAULT_SPLIT_BYTES
-        self.pack_bytes = self._int("packbytes") or DEFAULT_PACK_BYTES
-        self.isolation = self._isolation()
-        self.nothing = False
-
-    def _required(self, name: str) -> str:
-        if not self.options.get(name):
-            raise ConfigError(f"klake data source: option {name!r} is required")
-        return self.options[name]
+        self.split_bytes = self.source.split_bytes or DEFAULT_SPLIT_BYTES
+        self.pack_bytes = self.source.pack_bytes or DEFAULT_PACK_BYTES
+        self.topics: set[str] | None = None
+        self.include_headers = self.source.include_headers
 
     def _int(self, name: str) -> int | None:
         text = self.options.get(name)
-        return None if text in (None, "") else int(text)
-
-    def _isolation(self) -> IsolationLevel:
-        text = self.options.get(ISOLATION_OPTION.lower()) or IsolationLevel.READ_UNCOMMITTED
         try:
-            return IsolationLevel(text)
+            return None if text in (None, "") else int(text)
         except ValueError:
-            raise ConfigError(f"klake data source: option {ISOLATION_OPTION!r}: {text!r} is not one of "
-                              + ", ".join(IsolationLevel)) from None
+            raise ConfigError(f"klake data source: option {name!r} must be an integer, got {text!r}") from None
 
     def _time(self, name: str) -> int | None:
         text = self.options.get(name)
@@ -235,22 +253,27 @@ class KlakeReader(DataSourceReader):
         self.range = ReadRange(merged.from_ms, merged.to_ms, merged.from_offset, merged.to_offset,
                                floor=r.floor)
         self.partition_tests += wanted.partition_tests
-        self.nothing = wanted.topics is not None and self.topic not in wanted.topics
+        self.topics = wanted.topics
 
     def partitions(self) -> Sequence[InputPartition]:
-        if self.nothing:
-            return []
-        catalog = Catalog.open(self.catalog_uri, self.storage)
+        """Kafka's offsets per partition (start: `startingOffsets`/`startingTimestamp`/`startingOffsetsByTimestamp`,
+        or earliest with `topic`; end: `endingOffsets`, default latest) with the data-loss rule, then only the
+        partitions and topics the filters keep, within `self.range`."""
+        catalog = Catalog.open(self.source.catalog, self.storage)
+        extents = archive_extents(catalog, self.source, self.storage, self.configs)
+        start = ({tp: e.log_start for tp, e in extents.items()} if self.legacy
+                 else starting_offsets(catalog, self.source, self.storage, dict(self.configs)))
+        ranges = checked_ranges(start, ending_offsets(extents, self.source), extents, self.source.fail_on_data_loss)
         tests = list(self.partition_tests)
-        plan = plan_read(catalog, self.topic, self.range, self.storage,
-                         lambda p: all(_partition_ok(p, op, v) for op, v in tests), self.split_bytes,
-                         isolation=self.isolation)
-        return [KlakeInputPartition(pack) for pack in pack_items(plan.items, self.pack_bytes, os.cpu_count() or 1)]
+        kept = {tp: r for tp, r in ranges.items() if (self.topics is None or tp[0] in self.topics)
+                and all(_partition_ok(tp[1], op, v) for op, v in tests)}
+        configs = {t: self.configs.get(t) or load_topic_config(self.source.root, t, self.storage) for t, _ in kept}
+        items = plan_ranges(catalog, kept, self.storage, configs, self.split_bytes, self.source.isolation_level,
+                            narrow=self.range)
+        return [KlakeInputPartition(pack) for pack in pack_items(items, self.pack_bytes, os.cpu_count() or 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if partition.value is None:
-            return iter(())
-        return (batch for item in partition.value for batch in read_item(item, self.storage))
+        return records(partition.value or [], self.storage, self.include_headers)
 
 
 def _take(item: Filter, wanted: Pushdown, timed: list[Filter]) -> bool:

@@ -49,6 +49,14 @@ def test_read_bench_runs_in_smoke_size() -> None:
     assert re.search(r"^full scan [\d.]+ MB/s; klake's decoder alone on the same files [\d.]+ MB/s", out, re.M), out
 
 
+def test_stream_bench_runs_in_smoke_size() -> None:
+    """The stream benchmark checks its own answers (the stream's and the batch source's record counts)."""
+    out = _bench("stream_bench.py", "--mb", "2", "--repeat", "1")
+    assert re.search(r"^stream AvailableNow [\d.]+ s vs batch [\d.]+ s: [\d.]+x \(target <= 1.2x\) (ok|MISSED)$",
+                     out, re.M), out
+    assert '"records": 20971' in out, out
+
+
 def test_append_bench_runs_in_smoke_size() -> None:
     out = _bench("append_bench.py", "--mb", "2")
     assert re.search(r"^append [\d.]+ MB/s vs Spark Parquet write [\d.]+ MB/s", out, re.M), out

@@ -263,7 +263,7 @@ def test_data_source_pushes_filters_down_exactly(store, klake_source) -> None:
     lo, hi = NOW - 420_000, NOW - 380_000
 
     def source(topic: str, **options: str):  # noqa: ANN202
-        return spark.read.format("klake").options(root=root, topic=topic, splitBytes="1000", packBytes="1", **options).load()
+        return spark.read.format("klake").options(root=root, topic=topic, splitBytes="1000", packBytes="1", includeHeaders="true", **options).load()
 
     narrow = source(EVENTS).where(f"timestamp > {_sql_time(lo - 1, 500)} AND timestamp < {_sql_time(hi)} "
                                   f"AND partition IN (0, 1) AND offset >= 10 AND topic = '{EVENTS}'")
@@ -289,7 +289,8 @@ def test_pushed_filters_become_exact_bounds(store) -> None:
     lo, hi = NOW - 450_000, NOW - 420_000
 
     def reader(topic: str, **options: str) -> KlakeReader:
-        return KlakeReader({"root": root, "topic": topic, "splitBytes": "800", **options}, backend.options)
+        return KlakeReader({"root": root, "topic": topic, "splitBytes": "800", "includeHeaders": "true", **options},
+                           backend.options)
 
     def rows(r: KlakeReader) -> list[Record]:
         return as_records(pa.Table.from_batches([b for p in r.partitions() for b in r.read(p)],

@@ -1,5 +1,6 @@
 """Spark's Kafka source reading the live broker and klake reading the same topic imported from it give equal
-rows for the same offset range (issue 27, item 4: the read benchmark's two sides answer alike).
+rows for the same offset range (issue 27, item 4: the read benchmark's two sides answer alike), and
+`spark.read.format("klake")` given the very options dict `format("kafka")` is given answers alike too (issue 29).
 
 Truth is Spark's own Kafka source (`spark-sql-kafka-0-10` of the pinned `spark-kafka` set, on the shared
 session's classpath); klake's side is `read_records` over the broker's log dir imported in place.
@@ -16,6 +17,7 @@ import pytest
 from kafka import KafkaProducer
 
 from jobs import import_log
+from jobs.klake_source import register
 from jobs.read import read_records
 from jobs.runtime.config import load_config
 from jobs.runtime.job_runner import main
@@ -57,3 +59,18 @@ def test_spark_kafka_source_and_klake_read_equal_rows_for_the_same_offsets(
     assert len(theirs_rows) == 2 * (end - start)
     assert kafka.select(*COLUMNS).schema == ours.select(*COLUMNS).schema
     assert [r.asDict(recursive=True) for r in our_rows] == [r.asDict(recursive=True) for r in theirs_rows]
+
+    register(spark)  # the data source, with the very options dict given to format("kafka") (issue 29, item 3)
+    try:
+        for options in ({"subscribe": topic, "includeHeaders": "true", **bounds},
+                        {"subscribePattern": "parity-.*", "startingTimestamp": str(t0 + 200 * 997),
+                         "endingOffsets": json.dumps({topic: {"0": -1, "1": 180}})}):
+            shared = {"kafka.bootstrap.servers": kafka_broker.bootstrap, **options}
+            kafka = spark.read.format("kafka").options(**shared).load()
+            klake = spark.read.format("klake").options(root=str(root), **shared).load()
+            assert klake.schema == kafka.schema, options
+            theirs_rows = kafka.orderBy("partition", "offset").collect()
+            assert len(theirs_rows) > 100
+            assert klake.orderBy("partition", "offset").collect() == theirs_rows, options
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")

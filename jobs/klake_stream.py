@@ -1,0 +1,126 @@
+"""`spark.readStream.format("klake")`: a topic's records as a stream, read as Spark's Kafka source reads a cluster
+(issue 29, item 2), through Spark 4.2's Python streaming data source API.
+
+    from jobs.klake_source import register
+    register(spark)
+    (spark.readStream.format("klake").option("root", "s3://bucket/logs").option("subscribe", "orders")
+     .option("startingOffsets", "earliest").load()
+     .writeStream.trigger(availableNow=True).option("checkpointLocation", "s3://bucket/chk/orders")
+     .toTable("orders_copy"))
+
+Offsets are Spark's Kafka source's, per topic-partition, `{"orders": {"0": 23, "1": 17}}`: the next offset to
+read, kept in the query's checkpoint, so a query restarted on its checkpoint resumes where its last committed
+batch ended and an idempotent or transactional sink (Delta) receives each record exactly once.
+`Trigger.AvailableNow` (`prepareForTriggerAvailableNow`) fixes the latest offsets when the run starts and reads
+up to them, in batches of `maxOffsetsPerTrigger` if set. How offsets are found, the data-loss rule and the
+planning are `jobs.source_offsets`'; options `jobs.source_options`'; the rows `engine.ops.read.read_item`'s, as
+the batch source's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from engine.log.topic_config import TopicConfig
+from engine.ops.catalog_table import Catalog
+from engine.ops.read import DEFAULT_PACK_BYTES, DEFAULT_SPLIT_BYTES, WorkItem, pack_items, read_item
+from engine.ops.topic_store import load_topic_config
+from jobs.source_offsets import (
+    Offsets,
+    PartitionExtent,
+    TopicPartition,
+    archive_extents,
+    checked_ranges,
+    from_json,
+    plan_ranges,
+    rate_limit,
+    starting_offsets,
+    to_json,
+)
+from jobs.source_options import SourceOptions
+from layouts.store import StorageOptions
+
+
+class KlakeStreamPartition(InputPartition):
+    """A pack of work items (`engine.ops.read.pack_items`) read by one task."""
+
+    def __init__(self, items: list[WorkItem]) -> None:
+        super().__init__(items)
+
+
+class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark calls it on the driver (offsets, planning) and pickles it to the tasks (`read`): it keeps only
+    options, storage settings and the AvailableNow target, and opens the catalog per call."""
+
+    def __init__(self, options: SourceOptions, storage: StorageOptions) -> None:
+        self.options = options
+        self.storage = storage
+        self.target: Offsets | None = None
+        self.configs: dict[str, TopicConfig] = {}
+
+    def _catalog(self) -> Catalog:
+        return Catalog.open(self.options.catalog, self.storage)
+
+    def _config(self, topic: str) -> TopicConfig:
+        if topic not in self.configs:
+            self.configs[topic] = load_topic_config(self.options.root, topic, self.storage)
+        return self.configs[topic]
+
+    def _latest(self) -> tuple[Offsets, dict[TopicPartition, PartitionExtent]]:
+        extents = archive_extents(self._catalog(), self.options, self.storage, self.configs)
+        return {tp: e.log_end for tp, e in extents.items()}, extents
+
+    def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
+        return to_json(starting_offsets(self._catalog(), self.options, self.storage, self.configs))
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        self.target = self._latest()[0]
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802 - Spark's name
+        latest, extents = self._latest()
+        until = latest if self.target is None else {tp: min(o, latest.get(tp, o)) for tp, o in self.target.items()}
+        if isinstance(limit, ReadMaxRows):
+            until = rate_limit(from_json(start), until, extents, limit.max_rows)
+        return to_json(until)
+
+    def reportLatestOffset(self) -> dict:  # noqa: N802 - Spark's name
+        return to_json(self._latest()[0])
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        catalog = self._catalog()
+        extents = archive_extents(catalog, self.options, self.storage, self.configs)
+        ranges = checked_ranges(from_json(start), from_json(end), extents, self.options.fail_on_data_loss)
+        configs = {t: self._config(t) for t, _ in ranges}
+        items = plan_ranges(catalog, ranges, self.storage, configs, self.options.split_bytes or DEFAULT_SPLIT_BYTES,
+                            self.options.isolation_level)
+        packs = pack_items(items, self.options.pack_bytes or DEFAULT_PACK_BYTES, os.cpu_count() or 1)
+        return [KlakeStreamPartition(pack) for pack in packs]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return records(partition.value or [], self.storage, self.options.include_headers)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the archive keeps no consumer state (the checkpoint holds the offsets)."""
+
+
+def records(items: Sequence[WorkItem], storage: StorageOptions | None, include_headers: bool
+            ) -> Iterator[pa.RecordBatch]:
+    """The rows of `items`, without the `headers` column unless `includeHeaders` (Spark's Kafka source's
+    columns either way)."""
+    for item in items:
+        for batch in read_item(item, storage):
+            yield batch if include_headers else batch.drop_columns(["headers"])

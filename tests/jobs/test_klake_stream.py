@@ -1,0 +1,176 @@
+"""`spark.readStream.format("klake")` (jobs/klake_stream.py) and its options (jobs/source_options.py), issue 29.
+
+Truth: the records the `append` job was given (each value unique), and a Delta table (deltalake) written by
+an idempotent `foreachBatch` sink (Delta's app transactions, keyed by Spark's batch id), read back by
+deltalake: every appended record exactly once, across AvailableNow runs, appends in between and a run that
+fails mid-batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from engine.errors import ConfigError
+from jobs import append, retention
+from jobs.klake_source import KlakeReader, register
+from jobs.klake_stream import KlakeStreamReader
+from jobs.source_options import parse_options
+from layouts.store import StorageOptions
+from tests.jobs.test_jobs import HOUR, NOW, Jobs, input_table, local_backend, write_parquet
+
+pytestmark = pytest.mark.spark
+
+TOPIC = "events"
+TOPICS = {TOPIC: {"partitions": 2, "segment.bytes": 1500, "retention.ms": 3 * HOUR}}
+
+
+@pytest.fixture
+def klake(spark):
+    register(spark)
+    yield spark
+    spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+class Crash(Exception):
+    """Raised by the sink to fail a run mid-batch."""
+
+
+def add(jobs: Jobs, n: int, tag: str, start_ts: int) -> list[str]:
+    """Append `n` records with values `{tag}-NNNNN|...` to the topic; their values."""
+    table = input_table(n, seed=len(tag), tag=tag, start_ts=start_ts, step_ms=1000)
+    assert jobs.run(append.SPEC, "--input", str(write_parquet(jobs.tmp / f"{tag}.parquet", table)),
+                    "--topic", TOPIC)[0] == 0
+    return [v.decode() for v in table.column("value").to_pylist()]
+
+
+def run(spark, jobs: Jobs, delta: Path, checkpoint: Path, crash_at: int | None = None, **options: str) -> list[int]:
+    """One AvailableNow run into the Delta table; the ids of the batches it wrote. With `crash_at`, the sink
+    writes batch `crash_at` and then fails, as a run killed after its sink committed and before Spark did."""
+    written: list[int] = []
+
+    def sink(frame, batch_id: int) -> None:  # noqa: ANN001 - Spark's DataFrame
+        app = "klake-stream-test"
+        if delta.exists() and (DeltaTable(str(delta)).transaction_version(app) or -1) >= batch_id:
+            return
+        table = frame.toArrow()
+        if table.num_rows:
+            write_deltalake(str(delta), table, mode="append",
+                            commit_properties=CommitProperties(app_transactions=[Transaction(app, batch_id)]))
+            written.append(batch_id)
+        if batch_id == crash_at:
+            raise Crash(f"batch {batch_id}")
+
+    stream = (spark.readStream.format("klake").option("root", jobs.root).option("subscribe", TOPIC)
+              .option("startingOffsets", "earliest").options(**options).load())
+    query = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return written
+
+
+def delta_values(delta: Path) -> list[str]:
+    return [v.decode() for v in DeltaTable(str(delta)).to_pyarrow_table().column("value").to_pylist()]
+
+
+def test_available_now_runs_write_each_record_once_across_appends_and_a_failed_run(klake, tmp_path: Path) -> None:
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    delta, checkpoint = tmp_path / "delta", tmp_path / "checkpoint"
+    appended: list[str] = []
+    for step in range(3):
+        appended += add(jobs, 120, f"a{step}", NOW - HOUR + step * 200_000)
+        assert run(klake, jobs, delta, checkpoint, maxOffsetsPerTrigger="50")
+        assert sorted(delta_values(delta)) == sorted(appended)
+    offsets = json.loads((checkpoint / "offsets").glob("*").__next__().read_text().splitlines()[-1])
+    assert set(offsets) == {TOPIC} and set(offsets[TOPIC]) == {"0", "1"}
+
+    appended += add(jobs, 90, "crash", NOW - HOUR + 700_000)
+    with pytest.raises(Exception, match="Crash"):
+        run(klake, jobs, delta, checkpoint, crash_at=int(max(p.name for p in (checkpoint / "commits").iterdir()
+                                                             if p.name.isdigit())) + 1)
+    run(klake, jobs, delta, checkpoint)  # the failed batch again: the sink skips what it committed
+    assert sorted(delta_values(delta)) == sorted(appended)
+    assert run(klake, jobs, delta, checkpoint) == []  # nothing new: no batch
+
+
+def test_max_offsets_per_trigger_splits_the_run_into_batches(klake, tmp_path: Path) -> None:
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    appended = add(jobs, 200, "m", NOW - HOUR)
+    delta = tmp_path / "delta"
+    batches = run(klake, jobs, delta, tmp_path / "checkpoint", maxOffsetsPerTrigger="30")
+    assert len(batches) == -(-200 // 30)  # 30 a batch, split over the two partitions by what each holds
+    assert sorted(delta_values(delta)) == sorted(appended)
+
+
+def test_retention_between_runs_fails_the_query_or_skips_what_is_gone(klake, tmp_path: Path) -> None:
+    """Retention deletes records the query had still to read: failOnDataLoss=true (default) fails the run naming
+    the partition; false reads what is left from the log start offset on (kafka-python's decode of the live
+    segments is the truth)."""
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    first = add(jobs, 100, "first", NOW - 10 * HOUR)
+    delta, checkpoint = tmp_path / "delta", tmp_path / "checkpoint"
+    run(klake, jobs, delta, checkpoint)
+    middle = add(jobs, 150, "middle", NOW - 9 * HOUR)
+    add(jobs, 60, "new", NOW - 60_000)
+    assert jobs.run(retention.SPEC)[0] == 0  # segments holding only records older than 3 h go
+    live = {r[3].decode() for p in (0, 1) for r in jobs.records(TOPIC, p)}
+    assert set(middle) - live, "retention deleted nothing the query had still to read"
+    with pytest.raises(Exception, match=r"events-[01]: offsets \d+ to \d+ are gone"):
+        run(klake, jobs, delta, checkpoint)
+    run(klake, jobs, delta, checkpoint, failOnDataLoss="false")
+    assert sorted(delta_values(delta)) == sorted(set(first) | live)
+
+
+def test_options_are_checked_and_named() -> None:
+    base = {"root": "/tmp/r", "subscribe": "t"}
+    for options, message in [
+            ({"root": "/tmp/r", "topic": "t"}, "option 'topic' is unknown"),
+            ({**base, "startingOffset": "3"}, "option 'startingoffset' is unknown"),
+            ({**base, "kafka.auto.offset.reset": "earliest"}, "set startingOffsets instead"),
+            ({**base, "minOffsetsPerTrigger": "5"}, "'minoffsetspertrigger' is not supported yet"),
+            ({**base, "endingOffsets": "latest"}, "for batch queries only"),
+            ({**base, "kafka.isolation.level": "read_dirty"}, "must be one of read_uncommitted, read_committed"),
+            ({**base, "assign": '{"t":[0]}'}, "exactly one of"),
+            ({**base, "startingOffsets": '{"t":{"0":-3}}'}, "bad value -3"),
+            ({**base, "maxOffsetsPerTrigger": "0"}, "must be a positive integer")]:
+        with pytest.raises(ConfigError, match=message):
+            parse_options(options, "stream")
+    parsed = parse_options({**base, "kafka.bootstrap.servers": "b:9092", "kafka.security.protocol": "SSL",
+                            "startingOffsets": '{"t":{"0":5,"1":-2}}', "failOnDataLoss": "false"}, "stream")
+    assert parsed.starting.offsets == {"t": {0: 5, 1: -2}} and parsed.fail_on_data_loss is False
+    assert parse_options(base, "stream").starting.default == -1  # latest, Spark's default for streams
+    assert parse_options(base, "batch").starting.default == -2
+    committed = {**base, "kafka.isolation.level": "read_committed"}
+    with pytest.raises(ConfigError, match="read_committed is not yet supported by spark.readStream"):
+        KlakeStreamReader(parse_options(committed, "stream"), StorageOptions())
+    with pytest.raises(ConfigError, match="option 'startingoffsetz' is unknown"):
+        KlakeReader({"root": "/tmp/r", "topic": "t", "startingOffsetz": "3"}, StorageOptions())
+    with pytest.raises(ConfigError, match="option 'partitions' is klake's own and goes with 'topic'"):
+        KlakeReader({**base, "partitions": "0"}, StorageOptions())
+    with pytest.raises(ConfigError, match="option 'startingoffsets' is Kafka's and goes with subscribe"):
+        KlakeReader({"root": "/tmp/r", "topic": "t", "startingOffsets": "earliest"}, StorageOptions())
+
+
+def test_starting_offsets_by_timestamp_are_kafkas_list_offsets_answers(spark, tmp_path: Path) -> None:
+    """Each partition starts at its first record with a timestamp at or after the time (kafka-python's decode of
+    the live segments is the truth); a time after every record fails the query (strategy error, the default) or
+    starts at the log end (strategy latest)."""
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    add(jobs, 150, "t", NOW - HOUR)
+    records = {p: jobs.records(TOPIC, p) for p in (0, 1)}
+    target = NOW - HOUR + 70_500
+
+    def reader(**options: str) -> KlakeStreamReader:
+        return KlakeStreamReader(parse_options({"root": jobs.root, "subscribe": TOPIC, **options}, "stream"),
+                                 StorageOptions())
+
+    first = {str(p): next(r[0] for r in records[p] if r[1] >= target) for p in (0, 1)}
+    assert reader(startingTimestamp=str(target)).initialOffset() == {TOPIC: first}
+    by_partition = json.dumps({TOPIC: {"0": target, "1": NOW}})
+    with pytest.raises(ConfigError, match="events-1 holds no record at or after timestamp"):
+        reader(startingOffsetsByTimestamp=by_partition).initialOffset()
+    latest = reader(startingOffsetsByTimestamp=by_partition, startingOffsetsByTimestampStrategy="latest")
+    assert latest.initialOffset() == {TOPIC: {"0": first["0"], "1": records[1][-1][0] + 1}}
