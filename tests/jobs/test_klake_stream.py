@@ -15,6 +15,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from engine.errors import ConfigError
+from engine.ops.read import IsolationLevel
 from jobs import append, retention
 from jobs.klake_source import KlakeReader, register
 from jobs.klake_stream import KlakeStreamReader
@@ -144,8 +145,10 @@ def test_options_are_checked_and_named() -> None:
     assert parse_options(base, "stream").starting.default == -1  # latest, Spark's default for streams
     assert parse_options(base, "batch").starting.default == -2
     committed = {**base, "kafka.isolation.level": "read_committed"}
-    with pytest.raises(ConfigError, match="read_committed is not yet supported by spark.readStream"):
-        KlakeStreamReader(parse_options(committed, "stream"), StorageOptions())
+    assert parse_options(committed, "stream").isolation_level == IsolationLevel.READ_COMMITTED
+    assert parse_options(base, "batch").isolation_level == IsolationLevel.READ_UNCOMMITTED
+    with pytest.raises(ConfigError, match="'kafka.isolation.level' must be one of read_uncommitted, read_committed"):
+        parse_options({**base, "kafka.isolation.level": "committed"}, "stream")
     with pytest.raises(ConfigError, match="option 'startingoffsetz' is unknown"):
         KlakeReader({"root": "/tmp/r", "topic": "t", "startingOffsetz": "3"}, StorageOptions())
     with pytest.raises(ConfigError, match="option 'partitions' is klake's own and goes with 'topic'"):

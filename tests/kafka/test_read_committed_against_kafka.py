@@ -31,6 +31,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from jobs import export, import_log, read
 from jobs.klake_source import register
 from jobs.runtime.job_runner import JobSpec, main
+from tests.kafka.test_spark_kafka_stream_parity import available_now, checkpointed_offsets
 from tests.kafka_broker import KafkaBroker
 from tests.oracles import fetch_jvm
 
@@ -159,13 +160,22 @@ def test_read_committed_reads_and_txnindexes_are_kafkas(spark, kafka_broker: Kaf
             theirs = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_broker.bootstrap)
                       .option("subscribe", topic).option("includeHeaders", "true")
                       .option("kafka.isolation.level", isolation).load())
-            ours = (spark.read.format("klake").option("root", root).option("topic", topic)
-                    .option("kafka.isolation.level", isolation).load())
+            ours = (spark.read.format("klake").option("root", root).option("subscribe", topic)
+                    .option("includeHeaders", "true").option("kafka.isolation.level", isolation).load())
             assert ours.select(*COLUMNS).schema == theirs.select(*COLUMNS).schema
             their_rows = [r.asDict(recursive=True) for r in theirs.select(*COLUMNS).orderBy("partition", "offset").collect()]
             our_rows = [r.asDict(recursive=True) for r in ours.select(*COLUMNS).orderBy("partition", "offset").collect()]
             assert our_rows == their_rows, isolation
             assert len(our_rows) == sum(len(r) for r in (committed if isolation == "read_committed" else uncommitted).values())
+
+        # a stream ends at the last stable offset too, batch by batch as Spark's Kafka source cuts it
+        shared = {"kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": topic, "startingOffsets": "earliest",
+                  "includeHeaders": "true", "kafka.isolation.level": "read_committed", "maxOffsetsPerTrigger": "60"}
+        theirs_stream = available_now(spark, "kafka", shared, tmp_path / "kafka-stream")
+        ours_stream = available_now(spark, "klake", {"root": root, **shared}, tmp_path / "klake-stream")
+        assert checkpointed_offsets(tmp_path / "klake-stream") == checkpointed_offsets(tmp_path / "kafka-stream")
+        assert ours_stream == theirs_stream
+        assert sum(len(rows) for rows in ours_stream.values()) == sum(len(r) for r in committed.values())
 
         exported = tmp_path / "exported"
         run(export.SPEC, tmp_path, "--root", root, "--topic", topic, "--output", str(exported))
