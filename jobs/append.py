@@ -11,6 +11,10 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   at a partition derived from the input split (the run carries over batches within an input task), so
   a re-run with the same input and Spark settings assigns identically. An explicit partition outside
   the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
+- An `offset` column (Spark's Kafka source has one; `--keep-offsets` requires it) is kept: every record is
+  appended at its own offset, with its timestamp and `timestampType` as given, as a follower appends the
+  leader's records (`engine.log.kept_offsets`: increasing per partition, at or after the log end, gaps
+  allowed); a record breaking the rule is rejected (`OFFSETS_OUT_OF_ORDER`), never renumbered.
 - Input order is kept per partition: files in path order, rows in file order, or Spark's row order for
   tables. No shuffle (issue 14): the input tasks (Parquet files read by pyarrow in the tasks, split by
   row groups as Spark splits files; other input read by Spark) assign partitions and stage their rows
@@ -64,7 +68,8 @@ from engine.ops.append_staging import PIECE_SCHEMA, order_pieces, staged_batches
 from engine.ops.lease import leased_partitions
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.ingest.assign import tp_names
-from jobs.ingest.columns import SINK_COLUMNS, check_input_schema, staging_schema
+from jobs.ingest.columns import INPUT_COLUMNS, check_input_schema, staging_schema
+from jobs.ingest.kept_offsets import keeps_offsets
 from jobs.ingest.parquet import parquet_splits, parquet_tasks
 from jobs.ingest.stage import STAGED_SCHEMA, Stager, append_tasks, staged_pieces
 from jobs.runtime.job_runner import JobContext, JobSpec, check_partitions, main
@@ -106,6 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rejects", metavar="DIR",
                         help="where rejected records go, one Parquet file per partition (default beside --report, "
                              "else {root}/_rejects/{job id}/)")
+    parser.add_argument("--keep-offsets", action="store_true",
+                        help="the input must have an `offset` column (as Spark's Kafka source gives it); an input "
+                             "that has one keeps its offsets anyway (README: Keeping a cluster's offsets)")
 
 
 def _checks_parquet(ctx: JobContext) -> bool:
@@ -186,7 +194,7 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
         files = df.inputFiles()
-    sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
+    sink = [f for f in df.schema.fields if f.name in INPUT_COLUMNS]
     try:
         schema = to_arrow_schema(StructType(sink))
     except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
@@ -202,7 +210,8 @@ def _read_input(ctx: JobContext) -> tuple[Any, list[str]]:
             df = df.withColumn(name, F.col(name).cast("binary"))
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
-    keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
+    keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp", "offset", "timestampType")
+            if c in df.columns]
     return df.select(*keep, "_file", "_block", "_pos"), files
 
 
@@ -545,6 +554,7 @@ def run(ctx: JobContext) -> None:
         counts = partition_counts(ctx, topics)
         order = [info.uri for info, _ in parquet_files]
         parquet = (parquet_files, schema, topics[0])
+        keep = keeps_offsets(schema.names, ctx.args.keep_offsets, ctx.args.input)
     else:
         df, files = _read_input(ctx)
         found = ({r["topic"]: ctx.args.input or f"table {ctx.args.table}"
@@ -556,6 +566,7 @@ def run(ctx: JobContext) -> None:
             df = df.withColumn("topic", F.lit(topics[0]))
         order = file_order(files)
         df = with_file_rank(df, order)
+        keep = keeps_offsets(df.columns, ctx.args.keep_offsets, ctx.args.input or f"table {ctx.args.table}")
     check_partitions([TopicPartition(t, counts[t] - 1) for t in topics], set(topics), set(ctx.args.partition_ids), None)
     names = tp_names(counts)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
@@ -565,7 +576,7 @@ def run(ctx: JobContext) -> None:
         return
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": ctx.config.jobs.batch_bytes or None,
-                      "dry_run": ctx.dry_run}
+                      "dry_run": ctx.dry_run, "keep_offsets": keep}
     where = None if ctx.dry_run else rejects_dir(ctx)
     rows: list = []
 

@@ -108,7 +108,8 @@ def _whole(pieces: list[bytes], chunks: list[bytes], start_position: int) -> lis
 
 def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
                    options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
-                   carry: Sequence[str] = (), dry_run: bool = False) -> PartitionStep[PartitionAppendOutcome]:
+                   carry: Sequence[str] = (), dry_run: bool = False, keep_offsets: bool = False,
+                   ) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     `records` is one table or a stream of them (consecutive chunks of the partition's input, in order):
@@ -119,7 +120,8 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     Rejected rows are numbered across the whole stream and carry the input's `carry` columns. Writing and
     committing are separate so that a job over many partitions commits once (`engine.ops.run`); the caller
     holds the partition's lease. A `dry_run` appends in memory (every record checked, every segment
-    encoded and counted) and uploads nothing: its step is what the run would commit.
+    encoded and counted) and uploads nothing: its step is what the run would commit. `keep_offsets` appends
+    every record at its `offset` column's offset (`engine.log.kept_offsets`), chunk after chunk.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
@@ -148,7 +150,8 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     for chunk in [records] if isinstance(records, pa.Table) else records:
         result = append_records(chunk, config, log_end_offset=log_end, now_ms=now_ms,
                                 last_log_append_time=last_append, resume=resume, resume_summary=resumed,
-                                segment_key=str(tp), batch_bytes=batch_bytes, carry=carry)
+                                segment_key=str(tp), batch_bytes=batch_bytes, carry=carry,
+                                keep_offsets=keep_offsets)
         for seg, summary in zip(result.closed, result.summaries, strict=False):
             log = _whole(pieces, seg.chunks, seg.start_position)
             new_rows.append(store(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
