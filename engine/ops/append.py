@@ -44,6 +44,7 @@ class PartitionAppendOutcome:
     counters: AppendCounters | None = None
     rejects: pa.Table | None = None
     log_end_offset: int | None = None
+    first_offset: int | None = None  # of the first record appended (an archive reports it)
     segments_written: list[str] = field(default_factory=list)
     commit_version: int | None = None
 
@@ -51,6 +52,7 @@ class PartitionAppendOutcome:
         counters = self.counters
         return {"topic": self.topic, "partition": self.partition, "append_id": self.append_id,
                 "already_committed": self.already_committed, "log_end_offset": self.log_end_offset,
+                "first_offset": self.first_offset,
                 "records_in": counters.records_in if counters else 0,
                 "records_accepted": counters.records_accepted if counters else 0,
                 "rejected": dict(counters.rejected) if counters else {},
@@ -146,6 +148,7 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     counters: AppendCounters | None = None
     rejects: list[pa.Table] = []
     first_row = 0
+    first_offset = None
     result = None
     for chunk in [records] if isinstance(records, pa.Table) else records:
         result = append_records(chunk, config, log_end_offset=log_end, now_ms=now_ms,
@@ -160,12 +163,14 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
         resume, resumed = act.state, result.summaries[-1]
         log_end, last_append = result.log_end_offset, result.last_log_append_time
         counters = result.counters if counters is None else counters + result.counters
+        if first_offset is None and (placed := result.offsets[result.offsets >= 0]).size:
+            first_offset = int(placed[0])
         rejects.append(result.rejects.set_column(0, "row", pc.add(result.rejects.column("row"), first_row)))
         first_row += chunk.num_rows
     if result is None:
         return PartitionStep(PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, None, None, log_end))
     outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, counters,
-                                     pa.concat_tables(rejects), log_end)
+                                     pa.concat_tables(rejects), log_end, first_offset)
     if counters.records_accepted == 0:
         return PartitionStep(outcome)
     act = result.active

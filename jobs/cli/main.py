@@ -45,7 +45,7 @@ _JOB_SPECS = {"append": ("jobs.append", "SPEC"), "roll": ("jobs.roll", "SPEC"), 
               "export": ("jobs.export", "SPEC"), "scrub": ("jobs.scrub", "SPEC"),
               "catalog-maintenance": ("jobs.catalog_maintenance", "SPEC"),
               "offsets-for-times": ("jobs.offsets_for_times", "SPEC"), "read": ("jobs.read", "SPEC"),
-              "mirror": ("jobs.mirror", "SPEC")}
+              "mirror": ("jobs.mirror", "SPEC"), "archive": ("jobs.archive", "SPEC")}
 
 
 def job_specs() -> list[JobSpec]:
