@@ -26,6 +26,8 @@
   No value is printed or reported.
 - The report gives per partition: records, bytes, first and last offset appended, and lag behind the cluster
   at the end of the run.
+- Each run snapshots the committed offsets of the consumer groups on the archived topics into `_groups`
+  (`engine.ops.groups_table`; `klake groups` answers where a group stood).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
+from engine.ops.groups_table import GroupOffset, snapshot_groups
 from jobs import append
 from jobs.runtime.config import TopicSettings
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
@@ -125,6 +128,18 @@ class Cluster:
     def close(self) -> None:
         self.consumer.close()
         self.admin.close()
+
+    def group_offsets(self, topics: set[str]) -> list[GroupOffset]:
+        """The committed offsets of every consumer group on `topics` (ListGroups, then OffsetFetch)."""
+        groups = sorted(g["group_id"] for g in self.admin.list_groups())
+        if not groups:
+            return []
+        found = self.admin.list_group_offsets(dict.fromkeys(groups))
+        return [GroupOffset(group, tp.topic, tp.partition, meta.offset,
+                            None if meta.leader_epoch is None or meta.leader_epoch < 0 else meta.leader_epoch,
+                            meta.metadata or None)
+                for group in groups for tp, meta in sorted(found.get(group, {}).items())
+                if tp.topic in topics and meta.offset >= 0]
 
     def partitions(self, topic: str) -> int:
         found = self.consumer.partitions_for_topic(topic)
@@ -244,9 +259,14 @@ def run(ctx: JobContext) -> None:
                               partition_ids=sorted({tp.partition for tp in todo}) if args.partition_ids else [])
             append.run(ctx)
         lag_end = cluster.offsets(tps)[1]
+        positions = cluster.group_offsets(set(counts))
     finally:
         cluster.close()
     _report_partitions(ctx, tps, ranges, lag_end)
+    rows = snapshot_groups(ctx.config.root, positions, ctx.now_ms, ctx.options)
+    ctx.report.results["group_offsets"] = rows
+    ctx.report.summary.append(f"archive: {plural(rows, 'committed offset')} of "
+                              f"{plural(len({p.group for p in positions}), 'consumer group')} snapshotted")
 
 
 def _report_gaps(ctx: JobContext, gaps: Mapping[TopicPartition, tuple[int, int]], allowed: bool) -> None:

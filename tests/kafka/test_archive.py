@@ -18,9 +18,11 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTP
+from kafka.structs import OffsetAndMetadata
 
 from engine.ops.catalog_table import Catalog
 from jobs import archive
+from jobs.cli import main as cli
 from jobs.read import read_records
 from jobs.runtime.config import load_config
 from jobs.runtime.job_runner import main
@@ -170,3 +172,34 @@ def test_bad_input_is_one_line_and_exit_2(kafka_broker: KafkaBroker, tmp_path: P
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0] and "hunter2" not in err[0], (name, err)
     assert not (tmp_path / "root" / "_catalog").exists()
+
+
+def test_each_run_snapshots_the_groups_committed_offsets_and_groups_answers_where_they_stood(
+        spark, kafka_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fetch_jvm.require("spark-kafka")
+    topic = kafka_broker.create_topic(f"groups-{uuid.uuid4().hex[:8]}", partitions=2)
+    conf = _conf(tmp_path)
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    for i in range(30):
+        producer.send(topic, value=b"g-%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    group = f"billing-{topic}"
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=group, enable_auto_commit=False)
+    tps = [KafkaTP(topic, 0), KafkaTP(topic, 1)]
+    consumer.assign(tps)
+    consumer.commit({tps[0]: OffsetAndMetadata(7, "seven", -1), tps[1]: OffsetAndMetadata(11, "", -1)})
+    consumer.close()
+    code, report = _archive(conf, kafka_broker, topic, "--now", "2026-11-28T04:00:00Z")
+    assert code == 0 and report["results"]["group_offsets"] >= 2, report
+    capsys.readouterr()
+    assert cli.main(["groups", "--conf", str(conf), "--group", group, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    admin = kafka_broker.admin()
+    truth = admin.list_group_offsets({group: None})[group]
+    admin.close()
+    assert [(r["topic"], r["partition"], r["offset"], r["metadata"]) for r in rows] == [
+        (tp.topic, tp.partition, meta.offset, meta.metadata or None) for tp, meta in sorted(truth.items())]
+    assert {r["snapshot_ms"] for r in rows} == {1795838400000}  # the run's --now
+    assert cli.main(["groups", "--conf", str(conf), "--group", group, "--at", "2026-11-28T03:59:59Z"]) == 2
+    assert "no snapshot of group" in capsys.readouterr().err
