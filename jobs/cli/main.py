@@ -45,7 +45,8 @@ _JOB_SPECS = {"append": ("jobs.append", "SPEC"), "roll": ("jobs.roll", "SPEC"), 
               "export": ("jobs.export", "SPEC"), "scrub": ("jobs.scrub", "SPEC"),
               "catalog-maintenance": ("jobs.catalog_maintenance", "SPEC"),
               "offsets-for-times": ("jobs.offsets_for_times", "SPEC"), "read": ("jobs.read", "SPEC"),
-              "mirror": ("jobs.mirror", "SPEC"), "archive": ("jobs.archive", "SPEC")}
+              "mirror": ("jobs.mirror", "SPEC"), "archive": ("jobs.archive", "SPEC"),
+              "restore": ("jobs.restore", "SPEC")}
 
 
 def job_specs() -> list[JobSpec]:

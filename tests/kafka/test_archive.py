@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
@@ -203,3 +204,64 @@ def test_each_run_snapshots_the_groups_committed_offsets_and_groups_answers_wher
     assert {r["snapshot_ms"] for r in rows} == {1795838400000}  # the run's --now
     assert cli.main(["groups", "--conf", str(conf), "--group", group, "--at", "2026-11-28T03:59:59Z"]) == 2
     assert "no snapshot of group" in capsys.readouterr().err
+
+
+def _records(broker: KafkaBroker, topic: str, partitions: int) -> list[tuple]:
+    """(partition, offset, timestamp, key, value, headers) of every committed record, in offset order."""
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([KafkaTP(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    out = sorted((r.partition, r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
+                 for r in consumer)
+    consumer.close()
+    return out
+
+
+def test_restore_produces_the_archive_into_a_new_topic_and_the_group_resumes_where_it_would_have(
+        spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    from jobs import restore
+
+    fetch_jvm.require("spark-kafka")
+    topic = kafka_broker.create_topic(f"restore-{uuid.uuid4().hex[:8]}", partitions=2)
+    conf = _conf(tmp_path)
+    _transactions(kafka_broker, topic, "a")  # aborted records and markers: gaps the restore closes
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    for i in range(20):
+        producer.send(topic, key=b"k%d" % i, value=b"plain-%d" % i, partition=i % 2, headers=[("h", b"%d" % i)],
+                      timestamp_ms=1_790_000_000_000 + i)
+    producer.flush()
+    producer.close()
+    source = _records(kafka_broker, topic, 2)
+    gap = next(o for o in range(source[-1][1]) if (0, o) not in {(p, x) for p, x, *_ in source})
+    group = f"readers-{topic}"
+    committed = {0: gap, 1: [o for p, o, *_ in source if p == 1][3]}  # partition 0: at a gap (an aborted record)
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id=group, enable_auto_commit=False)
+    consumer.commit({KafkaTP(topic, p): OffsetAndMetadata(o, "", -1) for p, o in committed.items()})
+    consumer.close()
+    assert _archive(conf, kafka_broker, topic)[0] == 0
+
+    target = f"{topic}-restored"
+    report = tmp_path / "restore.json"
+    code = main(restore.SPEC, ["--conf", str(conf), "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic,
+                               "--to-topic", target, "--apply-groups", "--no-progress", "--report", str(report)])
+    assert code == 0, report.read_text()
+    restored = _records(kafka_broker, target, 2)
+    assert [(p, t, k, v, h) for p, _, t, k, v, h in restored] == [(p, t, k, v, h) for p, _, t, k, v, h in source]
+    admin = kafka_broker.admin()
+    positions = admin.list_group_offsets({group: None})[group]
+    admin.close()
+    for p, c in committed.items():  # the record the group reads next is the one it would have read next
+        would = next(v for q, o, _, _, v, _ in source if q == p and o >= c)
+        new = positions[KafkaTP(target, p)].offset
+        assert next(v for q, o, _, _, v, _ in restored if q == p and o == new) == would
+    offset_map = pq.read_table(str(tmp_path / "restore.offset-map.parquet")).to_pylist()
+    assert [(r["partition"], r["archive_offset"]) for r in offset_map] == [(p, o) for p, o, *_ in source]
+    assert [(r["partition"], r["new_offset"]) for r in offset_map] == [(p, o) for p, o, *_ in restored]
+
+    csv = tmp_path / "groups"
+    code = main(restore.SPEC, ["--conf", str(conf), "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic,
+                               "--to-topic", f"{topic}-again", "--groups-csv", str(csv), "--no-progress"])
+    assert code == 0
+    assert (csv / f"{group}.csv").read_text() == "".join(
+        f"{topic}-again,{p},{positions[KafkaTP(target, p)].offset}\n" for p in sorted(committed))
