@@ -11,6 +11,10 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   at a partition derived from the input split (the run carries over batches within an input task), so
   a re-run with the same input and Spark settings assigns identically. An explicit partition outside
   the topic is rejected (`UNKNOWN_PARTITION`), as is one outside this run's `--partition`.
+- An `offset` column (Spark's Kafka source has one; `--keep-offsets` requires it) is kept: every record is
+  appended at its own offset, with its timestamp and `timestampType` as given, as a follower appends the
+  leader's records (`engine.log.kept_offsets`: increasing per partition, at or after the log end, gaps
+  allowed); a record breaking the rule is rejected (`OFFSETS_OUT_OF_ORDER`), never renumbered.
 - Input order is kept per partition: files in path order, rows in file order, or Spark's row order for
   tables. No shuffle (issue 14): the input tasks (Parquet files read by pyarrow in the tasks, split by
   row groups as Spark splits files; other input read by Spark) assign partitions and stage their rows
@@ -74,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rejects", metavar="DIR",
                         help="where rejected records go, one Parquet file per partition (default beside --report, "
                              "else {root}/_rejects/{job id}/)")
+    parser.add_argument("--keep-offsets", action="store_true",
+                        help="the input must have an `offset` column (as Spark's Kafka source gives it); an input "
+                             "that has one keeps its offsets anyway (README: Keeping a cluster's offsets)")
 
 
 def run(ctx: JobContext) -> None:
@@ -93,7 +100,7 @@ def run(ctx: JobContext) -> None:
         return
     prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
                       "append_id": ctx.job_id, "batch_bytes": ctx.config.jobs.batch_bytes or None,
-                      "dry_run": ctx.dry_run}
+                      "dry_run": ctx.dry_run, "keep_offsets": source.keep_offsets}
     where = None if ctx.dry_run else rejects_dir(ctx.config.root, ctx.job_id, ctx.args.rejects, ctx.args.report)
     rows: list[dict] = []
 

@@ -62,6 +62,14 @@ from engine.format.varint import encoded_size
 from engine.index.common import INT64_MAX, INT64_MIN
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from engine.log.kept_offsets import (
+    LOG_APPEND_TIME_TYPE,
+    OFFSETS_OUT_OF_ORDER,
+    contiguous_runs,
+    kept_offset_mask,
+    kept_offsets,
+    out_of_order_messages,
+)
 from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
 from engine.log.summary import SegmentSummary
@@ -73,7 +81,7 @@ INVALID_RECORD = "INVALID_RECORD"
 NEGATIVE_TIMESTAMP = "NEGATIVE_TIMESTAMP"
 INVALID_TIMESTAMP = "INVALID_TIMESTAMP"
 RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
-REASONS = (INVALID_RECORD, NEGATIVE_TIMESTAMP, INVALID_TIMESTAMP, RECORD_TOO_LARGE)
+REASONS = (INVALID_RECORD, NEGATIVE_TIMESTAMP, INVALID_TIMESTAMP, RECORD_TOO_LARGE, OFFSETS_OUT_OF_ORDER)
 REJECT_FIELDS = [pa.field("row", pa.int64(), nullable=False), pa.field("reason", pa.string(), nullable=False),
                  pa.field("message", pa.string(), nullable=False)]
 
@@ -148,7 +156,7 @@ class _Rejects:
         reasons = [r for r, m in zip(self.reasons, self.messages, strict=True) for _ in m]
         messages = [x for m in self.messages for x in m]
         order = np.argsort(rows, kind="stable")
-        extra = [c for c in ("key", "value", "timestamp", "headers", *carry) if c in source.column_names]
+        extra = [c for c in ("key", "value", "timestamp", "headers", "offset", *carry) if c in source.column_names]
         # no rejects (the common case): no take, which would first join a chunked column's chunks (and no
         # slice, which would keep the chunk's buffers alive as long as the rejects)
         taken = source.select(extra).take(pa.array(rows[order])) if rows.size else source.select(extra).schema.empty_table()
@@ -169,7 +177,7 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
                    last_log_append_time: int | None = None, resume: ActiveSegmentState | None = None,
                    resume_log: bytes | None = None, resume_summary: SegmentSummary | None = None,
                    segment_key: str = "", leader_epoch: int = -1, batch_bytes: int | None = None,
-                   carry: Sequence[str] = ()) -> AppendResult:
+                   carry: Sequence[str] = (), keep_offsets: bool = False) -> AppendResult:
     """Validate, batch and append `table`'s records after `log_end_offset` (see the module docstring).
 
     `resume` continues the partition's active segment (its `next_offset` must be `log_end_offset`;
@@ -178,6 +186,13 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
     an optional packing target below `max.message.bytes`, like the producer's `batch.size`: a record
     larger than it still gets a batch of its own. The rejects table carries the `carry` columns of
     `table` besides the record's own.
+
+    `keep_offsets` appends each record at the offset of `table`'s `offset` column, as a follower appends
+    the leader's records (`engine.log.kept_offsets`: increasing, at or after the log end, gaps allowed;
+    a record breaking the rule is rejected, `OFFSETS_OUT_OF_ORDER`), with its timestamp and timestamp
+    type as given (`timestampType`, Spark's Kafka source column; else the topic's): a follower does not
+    check timestamps against its clock, so `INVALID_TIMESTAMP` does not apply, and a LogAppendTime
+    record's timestamp is its batch's append time, not `now`.
     """
     kip228 = config.allow_negative_timestamps
     min_ts = min_timestamp(config)
@@ -188,7 +203,15 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
                          f"but klake.timestamps.allow.negative={kip228} needs {min_ts}")
     keys, values, headers, ts = _columns(table, now_ms)
     rejects = _Rejects()
-    ok = _validate(keys, headers, ts, config, now_ms, rejects)
+    kept = types = None
+    ok = np.ones(len(keys), dtype=bool)
+    if keep_offsets:
+        kept, valid = kept_offsets(table.column("offset"))
+        ok = kept_offset_mask(kept, valid, log_end_offset)
+        broken = np.flatnonzero(~ok)
+        rejects.add(broken, OFFSETS_OUT_OF_ORDER, out_of_order_messages(kept, valid, log_end_offset, broken))
+        types = _timestamp_types(table, config)
+    ok = _validate(keys, headers, ts, config, now_ms, rejects, ok, check_window=not keep_offsets)
 
     policy = RollPolicy(config)
     limit = batch_size_limit(config)
@@ -202,31 +225,43 @@ def append_records(table: pa.Table, config: TopicConfig, *, log_end_offset: int,
         rejects.add(rows[too_big], RECORD_TOO_LARGE, [_too_large(int(s), config) for s in solo[too_big]])
         rows, fixed = rows[~too_big], fixed[~too_big]
 
-    lat = log_append_time(config, now_ms, last_log_append_time)
-    lengths = plan_batches(fixed, ts[rows], min(limit, batch_bytes or limit), cut_on_delta_overflow=kip228)
-    batches, lengths, rows = _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat,
-                                     log_end_offset, leader_epoch, rejects, config)
-    max_ts = _batch_max_timestamps(ts[rows], lengths, lat, kip228)
-    if kip228 and lat is None:
+    target = min(limit, batch_bytes or limit)
+    if kept is None:
+        lat = log_append_time(config, now_ms, last_log_append_time)
+        lengths = plan_batches(fixed, ts[rows], target, cut_on_delta_overflow=kip228)
+        batches, lengths, rows = _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat,
+                                         log_end_offset, leader_epoch, rejects, config)
+        bases = log_end_offset + np.cumsum(lengths) - lengths
+        appended_at = np.full(lengths.shape[0], lat is not None)
+        record_offsets = log_end_offset + np.arange(rows.shape[0])
+        stamps = np.full(rows.shape[0], lat) if lat is not None else ts[rows]
+    else:
+        batches, lengths, rows, appended_at = _encode_kept(keys, values, headers, ts, rows, fixed, kept, types,
+                                                           target, limit, codec, leader_epoch, rejects, config)
+        bases = kept[rows][np.cumsum(lengths) - lengths] if lengths.size else np.zeros(0, np.int64)
+        record_offsets, stamps = kept[rows], ts[rows]
+        lat = int(stamps[-1]) if appended_at.size and appended_at[-1] else None
+    max_ts = _batch_max_timestamps(ts[rows], lengths, lat if kept is None else None, kip228)
+    if kip228 and (lat is None or kept is not None):
         batches = [with_max_timestamp(b, int(m)) if m < NO_TIMESTAMP else b
                    for b, m in zip(batches, max_ts.tolist(), strict=True)]
 
     if resume is not None:
         writer = SegmentWriter.resume(policy, resume, segment_key, resume_log)
-    else:
-        writer = SegmentWriter(policy, log_end_offset, segment_key, now_ms, min_timestamp=min_ts)
+    else:  # kept offsets: a new log starts at its first record (a follower's log at the leader's start)
+        start = int(bases[0]) if kept is not None and bases.size else log_end_offset
+        writer = SegmentWriter(policy, start, segment_key, now_ms, min_timestamp=min_ts)
     offset = log_end_offset
-    for data, n, m in zip(batches, lengths.tolist(), max_ts.tolist(), strict=True):
-        writer.append(Append(data, offset, offset + n - 1, m, offset + n - 1), now_ms)
-        offset += n
+    for data, base, n, m in zip(batches, bases.tolist(), lengths.tolist(), max_ts.tolist(), strict=True):
+        writer.append(Append(data, base, base + n - 1, m, base + n - 1), now_ms)
+        offset = base + n
 
     offsets = np.full(len(keys), -1, np.int64)
-    offsets[rows] = log_end_offset + np.arange(rows.shape[0])
+    offsets[rows] = record_offsets
     active = writer.active
     snap = active.indexer.snapshot()
     counts = rejects.counts()
-    written = _Written(log_end_offset, lengths, max_ts, np.full(rows.shape[0], lat) if lat is not None else ts[rows],
-                       "CreateTime" if lat is None else "LogAppendTime", min_ts, resume_summary)
+    written = _Written(bases, lengths, max_ts, record_offsets, stamps, appended_at, min_ts, resume_summary)
     summaries = [written.summary(s.base_offset, s.next_offset, s.size, s.max_timestamp,
                                  s.offset_of_max_timestamp) for s in writer.closed]
     summaries.append(written.summary(active.base_offset, active.next_offset, active.size,
@@ -292,9 +327,11 @@ def _millis(column: pa.Array, now_ms: int) -> np.ndarray:
 
 
 def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: TopicConfig, now_ms: int,
-              rejects: _Rejects) -> np.ndarray:
-    """Mask of records passing Kafka's per-record checks; the others are added to `rejects`."""
-    ok = np.ones(len(keys), dtype=bool)
+              rejects: _Rejects, ok: np.ndarray, check_window: bool = True) -> np.ndarray:
+    """Mask of the records `ok` holds that pass Kafka's per-record checks; the others are added to
+    `rejects`. `check_window` is the leader's CreateTime window against its clock (a follower's append,
+    keeping offsets, does not check it)."""
+    ok = ok.copy()
 
     def reject(mask: np.ndarray, reason: str, message) -> None:
         rows = np.flatnonzero(mask & ok)
@@ -316,7 +353,7 @@ def _validate(keys: pa.Array, headers: pa.Array | None, ts: np.ndarray, config: 
                lambda r: f"timestamp {format_time(int(ts[r]))} is before 1970 (negative): Kafka reserves -1 "
                          "for \"no timestamp\" and rejects anything lower (spec 9); "
                          "klake.timestamps.allow.negative enables KIP-228 semantics")
-    if config.message_timestamp_type == "CreateTime":
+    if config.message_timestamp_type == "CreateTime" and check_window:
         before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
         low, high = now_ms - before, now_ms + after  # exact: Python ints do not overflow
         outside = (ts < max(low, INT64_MIN)) | (ts > min(high, INT64_MAX))
@@ -441,27 +478,65 @@ def _encode(keys, values, headers, ts, rows, lengths, limit, codec, lat, base_of
     return out, np.asarray(out_counts, np.int64), rows[keep]
 
 
+def _timestamp_types(table: pa.Table, config: TopicConfig) -> np.ndarray:
+    """Each record's kept timestamp type: the input's `timestampType` (Spark's Kafka source: 0 CreateTime,
+    1 LogAppendTime), else (and for a null) the topic's."""
+    default = LOG_APPEND_TIME_TYPE if config.message_timestamp_type == "LogAppendTime" else 0
+    if "timestampType" not in table.column_names:
+        return np.full(table.num_rows, default, np.int64)
+    column = table.column("timestampType").combine_chunks().cast(pa.int64())
+    return np.asarray(column.fill_null(default).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _encode_kept(keys, values, headers, ts, rows, fixed, kept, types, target, limit, codec, leader_epoch,
+                 rejects: _Rejects, config: TopicConfig) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:
+    """Batches of records keeping their offsets (`engine.log.kept_offsets`): each run of consecutive
+    offsets (and one timestamp type; one time, for LogAppendTime) is planned and encoded as `_encode`
+    does, at its first record's offset, a LogAppendTime run with its records' time as the append time.
+    A record compression cannot fit leaves a gap: each batch keeps its first record's own offset.
+    Returns (batches, lengths, rows, per batch whether it is LogAppendTime)."""
+    starts = contiguous_runs(kept[rows], types[rows], ts[rows])
+    ends = np.append(starts[1:], rows.shape[0]).astype(np.int64) if starts.size else starts
+    out: list[bytes] = []
+    out_lengths: list[np.ndarray] = []
+    out_rows: list[np.ndarray] = []
+    appended_at: list[bool] = []
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        run = rows[start:end]
+        lat = int(ts[run[0]]) if types[run[0]] == LOG_APPEND_TIME_TYPE else None
+        lengths = plan_batches(fixed[start:end], ts[run], target, cut_on_delta_overflow=config.allow_negative_timestamps)
+        batches, lengths, run = _encode(keys, values, headers, ts, run, lengths, limit, codec, lat,
+                                        int(kept[run[0]]), leader_epoch, rejects, config)
+        for data, first in zip(batches, (np.cumsum(lengths) - lengths).tolist(), strict=True):
+            own = int(kept[run[first]])
+            out.append(data if struct.unpack_from(">q", data)[0] == own else with_base_offset(data, own))
+        out_lengths.append(lengths)
+        out_rows.append(run)
+        appended_at += [lat is not None] * len(batches)
+    if not out_lengths:
+        return [], np.zeros(0, np.int64), rows, np.zeros(0, bool)
+    return out, np.concatenate(out_lengths), np.concatenate(out_rows), np.array(appended_at, bool)
+
+
 @dataclass(frozen=True)
 class _Written:
     """What the encoder wrote, as arrays (batch lengths and maxTimestamps, record timestamps as a reader
     will see them), from which each segment's catalog facts follow without decoding a byte of it;
     `resumed` holds the facts of the active segment the append continued."""
 
-    first_offset: int
+    bases: np.ndarray  # each batch's base offset
     lengths: np.ndarray
     max_timestamps: np.ndarray
+    record_offsets: np.ndarray  # increasing; consecutive unless the append kept offsets with gaps
     record_timestamps: np.ndarray
-    timestamp_type: str
+    log_append_time: np.ndarray  # per batch: whether its timestamp type is LogAppendTime
     min_timestamp: int
     resumed: SegmentSummary | None
 
     def summary(self, base: int, next_offset: int, size: int, largest: int, largest_offset: int) -> SegmentSummary:
         """The facts `engine.log.summary.summarize_segment` would read back from the segment's bytes."""
-        starts = self.first_offset + np.cumsum(self.lengths) - self.lengths
-        batches = np.flatnonzero((starts >= base) & (starts < next_offset))
-        total = self.record_timestamps.shape[0]
-        lo = min(max(base - self.first_offset, 0), total)
-        hi = min(max(next_offset - self.first_offset, 0), total)
+        batches = np.flatnonzero((self.bases >= base) & (self.bases < next_offset))
+        lo, hi = (int(i) for i in np.searchsorted(self.record_offsets, [base, next_offset]))
         stamps = self.record_timestamps[lo:hi]
         stamps = stamps[has_timestamp(stamps, self.min_timestamp)]
         old = self.resumed if self.resumed is not None and self.resumed.base_offset == base else None
@@ -469,7 +544,8 @@ class _Written:
         lows = ([int(stamps.min())] if stamps.size else []) + \
             ([old.base_timestamp] if old_batches and has_timestamp(old.base_timestamp, self.min_timestamp)
              else [])
-        types = ({self.timestamp_type} if batches.size else set()) | ({old.timestamp_type} if old_batches else set())
+        types = ({"LogAppendTime" if self.log_append_time[b] else "CreateTime" for b in batches.tolist()}
+                 | ({old.timestamp_type} if old_batches else set()))
         magics = ([2] if batches.size else []) + ([old.magic] if old_batches else [])
         if old_batches:
             first_batch = old.first_batch_timestamp

@@ -41,6 +41,7 @@ class PartitionAppendOutcome:
     counters: AppendCounters | None = None
     rejects: pa.Table | None = None
     log_end_offset: int | None = None
+    first_offset: int | None = None  # of the first record appended (an archive reports it)
     segments_written: list[str] = field(default_factory=list)
     commit_version: int | None = None
 
@@ -48,6 +49,7 @@ class PartitionAppendOutcome:
         counters = self.counters
         return {"topic": self.topic, "partition": self.partition, "append_id": self.append_id,
                 "already_committed": self.already_committed, "log_end_offset": self.log_end_offset,
+                "first_offset": self.first_offset,
                 "records_in": counters.records_in if counters else 0,
                 "records_accepted": counters.records_accepted if counters else 0,
                 "rejected": dict(counters.rejected) if counters else {},
@@ -68,7 +70,8 @@ def _whole(pieces: list[bytes], chunks: list[bytes], start_position: int) -> lis
 
 def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
                    options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
-                   carry: Sequence[str] = (), dry_run: bool = False) -> PartitionStep[PartitionAppendOutcome]:
+                   carry: Sequence[str] = (), dry_run: bool = False, keep_offsets: bool = False,
+                   ) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
 
     `records` is one table or a stream of them (consecutive chunks of the partition's input, in order):
@@ -79,7 +82,8 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     Rejected rows are numbered across the whole stream and carry the input's `carry` columns. Writing and
     committing are separate so that a job over many partitions commits once (`engine.ops.run`); the caller
     holds the partition's lease. A `dry_run` appends in memory (every record checked, every segment
-    encoded and counted) and uploads nothing: its step is what the run would commit.
+    encoded and counted) and uploads nothing: its step is what the run would commit. `keep_offsets` appends
+    every record at its `offset` column's offset (`engine.log.kept_offsets`), chunk after chunk.
     """
     tp, rows, config = item.tp, list(item.rows), item.config
     active = rows[-1] if rows and rows[-1].state == SegmentState.ACTIVE else None
@@ -104,11 +108,13 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     counters: AppendCounters | None = None
     rejects: list[pa.Table] = []
     first_row = 0
+    first_offset = None
     result = None
     for chunk in [records] if isinstance(records, pa.Table) else records:
         result = append_records(chunk, config, log_end_offset=log_end, now_ms=now_ms,
                                 last_log_append_time=last_append, resume=resume, resume_summary=resumed,
-                                segment_key=str(tp), batch_bytes=batch_bytes, carry=carry)
+                                segment_key=str(tp), batch_bytes=batch_bytes, carry=carry,
+                                keep_offsets=keep_offsets)
         for seg, summary in zip(result.closed, result.summaries, strict=False):
             log = _whole(pieces, seg.chunks, seg.start_position)
             new_rows.append(store(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
@@ -117,12 +123,14 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
         resume, resumed = act.state, result.summaries[-1]
         log_end, last_append = result.log_end_offset, result.last_log_append_time
         counters = result.counters if counters is None else counters + result.counters
+        if first_offset is None and (placed := result.offsets[result.offsets >= 0]).size:
+            first_offset = int(placed[0])
         rejects.append(result.rejects.set_column(0, "row", pc.add(result.rejects.column("row"), first_row)))
         first_row += chunk.num_rows
     if result is None:
         return PartitionStep(PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, None, None, log_end))
     outcome = PartitionAppendOutcome(tp.topic, tp.partition, append_id, False, counters,
-                                     pa.concat_tables(rejects), log_end)
+                                     pa.concat_tables(rejects), log_end, first_offset)
     if counters.records_accepted == 0:
         return PartitionStep(outcome)
     act = result.active

@@ -36,7 +36,7 @@ _load("engine.format.compiled")
 # command -> the module registering it; job -> (its module, its spec's name there), in `klake --help` order
 _COMMAND_MODULES = {"dump": "jobs.cli.inspect", "verify": "jobs.cli.inspect", "index": "jobs.cli.inspect",
                     "lookup": "jobs.cli.inspect", "segments": "jobs.cli.catalog", "topics": "jobs.cli.topics",
-                    "consume": "jobs.cli.topics", "demo": "jobs.demo.command",
+                    "consume": "jobs.cli.topics", "groups": "jobs.cli.groups", "demo": "jobs.demo.command",
                     "submit": "jobs.cli.submit"}
 _JOB_SPECS = {"append": ("jobs.append", "SPEC"), "roll": ("jobs.roll", "SPEC"), "retention": ("jobs.retention", "SPEC"),
               "compact": ("jobs.compact", "SPEC"), "truncate": ("jobs.truncate", "SPEC"),
@@ -45,7 +45,8 @@ _JOB_SPECS = {"append": ("jobs.append", "SPEC"), "roll": ("jobs.roll", "SPEC"), 
               "export": ("jobs.export", "SPEC"), "scrub": ("jobs.scrub", "SPEC"),
               "catalog-maintenance": ("jobs.catalog_maintenance", "SPEC"),
               "offsets-for-times": ("jobs.offsets_for_times", "SPEC"), "read": ("jobs.read", "SPEC"),
-              "mirror": ("jobs.mirror", "SPEC")}
+              "mirror": ("jobs.mirror", "SPEC"), "archive": ("jobs.archive", "SPEC"),
+              "restore": ("jobs.restore", "SPEC")}
 
 
 def job_specs() -> list[JobSpec]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from engine.errors import KlakeError
+from jobs.ingest.kept_offsets import KEPT_COLUMNS
 
 
 def _is_text(type_: pa.DataType) -> bool:
@@ -38,6 +39,10 @@ SINK_COLUMNS: dict[str, tuple[str, Callable[[pa.DataType], bool]]] = {
 }
 
 
+# every column the append reads: the sink's, and those an append keeping offsets keeps (`jobs.ingest.kept_offsets`)
+INPUT_COLUMNS = SINK_COLUMNS | KEPT_COLUMNS
+
+
 def check_input_schema(schema: pa.Schema, where: str) -> None:
     """Raise, naming `where` and the column, unless `schema` has a `value` column and every Kafka sink
     column it has is of a usable type (all-null columns are; other columns are ignored)."""
@@ -45,8 +50,8 @@ def check_input_schema(schema: pa.Schema, where: str) -> None:
         raise KlakeError(f"input {where}: no `value` column (found {sorted(schema.names)}); it needs Spark's "
                          "Kafka sink columns")
     for field in schema:
-        if field.name in SINK_COLUMNS:
-            expected, accepts = SINK_COLUMNS[field.name]
+        if field.name in INPUT_COLUMNS:
+            expected, accepts = INPUT_COLUMNS[field.name]
             type_ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
             if not (pa.types.is_null(type_) or accepts(type_)):
                 raise KlakeError(f"input {where}: column `{field.name}` is {field.type}; Spark's Kafka sink needs "
@@ -56,9 +61,9 @@ def check_input_schema(schema: pa.Schema, where: str) -> None:
 def staging_schema(schema: pa.Schema) -> pa.Schema:
     """The Kafka sink columns of `schema` as the append stages them: key and value binary (Spark's Kafka sink
     takes strings as their UTF-8 bytes), missing `partition` and `key` as nulls, other columns dropped."""
-    fields = {f.name: f for f in schema if f.name in SINK_COLUMNS}
+    fields = {f.name: f for f in schema if f.name in INPUT_COLUMNS}
     out = [pa.field("topic", pa.string())] if "topic" in fields else []
     out.append(pa.field("partition", fields["partition"].type if "partition" in fields else pa.int32()))
     out += [pa.field("key", pa.binary()), pa.field("value", pa.binary())]
-    out += [fields[name] for name in ("headers", "timestamp") if name in fields]
+    out += [fields[name] for name in ("headers", "timestamp", *KEPT_COLUMNS) if name in fields]
     return pa.schema(out)

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.errors import KlakeError
-from jobs.ingest.columns import SINK_COLUMNS, check_input_schema
+from jobs.ingest.columns import INPUT_COLUMNS, check_input_schema
+from jobs.ingest.kept_offsets import keeps_offsets
 from jobs.ingest.parquet import ParquetInput, check_footers
 from jobs.ingest.topics import partition_counts, selected_topics
 from layouts.store import ObjectInfo, StorageOptions, filesystem, is_s3, list_objects, object_info, read_bytes
@@ -41,6 +42,8 @@ class AppendInput:
     order: list[str]
     parquet: ParquetInput | None
     df: DataFrame | None
+    keep_offsets: bool
+    """Whether the records keep the input's offsets (`jobs.ingest.kept_offsets`)."""
 
 
 def open_input(ctx: JobContext) -> AppendInput:
@@ -54,7 +57,7 @@ def open_input(ctx: JobContext) -> AppendInput:
         topics = selected_topics(found, args.topics)
         counts = partition_counts(ctx.config, ctx.catalogued_partitions(), topics)
         return AppendInput(topics, counts, [info.uri for info, _ in files], ParquetInput(files, schema, topics[0]),
-                           None)
+                           None, keeps_offsets(schema.names, args.keep_offsets, args.input))
     df, names = _read_input(ctx)
     found = ({r["topic"]: args.input or f"table {args.table}"
               for r in df.select("topic").distinct().collect() if r["topic"] is not None}
@@ -64,7 +67,8 @@ def open_input(ctx: JobContext) -> AppendInput:
     if "topic" not in df.columns:
         df = df.withColumn("topic", F.lit(topics[0]))
     order = file_order(names)
-    return AppendInput(topics, counts, order, None, with_file_rank(df, order))
+    keep = keeps_offsets(df.columns, args.keep_offsets, args.input or f"table {args.table}")
+    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep)
 
 
 def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:
@@ -92,7 +96,7 @@ def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
         files = df.inputFiles()
-    sink = [f for f in df.schema.fields if f.name in SINK_COLUMNS]
+    sink = [f for f in df.schema.fields if f.name in INPUT_COLUMNS]
     try:
         schema = to_arrow_schema(StructType(sink))
     except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
@@ -108,7 +112,8 @@ def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:
             df = df.withColumn(name, F.col(name).cast("binary"))
     if "key" not in columns:
         df = df.withColumn("key", F.lit(None).cast("binary"))
-    keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp") if c in df.columns]
+    keep = [c for c in ("topic", "partition", "key", "value", "headers", "timestamp", "offset", "timestampType")
+            if c in df.columns]
     return df.select(*keep, "_file", "_block", "_pos"), files
 
 

@@ -45,6 +45,11 @@ EXPECTED = {
         "tags": {"klake", "export"},
         "edges": {("export", "export_report")},
     },
+    "klake_archive": {
+        "schedule": "@hourly",
+        "tags": {"klake", "archive", "mutating"},
+        "edges": {("archive", "archive_report")},
+    },
     "klake_index_recover": {
         "schedule": None,
         "tags": {"klake", "recovery"},
@@ -54,8 +59,9 @@ EXPECTED = {
 }
 COMMON_PARAMS = {"klake_conf": None, "spark_conn_id": None, "report_dir": None, "jobs_dir": None,
                  "topics": [], "settings": [], "dry_run": False, "spark_conf": {}}
-DAG_PARAMS = {"klake_index_recover": {"repair"}, "klake_export": {"output", "from_time", "to_time"}}
-JOBS = {"retention": "retention", "compact": "compact", "scrub": "scrub", "export": "export",
+DAG_PARAMS = {"klake_index_recover": {"repair"}, "klake_export": {"output", "from_time", "to_time"},
+              "klake_archive": {"bootstrap_servers", "from_time", "until_time"}}
+JOBS = {"retention": "retention", "compact": "compact", "scrub": "scrub", "export": "export", "archive": "archive",
         "catalog_maintenance": "catalog_maintenance", "verify": "recover", "recover": "recover"}
 
 
@@ -178,6 +184,37 @@ def test_export_without_an_output_fails_without_submitting(
     run = fresh_dag("klake_export").test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
                                                    "report_dir": str(tmp_path / "reports")})
     assert task_states(run)["export"] == "failed" and not calls.exists()
+
+
+def test_archive_passes_the_cluster_and_its_range_and_a_retry_keeps_its_job_id(
+        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
+    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
+    dag = fresh_dag("klake_archive")
+    monkeypatch.setattr(dag.get_task("archive"), "retry_delay", timedelta(0))
+    run = dag.test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
+                             "report_dir": str(tmp_path / "reports"), "topics": ["orders"],
+                             "bootstrap_servers": "broker:9092", "until_time": "2026-11-28T05:00:00Z"})
+    assert run.state == "success", task_states(run)
+    job_id = job_id_for("klake_archive", run.run_id, "archive")
+    report = report_path_for(tmp_path / "reports", "klake_archive", run.run_id, "archive")
+    argv = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
+    assert len(argv) == 2 and argv[0] == argv[1] == [  # the stub's first try fails: the retry is the same job
+        "--conf", "/etc/klake/prod.yaml", "--report", str(report), "--job-id", job_id, "--topic", "orders",
+        "--bootstrap-servers", "broker:9092", "--until", "2026-11-28T05:00:00Z"]
+
+
+def test_archive_without_a_cluster_or_topics_fails_without_submitting(
+        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
+    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
+    for conf in ({"bootstrap_servers": "broker:9092"}, {"topics": ["orders"]}):
+        run = fresh_dag("klake_archive").test(run_conf={"klake_conf": "/etc/klake/prod.yaml",
+                                                        "jobs_dir": str(STUB_JOBS),
+                                                        "report_dir": str(tmp_path / "reports"), **conf})
+        assert task_states(run)["archive"] == "failed" and not calls.exists()
 
 
 @pytest.fixture

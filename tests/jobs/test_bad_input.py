@@ -303,6 +303,12 @@ LOCAL_CASES: dict[str, Case] = {
     "append: a partition the topic lacks": lambda store, tmp: (
         append_of(records(), "--topic", "t", "--partition", "5")(store, tmp)[0], {}, (),
         ["--partition 5", "t has partitions 0..1"]),
+    "append: --keep-offsets without an `offset` column": lambda store, tmp: (
+        append_of(records(), "--topic", "t", "--keep-offsets")(store, tmp)[0], {}, (),
+        [str(tmp / "in"), "--keep-offsets", "`offset`"]),
+    "append: an `offset` column of text": lambda store, tmp: (
+        append_of(records(offset=pa.array(["1", "2", "3"])), "--topic", "t")(store, tmp)[0], {}, (),
+        [str(tmp / "in"), "`offset`", "an integer"]),
     "segments: a partition the topic lacks": job("segments", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",
                                                  names=["--partition 7", f"{TOPIC} has partitions 0..0"]),
     "consume: a partition the topic lacks": job("consume", "--root", "ROOT", "--topic", TOPIC, "--partition", "7",

@@ -1,0 +1,1 @@
+retention.py
