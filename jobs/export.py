@@ -51,10 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start at the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
     parser.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
                         help="end before the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
-    parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel),
+    parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel), metavar="LEVEL",
                         default=IsolationLevel.READ_UNCOMMITTED,
                         help="read_committed: end each partition where no transaction is left open "
-                        "(default read_uncommitted: every record)")
+                        "(default read_uncommitted)")
     parser.add_argument("--topic-id", dest="topic_ids", action="append", default=[], type=topic_id_argument,
                         metavar="TOPIC=ID", help="the topic id for partition.metadata (the cluster's, as "
                         "kafka-topics --describe prints it); default: one derived from the topic name")

@@ -221,13 +221,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="end timestamp, exclusive")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
-    parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel),
+    parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel), metavar="LEVEL",
                         default=IsolationLevel.READ_UNCOMMITTED,
-                        help="read_committed: leave out records of aborted transactions and stop at the "
-                        "last stable offset, as a read_committed consumer (default read_uncommitted, as Kafka's)")
+                        help="read_committed: as a read_committed consumer (default read_uncommitted)")
     parser.add_argument("--output", metavar="PATH", help="write the records here, replacing what is there "
                         "(default: only count them)")
-    parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="parquet")
+    parser.add_argument("--output-format", metavar="FORMAT", choices=OUTPUT_FORMATS, default="parquet",
+                        help="parquet (default) or json")
     parser.add_argument("--split-bytes", type=at_least(1), default=DEFAULT_SPLIT_BYTES, metavar="N",
                         help="split larger segments between tasks")
     parser.add_argument("--pack-bytes", type=at_least(1), default=DEFAULT_PACK_BYTES, metavar="N",
