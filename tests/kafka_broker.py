@@ -37,7 +37,7 @@ appender.out.type = Console
 appender.out.name = OUT
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
-logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.name = org.apache.kafka.storage.internals.log.LogCleaner
 logger.cleaner.level = INFO
 """
 
@@ -59,7 +59,8 @@ def cluster_id() -> str:
 
 @dataclass
 class KafkaBroker:
-    """A single-node KRaft broker in its own JVM; `start`, `stop` and `restart` it (the log dir stays)."""
+    """A single-node KRaft broker in its own JVM; `start`, `stop` and `restart` it (the log dir stays).
+    `configs` adds or overrides broker configs (the benchmarks' cleaner settings); `heap` is its JVM's -Xmx."""
 
     workdir: Path
     classpath: str
@@ -67,6 +68,7 @@ class KafkaBroker:
     controller_port: int = field(default_factory=free_port)
     extra_configs: dict[str, str] = field(default_factory=dict)
     """Broker configs added to (or overriding) the defaults below: a dedicated broker's own, e.g. tiered storage."""
+    heap: str = "512m"
     process: subprocess.Popen | None = None
     start_seconds: list[float] = field(default_factory=list)
 
@@ -133,7 +135,7 @@ class KafkaBroker:
         begun = time.monotonic()
         offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         with self.log_file.open("ab") as log:
-            self.process = subprocess.Popen(self._java("kafka.Kafka", str(self.properties_file), heap="512m"),
+            self.process = subprocess.Popen(self._java("kafka.Kafka", str(self.properties_file), heap=self.heap),
                                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         while b"Kafka Server started" not in self._log_bytes(offset):
             if self.process.poll() is not None:

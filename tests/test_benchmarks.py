@@ -97,9 +97,12 @@ def test_planning_bench_runs_in_smoke_size() -> None:
 
 
 def test_kafka_bench_runs_in_smoke_size() -> None:
-    """A real broker, Spark's Kafka source and klake on the same records; the script checks every count."""
+    """A real broker, Spark's Kafka source and klake on the same records; the script checks every count (and
+    that klake's compact read and kept what the broker's LogCleaner read and kept)."""
     fetch_jvm.require("kafka")
     fetch_jvm.require("spark-kafka")
-    out = _bench("kafka_bench.py", "--mb", "2", "--partitions", "2", "--rounds", "1")
+    out = _bench("kafka_bench.py", "--mb", "2", "--compact-mb", "4", "--partitions", "2", "--rounds", "1",
+                 timeout=1200)
     assert re.search(r"^read, counted: klake [\d.]+ MB/s vs Spark's Kafka source [\d.]+ MB/s", out, re.M), out
     assert re.search(r"^ingest: klake append [\d.]+ s vs kafka-clients producer", out, re.M), out
+    assert re.search(r"^compaction: klake compact \(local\[1\]\) [\d.]+ MB/s vs the broker's LogCleaner", out, re.M), out
