@@ -1,8 +1,9 @@
-"""Spark with delta-spark reads the catalog klake writes with delta-rs (issue 27, 3e).
+"""Spark with delta-spark reads the catalog klake writes with delta-rs (issue 27, 3e), on a local root and on
+the moto server through hadoop-aws (`s3a://`).
 
-The jars are the pinned `delta-spark` set (`tests/oracles/fetch_jvm.py`; missing, the test fails under CI);
-Spark runs in a child process (`tests/oracles/delta_spark_reader.py`) so the suite's shared session stays
-free of Delta's extension. Truth: `klake segments` (the CLI, with `--from`/`--to`) and delta-rs itself for
+The jars are the pinned `delta-spark` set, plus the `hadoop-aws` set on S3 (`tests/oracles/fetch_jvm.py`;
+missing, the test fails under CI); Spark runs in a child process (`tests/oracles/delta_spark_reader.py`) so the
+suite's shared session stays free of Delta's extension and of S3A. Truth: `klake segments` (the CLI, with `--from`/`--to`) and delta-rs itself for
 the table's history; the catalog holds several commits, retired rows and keys stored relative to the root.
 """
 
@@ -13,6 +14,7 @@ import os
 import random
 import subprocess
 import sys
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -21,6 +23,8 @@ from deltalake import DeltaTable
 from engine.catalog.schema import SegmentState
 from engine.ops.catalog_table import Catalog
 from jobs.cli.main import main as klake
+from jobs.runtime.embedded_s3 import create_bucket
+from layouts.store import StorageOptions
 from tests.catalog_rows import add_segments, make_row, transition
 from tests.conftest import PROJECT_ROOT
 from tests.oracles import fetch_jvm
@@ -36,11 +40,15 @@ RANGE_SQL = ("SELECT topic, `partition`, base_offset FROM {{table}} WHERE state 
              "AND largest_timestamp >= {start} AND base_timestamp BETWEEN 0 AND {end} ORDER BY 1, 2, 3")
 
 
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+@pytest.fixture(scope="module", params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def catalog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     """Hourly segments of three partitions over four days under a root, in several commits, a few retired."""
-    root = tmp_path_factory.mktemp("delta-spark") / "root"
-    catalog = Catalog.create(str(root / "_catalog"))
+    if request.param == "local":
+        root, options = str(tmp_path_factory.mktemp("delta-spark") / "root"), StorageOptions()
+    else:
+        request.getfixturevalue("moto_server")
+        root, options = f"{create_bucket(f'delta-spark-{uuid.uuid4().hex[:8]}')}/root", StorageOptions.from_env()
+    catalog = Catalog.create(f"{root}/_catalog", options)
     rnd = random.Random(7)
     rows = []
     for topic, partition in (("orders", 0), ("orders", 1), ("clicks", 0)):
@@ -58,6 +66,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
 
 def spark_answers(catalog: Catalog, *queries: dict) -> list[list[dict]]:
     classpath = fetch_jvm.require("delta-spark")
+    if catalog.uri.startswith("s3://"):
+        classpath += os.pathsep + fetch_jvm.require("hadoop-aws")
     done = subprocess.run([sys.executable, str(PROJECT_ROOT / "tests" / "oracles" / "delta_spark_reader.py"), classpath,
                            catalog.uri, *(json.dumps(q) for q in queries)],
                           capture_output=True, text=True, timeout=600, check=False,
@@ -74,7 +84,9 @@ def klake_segments(catalog: Catalog, capsys: pytest.CaptureFixture, *args: str) 
 
 def test_spark_with_delta_spark_reads_queries_and_time_travels_the_catalog(
         catalog: Catalog, capsys: pytest.CaptureFixture) -> None:
-    first_version = DeltaTable(catalog.uri, version=1).to_pyarrow_table().to_pylist()
+    first_version = DeltaTable(catalog.uri, version=1, storage_options=(
+        StorageOptions.from_env().delta_storage_options() if catalog.uri.startswith("s3://") else None),
+    ).to_pyarrow_table().to_pylist()
     live_sql = {"sql": "SELECT * FROM {table} WHERE state IN ('ACTIVE', 'ROLLED') ORDER BY topic, `partition`, base_offset"}
     ranges = [{"sql": RANGE_SQL.format(start=start, end=end)} for start, end in WINDOWS]
     live, *windows, as_of_1 = spark_answers(catalog, live_sql, *ranges, {"version": 1})
