@@ -17,7 +17,6 @@ imported in place and `--copy`, on a local root and on a moto S3 bucket. Kafka i
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -32,8 +31,8 @@ from kafka.protocol.consumer.offsets import OffsetSpec
 from engine.format.batch import scan_batches
 from engine.ops.catalog_table import Catalog
 from jobs import import_log, offsets_for_times, read
-from jobs.runtime.job_runner import JobSpec, main
 from tests.conftest import Backend
+from tests.kafka.runs import run_job
 from tests.kafka_broker import KafkaBroker
 from tests.oracles.kafka_tools import Dump, dump_log_segments, run_java_helper
 
@@ -45,14 +44,6 @@ MAX_MESSAGE_BYTES = 4000  # the broker refuses a batch above segment.bytes too (
 HOUR = 3_600_000
 
 Record = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-
-
-def run(spec: JobSpec, tmp: Path, *argv: str) -> dict:
-    report = tmp / f"{spec.name}-{uuid.uuid4().hex[:6]}.json"
-    code = main(spec, [*argv, "--no-progress", "--report", str(report)])
-    document = json.loads(report.read_text())
-    assert code == 0, document.get("failures")
-    return document
 
 
 def produce(broker: KafkaBroker, topic: str, t0: int, seed: int) -> None:
@@ -138,7 +129,7 @@ def broker_list_offsets(broker: KafkaBroker, topic: str, targets: list[int]) -> 
 
 def klake_records(tmp: Path, root: str, topic: str, *argv: str) -> list[Record]:
     out = tmp / f"read-{topic}-{uuid.uuid4().hex[:6]}"
-    run(read.SPEC, tmp, "--root", root, "--topic", topic, "--output", str(out), *argv)
+    run_job(read.SPEC, tmp, "--root", root, "--topic", topic, "--output", str(out), *argv)
     table = pq.read_table(out).sort_by("offset")
     rows = table.to_pylist()
     return [(r["offset"], _epoch_ms(r["timestamp"]), r["timestampType"], r["key"], r["value"],
@@ -153,7 +144,7 @@ def _epoch_ms(value: object) -> int:
 
 def klake_list_offsets(tmp: Path, root: str, topic: str, targets: list[int]) -> list[tuple[int, int]]:
     argv = ["--root", root, "--topic", topic, *(a for t in targets for a in ("--timestamp", str(t)))]
-    answers = run(offsets_for_times.SPEC, tmp, *argv)["results"]["answers"]
+    answers = run_job(offsets_for_times.SPEC, tmp, *argv)["results"]["answers"]
     assert [a["target"] for a in answers] == targets
     return [(a["offset"], -1 if a["target"] in (-1, -2) else a["timestamp"]) if a["found"] else (-1, -1)
             for a in answers]
@@ -229,7 +220,7 @@ def test_a_brokers_log_dir_imported_reads_and_answers_list_offsets_like_the_brok
                (on_s3, s3_backend.uri("root"), False),                  # moto S3, in place
                (on_s3, s3_backend.uri("copied"), True)]                 # moto S3, --copy
     for source, root, copy in imports:
-        run(import_log.SPEC, tmp_path, source, "--root", root, *(["--copy"] if copy else []))
+        run_job(import_log.SPEC, tmp_path, source, "--root", root, *(["--copy"] if copy else []))
         if source == str(stopped):  # the catalog's segment facts are what DumpLogSegments reports of each file
             for topic in topics:
                 logs = sorted((stopped / f"{topic}-0").glob("*.log"))

@@ -16,7 +16,6 @@ read_committed records; without the exported `.txnindex` it would serve the abor
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
@@ -30,8 +29,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from jobs import export, import_log, read
 from jobs.klake_source import register
-from jobs.runtime.job_runner import JobSpec, main
-from tests.kafka.test_spark_kafka_stream_parity import available_now, checkpointed_offsets
+from tests.kafka.runs import available_now, checkpointed_offsets, run_job
 from tests.kafka_broker import KafkaBroker
 from tests.oracles import fetch_jvm
 
@@ -42,14 +40,6 @@ PARTITIONS = (0, 1)
 ABORTED_TXN = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"), ("last_offset", ">i8"),
                         ("last_stable_offset", ">i8")])  # Kafka's AbortedTxn, 34 bytes
 Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-
-
-def run(spec: JobSpec, tmp: Path, *argv: str) -> dict:
-    report = tmp / f"{spec.name}-{uuid.uuid4().hex[:6]}.json"
-    code = main(spec, [*argv, "--no-progress", "--report", str(report)])
-    document = json.loads(report.read_text())
-    assert code == 0, document.get("failures")
-    return document
 
 
 def produce(broker: KafkaBroker, topic: str) -> KafkaProducer:
@@ -116,7 +106,7 @@ def consumed(broker: KafkaBroker, topic: str, isolation: str = "read_committed")
 
 def klake_read(tmp: Path, root: str, topic: str, *argv: str) -> dict[int, list[Record]]:
     out = tmp / f"read-{uuid.uuid4().hex[:6]}"
-    run(read.SPEC, tmp, "--root", root, "--topic", topic, "--output", str(out), *argv)
+    run_job(read.SPEC, tmp, "--root", root, "--topic", topic, "--output", str(out), *argv)
     rows = pq.read_table(out).sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
     result: dict[int, list[Record]] = {p: [] for p in PARTITIONS}
     for r in rows:
@@ -143,7 +133,7 @@ def test_read_committed_reads_and_txnindexes_are_kafkas(spark, kafka_broker: Kaf
         for partition in PARTITIONS:
             kafka_broker.copy_topic(topic, logs, partition)
         root = str(tmp_path / "root")
-        run(import_log.SPEC, tmp_path, str(logs), "--root", root)
+        run_job(import_log.SPEC, tmp_path, str(logs), "--root", root)
 
         for p in PARTITIONS:  # the data holds what the test is about
             assert len(committed[p]) < len([r for r in uncommitted[p] if r[0] < committed[p][-1][0]]), p
@@ -178,7 +168,7 @@ def test_read_committed_reads_and_txnindexes_are_kafkas(spark, kafka_broker: Kaf
         assert sum(len(rows) for rows in ours_stream.values()) == sum(len(r) for r in committed.values())
 
         exported = tmp_path / "exported"
-        run(export.SPEC, tmp_path, "--root", root, "--topic", topic, "--output", str(exported))
+        run_job(export.SPEC, tmp_path, "--root", root, "--topic", topic, "--output", str(exported))
         assert txn_indexes(exported) == txn_indexes(logs)
     finally:
         hanging.abort_transaction()
@@ -191,14 +181,14 @@ def test_read_committed_reads_and_txnindexes_are_kafkas(spark, kafka_broker: Kaf
     for partition in PARTITIONS:
         shutil.copytree(kafka_broker.topic_dir(topic, partition), again / f"{name}-{partition}")
     restored_root = str(tmp_path / "restored-root")
-    run(import_log.SPEC, tmp_path, str(again), "--root", restored_root)
+    run_job(import_log.SPEC, tmp_path, str(again), "--root", restored_root)
     ours = klake_read(tmp_path, restored_root, name, "--isolation-level", "read_committed")
     assert ours == final
     kafka_broker.create_topic(name, partitions=len(PARTITIONS), retention_ms=-1)
     topic_id = kafka_broker.topic_id(name)
     log_offset = kafka_broker.log_file.stat().st_size
     with kafka_broker.stopped():
-        run(export.SPEC, tmp_path, "--root", restored_root, "--topic", name, "--output", str(kafka_broker.log_dir),
+        run_job(export.SPEC, tmp_path, "--root", restored_root, "--topic", name, "--output", str(kafka_broker.log_dir),
             "--topic-id", f"{name}={topic_id}")
     broker_log = kafka_broker.log_file.read_bytes()[log_offset:].decode(errors="replace")
     mentions = [line for line in broker_log.splitlines() if name in line]

@@ -20,29 +20,11 @@ from kafka import KafkaProducer
 from jobs import import_log
 from jobs.klake_source import register
 from jobs.runtime.job_runner import main
+from tests.kafka.runs import available_now, checkpointed_offsets
 from tests.kafka_broker import KafkaBroker
 from tests.oracles import fetch_jvm
 
 pytestmark = pytest.mark.spark
-
-
-def available_now(spark, fmt: str, options: dict[str, str], checkpoint: Path) -> dict[int, list[dict]]:
-    """One AvailableNow run of `fmt` with `options`: each batch's rows (as dicts, in partition and offset order)."""
-    batches: dict[int, list[dict]] = {}
-
-    def sink(frame, batch_id: int) -> None:  # noqa: ANN001 - Spark's DataFrame
-        batches[batch_id] = [r.asDict(recursive=True) for r in frame.orderBy("partition", "offset").collect()]
-
-    query = (spark.readStream.format(fmt).options(**options).load().writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination()
-    return batches
-
-
-def checkpointed_offsets(checkpoint: Path) -> list[dict]:
-    """The end offsets of every batch in the checkpoint's offset log (its last line: the source's JSON)."""
-    files = sorted((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    return [json.loads(p.read_text().splitlines()[-1]) for p in files]
 
 
 def test_an_available_now_run_reads_the_same_batches_as_sparks_kafka_source(
