@@ -102,7 +102,7 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         catalog = self._catalog()
-        extents = archive_extents(catalog, self.options, self.storage, self.configs)
+        extents = archive_extents(catalog, self.options, self.storage, self.configs, readable_end=False)
         ranges = checked_ranges(from_json(start), from_json(end), extents, self.options.fail_on_data_loss)
         configs = {t: self._config(t) for t, _ in ranges}
         items = plan_ranges(catalog, ranges, self.storage, configs, self.options.split_bytes or DEFAULT_SPLIT_BYTES,

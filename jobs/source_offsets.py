@@ -81,10 +81,14 @@ def rate_limit(start: Offsets, until: Offsets, extents: Mapping[TopicPartition, 
 
 
 def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,
-                    configs: dict[str, TopicConfig]) -> dict[TopicPartition, PartitionExtent]:
+                    configs: dict[str, TopicConfig], *, readable_end: bool = True
+                    ) -> dict[TopicPartition, PartitionExtent]:
     """The subscribed partitions and their readable offsets (an assigned partition the archive lacks: [0, 0));
-    `configs` caches the topics' settings."""
-    return {tp: extent for tp, (extent, _) in _subscribed_rows(catalog, options, storage, configs).items()}
+    `configs` caches the topics' settings. Without `readable_end` the end is the log end even under
+    read_committed, for callers that need only the log starts (the data-loss check): the last stable offset
+    costs a scan of every live segment's batch headers."""
+    return {tp: extent for tp, (extent, _) in
+            _subscribed_rows(catalog, options, storage, configs, readable_end).items()}
 
 
 def _topic_config(configs: dict[str, TopicConfig], options: SourceOptions, topic: str,
@@ -95,7 +99,8 @@ def _topic_config(configs: dict[str, TopicConfig], options: SourceOptions, topic
 
 
 def _subscribed_rows(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,
-                     configs: dict[str, TopicConfig]) -> dict[TopicPartition, tuple[PartitionExtent, list[SegmentRow]]]:
+                     configs: dict[str, TopicConfig], readable_end: bool = True
+                     ) -> dict[TopicPartition, tuple[PartitionExtent, list[SegmentRow]]]:
     topics = options.subscription.fixed_topics
     rows = [r for t in (topics if topics is not None else [None]) for r in table_to_rows(catalog.segments(topic=t))]
     by_partition: dict[TopicPartition, list[SegmentRow]] = {}
@@ -106,7 +111,7 @@ def _subscribed_rows(catalog: Catalog, options: SourceOptions, storage: StorageO
         live = by_partition.get(tp, [])
         extent = PartitionExtent(partition_log_start_offset(live) or 0, live[-1].next_offset) if live \
             else PartitionExtent(0, 0)
-        if live and options.isolation_level == IsolationLevel.READ_COMMITTED:
+        if readable_end and live and options.isolation_level == IsolationLevel.READ_COMMITTED:
             floor = min_timestamp(_topic_config(configs, options, tp[0], storage))
             stable = partition_transactions(live, storage, floor).first_unstable_offset
             if stable is not None:
