@@ -37,6 +37,7 @@ from jobs.cli.main import main as klake_main
 from jobs.runtime.job_runner import main
 from layouts.store import StorageOptions, list_objects, read_bytes
 from tests.conftest import Backend
+from tests.kafka.runs import run_job
 from tests.kafka.test_broker_to_klake import (
     HOUR,
     Record,
@@ -44,7 +45,6 @@ from tests.kafka.test_broker_to_klake import (
     consumed,
     klake_list_offsets,
     klake_records,
-    run,
     targets_for,
 )
 from tests.kafka_broker import KafkaBroker, start_broker
@@ -169,7 +169,7 @@ def test_a_tiered_storage_bucket_imported_in_place_reads_and_answers_like_the_br
         bucket, root, options = str(copy), str(tmp_path / "klake"), StorageOptions()
     before = bucket_state(bucket, options)
 
-    document = run(import_log.SPEC, tmp_path, bucket, "--layout", "kafka-rsm", "--root", root)
+    document = run_job(import_log.SPEC, tmp_path, bucket, "--layout", "kafka-rsm", "--root", root)
     part, = document["results"]["import"]["partitions"]
     assert part["topic"] == topic and part["error"] is None and part["set_aside"] == {}
     rows = Catalog.open(f"{root}/_catalog").live_segments(topic, 0)
@@ -195,13 +195,13 @@ def test_a_tiered_storage_bucket_imported_in_place_reads_and_answers_like_the_br
     assert sorted(r["offset"] for r in source.select("offset").collect()) == [r[0] for r in remote if 100 <= r[0] < 400]
 
     exported = tmp_path / "export"
-    run(export.SPEC, tmp_path, "--root", root, "--topic", topic, "--output", str(exported))
+    run_job(export.SPEC, tmp_path, "--root", root, "--topic", topic, "--output", str(exported))
     assert sorted(p.name for p in (exported / f"{topic}-0").glob("*.log")) == [f"{r.base_offset:020d}.log" for r in rows]
     for row in rows:  # a broker's log dir holding the uploads' bytes
         assert (exported / f"{topic}-0" / f"{row.base_offset:020d}.log").read_bytes() == read_bytes(row.log_key, options)
 
     replica = str(tmp_path / "replica")
-    run(mirror.SPEC, tmp_path, root, "--root", replica, "--topic", topic)
+    run_job(mirror.SPEC, tmp_path, root, "--root", replica, "--topic", topic)
     assert klake_records(tmp_path, replica, topic) == remote
 
     for spec, argv in ((retention.SPEC, ()), (truncate.SPEC, ("--partition", "0", "--offset", "5"))):
@@ -211,6 +211,6 @@ def test_a_tiered_storage_bucket_imported_in_place_reads_and_answers_like_the_br
     assert "tiered storage owns" in line
 
     assert bucket_state(bucket, options) == before  # nothing written into the bucket, nothing touched
-    run(import_log.SPEC, tmp_path, bucket, "--layout", "kafka-rsm", "--root", root)  # a re-run adds nothing
+    run_job(import_log.SPEC, tmp_path, bucket, "--layout", "kafka-rsm", "--root", root)  # a re-run adds nothing
     assert len(Catalog.open(f"{root}/_catalog").live_segments(topic, 0)) == len(rows)
     assert json.dumps(bucket_state(bucket, options)) == json.dumps(before)
