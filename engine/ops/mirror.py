@@ -250,7 +250,7 @@ def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int |
                             if source else 0, log_end_offset=log_end, dry_run=dry_run)
     from_offset = 0
     if maps:  # the last committed map says where the previous runs stopped
-        last_map = pq.read_table(io.BytesIO(read_bytes(maps[-1][1], options)))
+        last_map = pq.read_table(pa.BufferReader(read_bytes(maps[-1][1], options)))
         from_offset = int(last_map.column("source_last_offset").to_numpy().max()) + 1
     if source:  # records below the source's log start offset are deleted (KIP-107): not copied
         from_offset = max(from_offset, partition_log_start_offset(source))
