@@ -203,3 +203,33 @@ def test_the_hand_checked_upload_imports_and_reads_as_the_golden_records(tmp_pat
                                            / "00000000000000000000.log.golden.jsonl").read_text().splitlines()]
     got = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(g["offset"], g["timestamp"]) for g in got] == [(g["offset"], g["timestamp"]) for g in golden]
+
+
+@pytest.mark.spark
+def test_spark_jobs_read_mirror_and_the_data_source_run_on_an_aiven_root(spark, tmp_path: Path) -> None:
+    """The Spark side (tasks read the uploads in their own processes): a compressed bucket, since the shared
+    session's workers were started before this test's key ring (a job's own session passes it on)."""
+    import pyarrow.parquet as pq
+
+    from jobs import klake_source, mirror
+    from jobs import read as read_job
+    from tests.kafka.runs import run_job
+
+    local = Backend("local", str(tmp_path / "store"), StorageOptions())
+    bucket, _ = make_bucket(tmp_path, local, pair=None)
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path, bucket, root)[0] == 0
+    run_job(read_job.SPEC, tmp_path, "--root", root, "--topic", "timeindex_test", "--from-offset", "7000",
+            "--to-offset", "16000", "--output", str(tmp_path / "read"))
+    assert sorted(pq.read_table(tmp_path / "read", columns=["offset"]).column("offset").to_pylist()) == list(
+        range(7000, 16000))
+    klake_source.register(spark)
+    frame = spark.read.format("klake").option("root", root).option("topic", "timeindex_test") \
+        .option("startingOffset", "22900").option("endingOffset", "23100").load()
+    assert sorted(r["offset"] for r in frame.select("offset").collect()) == list(range(22900, 23100))
+    replica = str(tmp_path / "replica")
+    run_job(mirror.SPEC, tmp_path, root, "--root", replica, "--topic", "timeindex_test")
+    rows = Catalog.open(f"{replica}/_catalog").live_segments("timeindex_test", 0)
+    assert [r.layout for r in rows] == ["object"] * 4  # a root of its own, holding the broker's bytes
+    for row in rows:
+        assert read_bytes(row.log_key) == (SOURCE / f"{row.base_offset:020d}.log").read_bytes()
