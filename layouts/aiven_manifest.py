@@ -152,34 +152,41 @@ class SegmentManifest:
         return region.size - IV_SIZE - TAG_SIZE if self.encrypted else region.size
 
 
-def _field(obj: object, name: str, kind: type, source: str, where: str = "") -> object:
+def _get(obj: object, name: str, source: str, where: str) -> object:
     if not isinstance(obj, dict) or name not in obj:
         raise AivenObjectError(f"{source}: not a SegmentManifestV1: field {where}{name} missing")
-    value = obj[name]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    return obj[name]
+
+
+def _int(obj: object, name: str, source: str, where: str = "") -> int:
+    value = _get(obj, name, source, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise AivenObjectError(f"{source}: {where}{name}: {value!r} is not a non-negative integer")
-    if kind is not int and not isinstance(value, kind):
-        raise AivenObjectError(f"{source}: {where}{name}: {value!r} is not a {kind.__name__}")
+    return value
+
+
+def _str(obj: object, name: str, source: str, where: str = "") -> str:
+    value = _get(obj, name, source, where)
+    if not isinstance(value, str):
+        raise AivenObjectError(f"{source}: {where}{name}: {value!r} is not a string")
     return value
 
 
 def _chunk_index(obj: object, source: str) -> ChunkIndex:
     where = "chunkIndex."
-    kind = _field(obj, "type", str, source, where)
-    chunk_size = int(_field(obj, "originalChunkSize", int, source, where))  # type: ignore[call-overload]
-    file_size = int(_field(obj, "originalFileSize", int, source, where))  # type: ignore[call-overload]
+    kind = _str(obj, "type", source, where)
+    chunk_size, file_size = _int(obj, "originalChunkSize", source, where), _int(obj, "originalFileSize", source, where)
     if chunk_size == 0:
         raise AivenObjectError(f"{source}: chunkIndex.originalChunkSize must be positive")
     count = -(-file_size // chunk_size)
     if kind == "fixed":
-        size = int(_field(obj, "transformedChunkSize", int, source, where))  # type: ignore[call-overload]
-        final = int(_field(obj, "finalTransformedChunkSize", int, source, where))  # type: ignore[call-overload]
+        size, final = _int(obj, "transformedChunkSize", source, where), _int(obj, "finalTransformedChunkSize", source, where)
         sizes = (size,) * (count - 1) + (final,) if count else ()
     elif kind == "variable":
-        text = str(_field(obj, "transformedChunks", str, source, where))
         try:
-            encoded = zstandard.ZstdDecompressor().decompress(base64.b64decode(text, validate=True),
-                                                              max_output_size=_MAX_CHUNK_SIZES)
+            encoded = zstandard.ZstdDecompressor().decompress(
+                base64.b64decode(_str(obj, "transformedChunks", source, where), validate=True),
+                max_output_size=_MAX_CHUNK_SIZES)
         except (binascii.Error, zstandard.ZstdError) as exc:
             raise AivenObjectError(f"{source}: chunkIndex.transformedChunks is not base64 of a zstd frame: "
                                    f"{exc}") from None
@@ -203,27 +210,28 @@ def parse_manifest(data: bytes, source: str) -> SegmentManifest:
         raise AivenObjectError(f"{source}: not a SegmentManifestV1: not a JSON object")
     if doc.get("version", "1") != "1":
         raise AivenObjectError(f"{source}: manifest version {doc['version']!r}; only version 1 is known")
-    chunk_index = _chunk_index(_field(doc, "chunkIndex", dict, source), source)
-    regions = _field(doc, "segmentIndexes", dict, source)
+    chunk_index = _chunk_index(_get(doc, "chunkIndex", source, ""), source)
+    regions = _get(doc, "segmentIndexes", source, "")
     indexes = {}
     for name in INDEX_NAMES:
         region = regions.get(name) if isinstance(regions, dict) else None
         if region is None and name == "transaction":
             continue
         where = f"segmentIndexes.{name}."
-        indexes[name] = IndexRegion(int(_field(region, "position", int, source, where)),  # type: ignore[call-overload]
-                                    int(_field(region, "size", int, source, where)))  # type: ignore[call-overload]
-    compression = _field(doc, "compression", bool, source)
-    manifest = SegmentManifest(source, chunk_index, indexes, bool(compression))
+        indexes[name] = IndexRegion(_int(region, "position", source, where), _int(region, "size", source, where))
+    compression = _get(doc, "compression", source, "")
+    if not isinstance(compression, bool):
+        raise AivenObjectError(f"{source}: compression: {compression!r} is not a boolean")
+    manifest = SegmentManifest(source, chunk_index, indexes, compression)
     encryption = doc.get("encryption")
     if encryption is not None:
-        wrapped = str(_field(encryption, "dataKey", str, source, "encryption."))
+        wrapped = _str(encryption, "dataKey", source, "encryption.")
         key_id, colon, key_text = wrapped.partition(":")
         try:
             if not colon or not key_id or ":" in key_text:
                 raise ValueError("not keyPairId:base64")
             manifest.wrapped_key = (key_id, base64.b64decode(key_text, validate=True))
-            manifest.aad = base64.b64decode(str(_field(encryption, "aad", str, source, "encryption.")), validate=True)
+            manifest.aad = base64.b64decode(_str(encryption, "aad", source, "encryption."), validate=True)
         except (ValueError, binascii.Error):
             raise AivenObjectError(f"{source}: encryption: the data key or aad is malformed") from None
     metadata = doc.get("remoteLogSegmentMetadata")

@@ -233,3 +233,35 @@ def test_spark_jobs_read_mirror_and_the_data_source_run_on_an_aiven_root(spark, 
     assert [r.layout for r in rows] == ["object"] * 4  # a root of its own, holding the broker's bytes
     for row in rows:
         assert read_bytes(row.log_key) == (SOURCE / f"{row.base_offset:020d}.log").read_bytes()
+
+
+def test_duplicate_uploads_are_chosen_by_the_end_offset_their_manifests_record_and_a_rerun_adds_nothing(
+        tmp_path: Path, key_ring_env: Path) -> None:
+    from tests.aiven_uploads import write_upload
+
+    local = Backend("local", str(tmp_path / "store"), StorageOptions())
+    made = tmp_path / "made"
+    part = bucket_from_log_dir(SOURCE, made, chunk_size=CHUNK, compression=True, pair=PAIR)
+    data = (SOURCE / f"{7729:020d}.log").read_bytes()
+    headers = scan_batches(data).headers
+    half = len(headers.size) // 2
+    sidecars = {"offset": b"", "timestamp": b"", "producerSnapshot": b"", "leaderEpoch": b""}
+    write_upload(part, 7729, "AAAAAAAAAAAAAAAAAAAAAA", data[:int(headers.position[half])], sidecars,
+                 chunk_size=CHUNK, pair=PAIR)  # a retried copy that ends early
+    write_upload(part, 15363, "zzzzzzzzzzzzzzzzzzzzzz", (SOURCE / f"{15363:020d}.log").read_bytes(), sidecars,
+                 chunk_size=CHUNK)  # the same segment uploaded twice
+    bucket = local.upload_tree(made, local.uri("bucket"), skip_suffixes=()) + "/tiered"
+    root = str(tmp_path / "klake")
+    code, err, report = run_import(tmp_path, bucket, root)
+    assert code == 0, err
+    aside = report["results"]["import"]["partitions"][0]["set_aside"]
+    assert {uri.rsplit("/", 1)[1]: why for uri, why in aside.items()} == {
+        f"{7729:020d}-AAAAAAAAAAAAAAAAAAAAAA.log":
+            f"ends before offset {int(headers.last_offset[half - 1]) + 1}, the next upload starts at 15363",
+        f"{15363:020d}-zzzzzzzzzzzzzzzzzzzzzz.log": "duplicate upload of the same start offset"}
+    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    assert [r.base_offset for r in rows] == SEGMENTS and rows[-1].next_offset == 30565
+    code, err, report = run_import(tmp_path, bucket, root)
+    assert code == 0, err
+    assert {s["status"] for s in report["results"]["import"]["partitions"][0]["segments"]} == {"already-registered"}
+    assert len(Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)) == 4
