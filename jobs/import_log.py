@@ -79,6 +79,8 @@ def import_summary(report: ImportReport) -> list[str]:
         lines.append(f"  {part.topic}-{part.partition}: {summary}")
         for uri, why in sorted(part.set_aside.items()):
             lines.append(f"    set aside {uri}: {why}")
+        for uri in part.forgotten:
+            lines.append(f"    forgotten {uri}: gone from the bucket (the broker's remote retention)")
         for s in part.segments:
             if s.sidecars == "rebuilt":
                 lines.append(f"    rebuilt indexes of {s.source}: {'; '.join(s.sidecar_problems)}")

@@ -114,5 +114,7 @@ def as_log_dir(root: str, parts: list[UploadDir], choices: dict[TopicPartition, 
         log_dir.partitions.append(KafkaPartitionDir(
             tp=part.tp, uri=part.uri, segments=segments,
             other_files={KafkaFileKind.UNKNOWN: part.other_files + others, KafkaFileKind.METADATA: metadata},
-            set_aside=dict(choice.set_aside), error=error))
+            set_aside=dict(choice.set_aside), error=error,
+            present=frozenset(f"{aiven_uri(stem(part, u))}.log" for uploads in part.uploads.values()
+                              for u in uploads if "log" in u.files)))
     return log_dir

@@ -186,5 +186,7 @@ def as_log_dir(root: str, parts: list[UploadDir], choices: dict[TopicPartition, 
         log_dir.partitions.append(KafkaPartitionDir(
             tp=part.tp, uri=part.uri, segments=[u.segment_files() for u in choice.kept],
             other_files={KafkaFileKind.UNKNOWN: part.other_files + others, KafkaFileKind.METADATA: extra},
-            set_aside=dict(choice.set_aside)))
+            set_aside=dict(choice.set_aside),
+            present=frozenset(u.files["log"].uri for uploads in part.uploads.values() for u in uploads
+                              if "log" in u.files)))
     return log_dir

@@ -265,3 +265,19 @@ def test_duplicate_uploads_are_chosen_by_the_end_offset_their_manifests_record_a
     assert code == 0, err
     assert {s["status"] for s in report["results"]["import"]["partitions"][0]["segments"]} == {"already-registered"}
     assert len(Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)) == 4
+
+
+def test_a_reimport_forgets_the_uploads_the_brokers_remote_retention_deleted(tmp_path: Path, key_ring_env: Path) -> None:
+    local = Backend("local", str(tmp_path / "store"), StorageOptions())
+    bucket, _ = make_bucket(tmp_path, local)
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path, bucket, root)[0] == 0
+    oldest = sorted(Path(bucket).rglob("00000000000000000000-*"))
+    assert len(oldest) == 3
+    for f in oldest:
+        f.unlink()
+    code, err, report = run_import(tmp_path, bucket, root)
+    assert code == 0, err
+    (log,) = [f for f in oldest if f.suffix == ".log"]
+    assert report["results"]["import"]["partitions"][0]["forgotten"] == [f"aiven+file://{log}"]
+    assert [r.base_offset for r in Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)] == SEGMENTS[1:]
