@@ -146,10 +146,7 @@ class AivenFileIO(FileIO):
         log = self.inner.info(stem + ".log")
         if log is None:
             return None
-        manifest = self.manifest(stem)
-        size = (manifest.chunk_index.original_file_size if suffix == "log"
-                else manifest.original_index_size(SUFFIXES[suffix] or ""))
-        return ObjectInfo(uri, size, log.mtime_ms)
+        return ObjectInfo(uri, self._sizes(self.manifest(stem))[suffix], log.mtime_ms)
 
     def check_access(self, uri: str, write: bool) -> None:
         if write:
@@ -161,7 +158,28 @@ class AivenFileIO(FileIO):
                                "a broker owns")
 
     def list_objects(self, uri: str) -> list[ObjectInfo]:
-        self._refuse(uri)
+        """The uploads under `uri` that have a manifest, each as its `.log`, `.index` and `.timeindex` (the
+        sizes the broker's files had: one manifest GET per upload, once per process); uploads whose manifest
+        does not read are left out (a row pointing at one is then missing, as `scrub` reports)."""
+        listed = self.inner.list_objects(bucket_uri(uri))
+        names = {info.uri for info in listed}
+        found = []
+        for info in listed:
+            stem = info.uri.removesuffix(".log")
+            if stem == info.uri or f"{stem}.rsm-manifest" not in names:
+                continue
+            try:
+                found += [ObjectInfo(f"{aiven_uri(stem)}.{suffix}", size, info.mtime_ms)
+                          for suffix, size in self._sizes(self.manifest(stem)).items()]
+            except AivenObjectError:
+                continue
+        return sorted(found, key=lambda found_info: found_info.uri)
+
+    @staticmethod
+    def _sizes(manifest: SegmentManifest) -> dict[str, int]:
+        """The sizes of the segment files an upload reads as."""
+        return {suffix: manifest.chunk_index.original_file_size if index is None
+                else manifest.original_index_size(index) for suffix, index in SUFFIXES.items()}
 
     def list_dirs(self, uri: str) -> list[str]:
         self._refuse(uri)

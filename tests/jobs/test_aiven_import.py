@@ -281,3 +281,26 @@ def test_a_reimport_forgets_the_uploads_the_brokers_remote_retention_deleted(tmp
     (log,) = [f for f in oldest if f.suffix == ".log"]
     assert report["results"]["import"]["partitions"][0]["forgotten"] == [f"aiven+file://{log}"]
     assert [r.base_offset for r in Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)] == SEGMENTS[1:]
+
+
+def test_scrub_checks_an_aiven_roots_rows_against_the_bucket_and_deletes_nothing_there(tmp_path: Path,
+                                                                                      key_ring_env: Path) -> None:
+    from engine.ops.scrub import scrub
+
+    local = Backend("local", str(tmp_path / "store"), StorageOptions())
+    bucket, _ = make_bucket(tmp_path, local)
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path, bucket, root)[0] == 0
+    catalog = Catalog.open(f"{root}/_catalog")
+    report = scrub(root, catalog, grace_ms=0)
+    assert report.missing == [] and report.size_mismatches == [] and report.orphans == []
+    next(Path(bucket).rglob("*15363-*.rsm-manifest")).unlink()  # the upload no longer reads
+    aiven_file_io._manifests.clear()
+    before = stored_state(bucket, local)
+    report = scrub(root, catalog, grace_ms=0)
+    (row,) = [r for r in catalog.live_segments("timeindex_test", 0) if r.base_offset == 15363]
+    assert {(m.kind, m.key) for m in report.missing} == {
+        (kind, key) for kind, key in (("log", row.log_key), ("index", row.index_key), ("timeindex", row.timeindex_key))
+        if key.startswith("aiven+")}
+    assert ("log", row.log_key) in {(m.kind, m.key) for m in report.missing} and report.orphans == []
+    assert stored_state(bucket, local) == before
