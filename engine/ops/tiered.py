@@ -1,9 +1,5 @@
 """Tiered-storage buckets as klake roots (KIP-405): imported in place, read by every reading job, never changed.
 
-`import --layout aiven` does the same for a bucket of Aiven's tiered-storage plugin (`layouts.aiven_layout`):
-rows of layout `aiven` whose keys are `aiven+` names, read through each upload's manifest and chunk index
-(`layouts.store.aiven_file_io`), only the chunks a read needs.
-
 `import --layout kafka-rsm` registers the uploads of Kafka's `LocalTieredStorage` (`layouts.kafka_rsm_layout`)
 through the importer's `SourceLayout`: per start offset the complete upload that chains with its neighbours
 (duplicates set aside and reported), rows of layout `kafka-rsm` whose keys are absolute (external), and
@@ -13,6 +9,10 @@ so a job that would change such a partition's log (append, roll, retention, comp
 delete-records, recover, a mirror into it) refuses before any work (`refuse_broker_owned`). The log start
 offset of a tiered partition lives in the broker's metadata topic, not in the bucket: the catalog's is the
 first upload's start offset.
+
+`import --layout aiven` does the same for a bucket of Aiven's tiered-storage plugin (`layouts.aiven_layout`):
+rows of layout `aiven` whose keys are `aiven+` names, read through each upload's manifest and chunk index
+(`layouts.store.aiven_file_io`), only the chunks a read needs.
 """
 
 from __future__ import annotations

@@ -79,6 +79,10 @@ def test_an_aiven_bucket_is_catalogued_in_place_and_read_jobs_answer_like_the_br
     assert [r.base_offset for r in rows] == SEGMENTS and rows[-1].next_offset == 30565
     assert all(r.layout == "aiven" and r.log_key.startswith("aiven+") for r in rows)
     assert [r.size_bytes for r in rows] == [(SOURCE / f"{b:020d}.log").stat().st_size for b in SEGMENTS]
+    for row in rows:  # the encrypted index regions of .indexes read as the broker's sidecars
+        name = row.log_key.removesuffix(".log")
+        for suffix in ("index", "timeindex"):
+            assert read_bytes(f"{name}.{suffix}", backend.options) == (SOURCE / f"{row.base_offset:020d}.{suffix}").read_bytes()
 
     golden = [json.loads(line) for line in (SOURCE.parent / "timeindex_test-0.lookups.golden.jsonl").read_text().splitlines()]
     targets = golden[::7]
