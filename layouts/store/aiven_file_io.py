@@ -8,7 +8,8 @@ answers from the upload (`layouts.aiven_manifest` says how it is encoded):
 
 - a byte range of the `.log` is one ranged GET of the transformed chunks holding it (from the first one's
   start to the last one's end), each decrypted and decompressed, then cut to the range;
-- an index is one ranged GET of its region of `.indexes`, decrypted when the upload is encrypted;
+- an index is one ranged GET of its region of `.indexes`, decrypted when the upload is encrypted (a page
+  of a plain one is a ranged GET of that page alone; AES-GCM authenticates the region only whole);
 - the manifest is read once per process and upload (an upload never changes: a new one gets a new segment
   uuid), so a lookup costs the manifest, the index region and the chunks holding the answer.
 
@@ -105,8 +106,13 @@ class AivenFileIO(FileIO):
             size = manifest.chunk_index.original_file_size
             return self._read_log(stem + ".log", manifest, 0 if start is None else start,
                                   size if end is None else min(end, size))
-        data = self._read_index(stem + ".indexes", manifest, SUFFIXES[suffix] or "")
-        return data[start:end]
+        name = SUFFIXES[suffix] or ""
+        if not manifest.encrypted and start is not None and end is not None:  # a page of a plain index
+            region = manifest.indexes[name]
+            end = min(end, region.size)
+            return self._get(stem + ".indexes", region.position + start, region.position + end,
+                             "the segment's indexes") if start < end else b""
+        return self._read_index(stem + ".indexes", manifest, name)[start:end]
 
     def _read_log(self, log: str, manifest: SegmentManifest, start: int, end: int) -> bytes:
         chunks = manifest.chunk_index.chunks_for(start, end)

@@ -77,6 +77,22 @@ def test_uploads_read_back_byte_for_byte_and_by_range(kafka_fixtures: Path, tmp_
     assert read_bytes(log, backend.options) == original
     for start, end in ((0, 1), (4095, 4097), (5000, 13000), (len(original) - 3, len(original) + 50)):
         assert read_bytes(log, backend.options, start, end) == original[start:end], (start, end)
+    epoch = log.removesuffix(".log") + ".index"  # an empty offset index: pages of it are empty
+    assert read_bytes(epoch, backend.options) == b"" == read_bytes(epoch, backend.options, 0, 8)
+
+
+def test_a_page_of_a_plain_index_is_a_ranged_get_of_that_page(kafka_fixtures: Path, tmp_path: Path) -> None:
+    from layouts.metering import metered
+
+    source = kafka_fixtures / "broker" / "timeindex_test-0"
+    part = bucket_from_log_dir(source, tmp_path / "bucket", chunk_size=64 * 1024)
+    index = aiven_uri(str(next(part.glob("00000000000000007729-*.log")).with_suffix(".index")))
+    broker = (source / "00000000000000007729.index").read_bytes()
+    read_bytes(index, None, 0, 8)  # the manifest, read once
+    with metered() as meter:
+        assert read_bytes(index, None, 800, 816) == broker[800:816]
+    assert meter.requests["GET"] == 1 and meter.bytes["read"] == 16
+    assert read_bytes(index, None, len(broker) - 4, len(broker) + 50) == broker[-4:]
 
 
 def test_a_variable_chunk_index_must_hold_every_chunk() -> None:
