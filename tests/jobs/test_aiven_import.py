@@ -308,3 +308,23 @@ def test_scrub_checks_an_aiven_roots_rows_against_the_bucket_and_deletes_nothing
         if key.startswith("aiven+")}
     assert ("log", row.log_key) in {(m.kind, m.key) for m in report.missing} and report.orphans == []
     assert stored_state(bucket, local) == before
+
+
+def test_a_reading_job_that_meets_a_bad_upload_names_it_on_one_line(tmp_path: Path, key_ring_env: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobs.cli.main import main as klake_main
+
+    local = Backend("local", str(tmp_path / "store"), StorageOptions())
+    bucket, _ = make_bucket(tmp_path, local)
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path, bucket, root)[0] == 0
+    aiven_file_io._manifests.clear()  # a later process: the data keys are unwrapped again
+    monkeypatch.delenv("KLAKE_AIVEN_KEY_RING")
+    before = stored_state(bucket, local)
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        code = klake_main(["consume", "--root", root, "--topic", "timeindex_test", "--from", "30000", "--format", "json"])
+    assert code == 2 and len(err.getvalue().splitlines()) == 1, err.getvalue()
+    assert "22964-" in err.getvalue() and ".rsm-manifest: the segment is encrypted (key pair 'key-pair-1'); set " \
+        "KLAKE_AIVEN_KEY_RING" in err.getvalue()
+    assert "PRIVATE KEY" not in err.getvalue() and stored_state(bucket, local) == before
