@@ -35,11 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SRC", help="log dir holding <topic>-<partition> directories (path or s3://)")
     parser.add_argument("--copy", action="store_true", help="copy segments into the object layout under the root")
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="kafka",
-                        help="kafka: a broker's log dir (default); kafka-rsm: a tiered-storage bucket of Kafka's "
-                             "LocalTieredStorage, {topic}-{partition}-{topicId}/{offset}-{uuid}.log, read in place; aiven: a "
-                             "bucket of Aiven's tiered-storage plugin, {prefix}{topic}-{topicId}/{partition}/"
-                             "{offset}-{uuid}.rsm-manifest, read in place (encrypted: key ring file in "
-                             "KLAKE_AIVEN_KEY_RING)")
+                        help="kafka: a broker's log dir (default); kafka-rsm: Kafka's LocalTieredStorage bucket; "
+                             "aiven: Aiven's tiered-storage bucket with its key.prefix (key ring: "
+                             "KLAKE_AIVEN_KEY_RING). Buckets are read in place")
     parser.add_argument("--index-interval-bytes", type=int,
                         help="index.interval.bytes for rebuilt indexes (default jobs.index_interval_bytes, 4096)")
 
