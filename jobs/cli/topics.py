@@ -161,7 +161,7 @@ def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: in
                 yield {"topic": topic, "partition": columns["partition"][i], "offset": columns["offset"][i],
                        "timestamp": int(micros[i]) // 1000, "key": _text(columns["key"][i]),
                        "value": _text(columns["value"][i]),
-                       "headers": [[h["key"], _text(h["value"])] for h in columns["headers"][i]]}
+                       "headers": [[h["key"], _text(h["value"])] for h in columns["headers"][i] or ()]}
 
 
 def run_consume(args: argparse.Namespace) -> int:

@@ -190,3 +190,36 @@ def test_a_copied_import_is_a_root_of_its_own_that_jobs_may_change(kafka_fixture
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
         assert main(retention.SPEC, ["--root", root, "--dry-run", "--no-progress"]) == 0
     assert state(bucket) == before
+
+
+def test_a_reimport_forgets_the_uploads_remote_retention_deleted_and_refuses_a_hole(kafka_fixtures: Path,
+                                                                                    tmp_path: Path) -> None:
+    from jobs.cli.main import main as klake_main
+
+    bucket = make_bucket(kafka_fixtures, tmp_path / "bucket")
+    part = next((bucket / "kafka-tiered-storage").iterdir())
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path / "first.json", str(bucket), "--root", root)[0] == 0
+    first = sorted(part.glob("00000000000000000000-*"))
+    for f in first:  # the broker's remote retention deleted the oldest upload
+        f.unlink()
+    code, err, report = run_import(tmp_path / "second.json", str(bucket), "--root", root)
+    assert code == 0, err
+    outcome, = report["results"]["import"]["partitions"]
+    assert outcome["forgotten"] == [str(next(f for f in first if f.suffix == ".log"))]
+    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    assert [r.base_offset for r in rows] == [7729, 15363, 22964]
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert klake_main(["topics", "--root", root, "--json"]) == 0
+    assert json.loads(out.getvalue().splitlines()[0])["log_start_offset"] == 7729
+
+    middle = sorted(part.glob("*15363-*"))
+    for f in middle:  # a hole is no retention: reported, nothing forgotten
+        f.unlink()
+    code, err, report = run_import(tmp_path / "third.json", str(bucket), "--root", root)
+    assert code == 1
+    error = report["failures"][0]["error"]
+    assert "15363" in error and "gone from the bucket while earlier ones remain" in error and "\n" not in error
+    assert [r.base_offset for r in Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)] == [
+        7729, 15363, 22964]
