@@ -256,7 +256,7 @@ def run(ctx: JobContext) -> None:
             ctx.job_id = ctx.report.job_id = job_id
             vars(args).update(input=None, table=view, format="kafka", input_options=[], rejects=None,
                               keep_offsets=True, job_id=job_id, topics=sorted(counts),
-                              input_topics=sorted({tp.topic for tp in todo}),
+                              input_topics=sorted({tp.topic for tp in todo}), input_by_partition=True,
                               partition_ids=sorted({tp.partition for tp in todo}) if args.partition_ids else [])
             append.run(ctx)
         lag_end = cluster.offsets(tps)[1]

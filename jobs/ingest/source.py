@@ -44,6 +44,10 @@ class AppendInput:
     df: DataFrame | None
     keep_offsets: bool
     """Whether the records keep the input's offsets (`jobs.ingest.kept_offsets`)."""
+    by_partition: bool = False
+    """Whether each of the DataFrame's splits holds exactly one topic-partition's records, in order, and no
+    two splits the same one (Spark's Kafka source over whole partitions, the archive's): its tasks append
+    directly, nothing staged (`jobs.ingest.append_task.AppendTasks.over_input`)."""
 
 
 def open_input(ctx: JobContext) -> AppendInput:
@@ -66,7 +70,8 @@ def open_input(ctx: JobContext) -> AppendInput:
         df = df.withColumn("topic", F.lit(topics[0]))
     order = file_order(names)
     keep = keeps_offsets(df.columns, args.keep_offsets, where)
-    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep)
+    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep,
+                       bool(getattr(args, "input_by_partition", False)))
 
 
 def _found_topics(df: DataFrame, known: Sequence[str] | None, where: str) -> dict[str, str] | None:
