@@ -22,7 +22,9 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   rows in input order and streams them through the engine in chunks of `buffer_bytes`, uploading
   each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
   size (a chunk boundary ends a batch, as a produce request does). The staged rows are deleted when
-  the attempt ends (scrub removes those of a killed one).
+  the attempt ends (scrub removes those of a killed one). Input whose splits are each one whole partition
+  in order (the archive's Kafka source, `AppendInput.by_partition`) is appended by its input tasks
+  directly, nothing staged.
 - `--dry-run` writes nothing (no staged rows, segment, lease, rejects file or commit): it reads and
   appends in memory, so every record is checked and every segment encoded, and says what it would
   append and reject; its staged rows travel through the driver, so size the driver for the input.
