@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -22,6 +23,7 @@ from engine.ops import read as range_read
 from engine.ops.catalog_table import Catalog
 from jobs import import_log
 from jobs.runtime.job_runner import main
+from layouts.aiven_manifest import KEY_RING_ENV
 from layouts.metering import metered
 from layouts.store import StorageOptions, aiven_file_io, file_io, list_objects, read_bytes
 from tests.aiven_uploads import KeyPair, bucket_from_log_dir, key_ring
@@ -100,8 +102,13 @@ def test_an_aiven_bucket_is_catalogued_in_place_and_read_jobs_answer_like_the_br
     assert stored_state(bucket, backend) == before  # nothing written into the bucket
 
 
-def test_export_restores_the_brokers_segments_from_the_bucket(tmp_path: Path, key_ring_env: Path) -> None:
+@pytest.mark.spark
+def test_export_restores_the_brokers_segments_from_the_bucket(spark, tmp_path: Path) -> None:
+    """Export's tasks decrypt in the shared session's workers, which read the key ring its environment named
+    when it started (tests/conftest.py): the ring is written there."""
     from jobs import export
+
+    key_ring(Path(os.environ[KEY_RING_ENV]).parent, PAIR)
 
     local = Backend("local", str(tmp_path / "store"), StorageOptions())
     bucket, _ = make_bucket(tmp_path, local)
