@@ -124,3 +124,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     session = spark_session(config)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def klake_source(spark):
+    """The shared session with `format("klake")` registered; `register`'s filter-pushdown setting is unset after."""
+    from jobs.klake_source import register
+
+    register(spark)
+    yield spark
+    spark.conf.unset("spark.sql.python.filterPushdown.enabled")

@@ -5,8 +5,8 @@ one catalog commit, under the partition's lease. Per live segment (verified by `
 
 - sidecars missing, invalid (KAFKA-10207: a zero-padded `.timeindex`; KAFKA-7283: never checked) or
   of another size than their row records
-  -> rebuilt with Kafka's recovery rule (`build_indexes`, the topic's `index.interval.bytes`) and
-  written as NEW objects under the root (object-layout keys of a new segment id); the `.log` is
+  -> rebuilt with Kafka's recovery rule (`_Planner._put_sidecars`, the topic's `index.interval.bytes`)
+  and written as NEW objects under the root (object-layout keys of a new segment id); the `.log` is
   immutable and stays where it is, also for a Kafka-layout row (the broker copy is never touched);
 - a corrupt or partial tail -> the bytes after the valid prefix are first copied to
   `{root}/_quarantine/{topic}-{partition}/{base:020d}-{segment_id}-at-{valid_bytes}.bin`, then the
@@ -49,7 +49,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
@@ -184,11 +184,6 @@ class _Planner:
         if self.write and ensure_object(uri, data, self.options):
             repair.objects_written.append(uri)
 
-    def _sidecar_bytes(self, check: SegmentCheck) -> tuple[bytes, bytes]:
-        offsets, times = build_indexes(check.prefix_headers, check.row.base_offset, self.interval,
-                                       min_timestamp=self.min_timestamp)
-        return offsets.to_bytes(), times.to_bytes()
-
     def _rebuild_sidecars(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
         row = check.row
         new_id = derived_segment_id(row.segment_id, f"sidecars:{self.interval}")
@@ -197,22 +192,33 @@ class _Planner:
         repair = SegmentRepair(REBUILD_SIDECARS, row.segment_id, row.base_offset, row.log_key, reasons,
                                new_segment_id=new_id, new_keys=_keys_dict(keys), valid_bytes=check.valid_bytes,
                                next_offset_before=row.next_offset, next_offset_after=row.next_offset)
-        index, timeindex = self._sidecar_bytes(check)
-        self._put(repair, keys.index, index)
-        self._put(repair, keys.timeindex, timeindex)
-        batchindex = self._batch_index(check, timeindex)
-        if batchindex is not None:
-            self._put(repair, keys.batchindex, batchindex)  # beside the new .timeindex, whoever owns the .log
+        sizes = self._put_sidecars(repair, keys, check)  # a .batchindex beside the new .timeindex, whoever owns the .log
         repair._new_row = replace(row, segment_id=new_id, index_key=keys.index, timeindex_key=keys.timeindex,
-                                  job_id=self.job_id, index_size_bytes=len(index), timeindex_size_bytes=len(timeindex),
-                                  batchindex_size_bytes=None if batchindex is None else len(batchindex))
+                                  job_id=self.job_id, index_size_bytes=sizes.index,
+                                  timeindex_size_bytes=sizes.timeindex, batchindex_size_bytes=sizes.batchindex)
         return repair
 
-    def _batch_index(self, check: SegmentCheck, timeindex: bytes) -> bytes | None:
-        """The `.batchindex` the checked log's valid prefix and its rebuilt `.timeindex` make, if it pays."""
+    def _put_sidecars(self, repair: SegmentRepair, keys: SegmentKeys, check: SegmentCheck) -> _SidecarSizes:
+        """Rebuild the sidecars of the checked log's valid prefix and write them at `keys`: the `.index`, the
+        `.timeindex`, then the `.batchindex` where it pays (commit protocol order, after the `.log`).
+
+        Recovery rebuilds rather than settling (`engine.index.checks.settle_indexes`, the validate-or-rebuild
+        of import and export): a segment gets here only when `check_segment` (verify's check, wider than
+        `check_sidecars`: also the sizes the row records and the `.batchindex`) already failed its stored
+        sidecars, when its tail is cut (a new, shorter segment version) or when a rebuild is requested.
+        Kafka's `LogSegment.recover` likewise resets and rebuilds the indexes, both for a segment whose
+        `sanityCheck` fails and for every segment after the recovery point (`LogLoader`, spec 7.1-7.2)."""
         headers = check.prefix_headers
-        return batch_index_bytes(len(headers), timeindex, check.row.base_offset, lambda: headers,
-                                 min_timestamp=self.min_timestamp)
+        offsets, times = build_indexes(headers, check.row.base_offset, self.interval,
+                                       min_timestamp=self.min_timestamp)
+        index, timeindex = offsets.to_bytes(), times.to_bytes()
+        self._put(repair, keys.index, index)
+        self._put(repair, keys.timeindex, timeindex)
+        batchindex = batch_index_bytes(len(headers), timeindex, check.row.base_offset, lambda: headers,
+                                       min_timestamp=self.min_timestamp)
+        if batchindex is not None:
+            self._put(repair, keys.batchindex, batchindex)
+        return _SidecarSizes(len(index), len(timeindex), None if batchindex is None else len(batchindex))
 
     def _cut(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
         """Quarantine the tail first (nothing is lost if the run dies), then write the prefix."""
@@ -233,18 +239,22 @@ class _Planner:
         new_id = derived_segment_id(row.segment_id, f"cut:{valid}:{self.interval}:{digest}")
         keys = object_segment_keys(self.root, self.tp, row.base_offset, new_id)
         repair.new_segment_id, repair.new_keys = new_id, _keys_dict(keys)
-        index, timeindex = self._sidecar_bytes(check)
-        for uri, content in zip(keys.all(), (prefix, index, timeindex), strict=True):
-            self._put(repair, uri, content)  # .log, then .index, then .timeindex (commit protocol order)
-        batchindex = self._batch_index(check, timeindex)
-        if batchindex is not None:
-            self._put(repair, keys.batchindex, batchindex)  # then the .batchindex
+        self._put(repair, keys.log, prefix)
+        sizes = self._put_sidecars(repair, keys, check)
         new_row = segment_row(self.tp, new_id, keys, Layout.OBJECT, check.summary, SegmentState(row.state),
                               self.job_id, created_at_ms=row.created_at_ms if valid else self.now_ms,
-                              index_size_bytes=len(index), timeindex_size_bytes=len(timeindex),
-                              batchindex_size_bytes=None if batchindex is None else len(batchindex))
+                              index_size_bytes=sizes.index, timeindex_size_bytes=sizes.timeindex,
+                              batchindex_size_bytes=sizes.batchindex)
         repair._new_row = replace(new_row, log_start_offset=row.log_start_offset, cleaned=row.cleaned)
         return repair
+
+
+class _SidecarSizes(NamedTuple):
+    """The sizes of a segment version's rebuilt sidecars (`batchindex` None: none was made)."""
+
+    index: int
+    timeindex: int
+    batchindex: int | None
 
 
 def _keys_dict(keys: SegmentKeys) -> dict[str, str]:

@@ -30,32 +30,34 @@ from engine.ops.topic_store import load_topic_config
 from engine.times import format_time
 from jobs.cli.storage import add_storage_arguments, check_reachable, load_storage_config, storage_options
 from jobs.runtime.config import KlakeConfig
-from jobs.runtime.job_runner import HelpFormatter, check_partitions, check_range, time_argument
+from jobs.runtime.job_runner import add_command, check_partitions, check_range, time_argument
 from jobs.runtime.report import plural
 from layouts.store import StorageOptions, join, normalize_uri
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")
 """`--json`'s fields; the table shows them all but the object key (`log_key`) unless `--keys` asks for it."""
-SEGMENTS_EXAMPLE = "klake segments --conf demo-output/demo.yaml --topic orders --from 2026-11-04T18:00:00Z"
 _TIME_FIELDS = ("base_timestamp", "largest_timestamp")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    seg = subparsers.add_parser(
-        "segments", help="list live segments, pruned by time range",
-        description="The catalog's live segments: offsets, records, bytes, smallest and largest timestamps and "
-                    "state; with --from/--to, those that may hold a record in that time range.",
-        epilog=f"example:\n  {SEGMENTS_EXAMPLE}", formatter_class=HelpFormatter)
+    seg = add_command(
+        subparsers, "segments", "list live segments, pruned by time range",
+        "The catalog's live segments: offsets, records, bytes, smallest and largest timestamps and state; with "
+        "--from/--to, those that may hold a record in that time range.", "klake segments --conf demo-output/demo.yaml --topic orders --from 2026-11-04T18:00:00Z", run_segments)
     seg.add_argument("--topic")
     seg.add_argument("--partition", type=int, metavar="P")
     seg.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
                      help="epoch ms or ISO-8601 (UTC unless it names a zone)")
     seg.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME", help="the same, inclusive")
     seg.add_argument("--keys", action="store_true", help="add each segment's object key to the table")
-    seg.add_argument("--json", action="store_true", help="one JSON object per segment (times in epoch ms)")
+    add_json_flag(seg, "segment")
     add_catalog_arguments(seg)
-    seg.set_defaults(handler=run_segments)
+
+
+def add_json_flag(parser: argparse.ArgumentParser, row: str) -> None:
+    """`--json`: one JSON object per `row` instead of a table, times as the catalog keeps them."""
+    parser.add_argument("--json", action="store_true", help=f"one JSON object per {row} (times in epoch ms)")
 
 
 def add_catalog_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,24 +9,20 @@ import json
 from engine.errors import KlakeError
 from engine.ops.groups_table import group_positions, groups_uri
 from engine.times import format_time
-from jobs.cli.catalog import add_catalog_arguments, catalog_location
-from jobs.runtime.job_runner import HelpFormatter, time_argument
-
-GROUPS_EXAMPLE = "klake groups --conf demo-output/demo.yaml --group billing --at 2026-11-28T05:00:00Z"
+from jobs.cli.catalog import add_catalog_arguments, add_json_flag, catalog_location
+from jobs.runtime.job_runner import add_command, time_argument
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    groups = commands.add_parser(
-        "groups", help="consumer groups' committed offsets, as archive snapshotted them",
-        description="Where each consumer group stood on the archived topics: per group, topic and partition "
-                    "the committed offset (the next record it reads), leader epoch and metadata of the newest "
-                    "snapshot at or before --at (default: the last one).",
-        epilog=f"example:\n  {GROUPS_EXAMPLE}", formatter_class=HelpFormatter)
+    groups = add_command(
+        commands, "groups", "consumer groups' committed offsets, as archive snapshotted them",
+        "Where each consumer group stood on the archived topics: per group, topic and partition the committed "
+        "offset (the next record it reads), leader epoch and metadata of the newest snapshot at or before --at "
+        "(default: the last one).", "klake groups --conf demo-output/demo.yaml --group billing --at 2026-11-28T05:00:00Z", run_groups)
     groups.add_argument("--group", help="only this group")
     groups.add_argument("--at", type=time_argument, metavar="TIME", help="as of this time (default: the last snapshot)")
-    groups.add_argument("--json", action="store_true", help="one JSON object per partition (times in epoch ms)")
+    add_json_flag(groups, "partition")
     add_catalog_arguments(groups)
-    groups.set_defaults(handler=run_groups)
 
 
 def run_groups(args: argparse.Namespace) -> int:

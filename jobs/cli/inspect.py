@@ -33,7 +33,7 @@ from engine.ops.topic_store import load_topic_config
 from engine.ops.verify import record_problems, valid_prefix
 from jobs.cli.storage import add_storage_arguments, check_reachable, storage_options
 from jobs.offsets_for_times import parse_target
-from jobs.runtime.job_runner import HelpFormatter
+from jobs.runtime.job_runner import add_command
 from jobs.runtime.report import plural
 from layouts.kafka_layout import group_partition_files
 from layouts.store import (
@@ -50,42 +50,33 @@ _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
 
 FIXTURES = "tests/fixtures/kafka"
-_FORMATTER = HelpFormatter
-
-
-def _example(line: str) -> str:
-    return f"example:\n  {line}"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    dump = commands.add_parser(
-        "dump", help="print the records or batch headers of .log / record-set files",
-        description="Print every record (or batch header) of each file, as kafka-dump-log does. Problems (a bad "
-                    "CRC, a partial last batch, a missing file) go to stderr, exit code 1; the valid records "
-                    "before them are printed.",
-        epilog=_example("klake dump --batches demo-output/store/klake/orders-0/*.log"), formatter_class=_FORMATTER)
+    dump = add_command(
+        commands, "dump", "print the records or batch headers of .log / record-set files",
+        "Print every record (or batch header) of each file, as kafka-dump-log does. Problems (a bad CRC, a partial "
+        "last batch, a missing file) go to stderr, exit code 1; the valid records before them are printed.",
+        "klake dump --batches demo-output/store/klake/orders-0/*.log", run_dump)
     dump.add_argument("paths", nargs="+", metavar="PATH", help=".log or record-set files: local paths or s3:// URIs")
     dump.add_argument("--json", action="store_true", help="one JSON object per record (or batch)")
     dump.add_argument("--batches", action="store_true", help="print batch headers instead of records")
     add_storage_arguments(dump)
-    dump.set_defaults(handler=run_dump)
 
-    verify = commands.add_parser(
-        "verify", help="check batches (CRC, sizes, offsets) and index sidecars",
-        description="Check every batch of each file and, for a segment with .index/.timeindex beside it, that "
-                    "the indexes agree with the log. Exit 0 when all is valid, 1 with one line per problem.",
-        epilog=_example(f"klake verify {FIXTURES}/broker/timeindex_test-0/*.log"), formatter_class=_FORMATTER)
+    verify = add_command(
+        commands, "verify", "check batches (CRC, sizes, offsets) and index sidecars",
+        "Check every batch of each file and, for a segment with .index/.timeindex beside it, that the indexes "
+        "agree with the log. Exit 0 when all is valid, 1 with one line per problem.",
+        f"klake verify {FIXTURES}/broker/timeindex_test-0/*.log", run_verify)
     verify.add_argument("paths", nargs="+", metavar="PATH", help=".log / record-set files (local or s3://)")
     add_storage_arguments(verify)
-    verify.set_defaults(handler=run_verify)
 
     index = commands.add_parser("index", help="index maintenance").add_subparsers(dest="index_command",
                                                                                   required=True, metavar="ACTION")
-    rebuild = index.add_parser(
-        "rebuild", help="write .index/.timeindex for a segment from its .log",
-        description="Rebuild a segment's .index and .timeindex as a broker's recovery does.",
-        epilog=_example(f"klake index rebuild {FIXTURES}/broker/timeindex_test-0/00000000000000000000.log "
-                        "--out /tmp/idx"), formatter_class=_FORMATTER)
+    rebuild = add_command(
+        index, "rebuild", "write .index/.timeindex for a segment from its .log",
+        "Rebuild a segment's .index and .timeindex as a broker's recovery does.",
+        f"klake index rebuild {FIXTURES}/broker/timeindex_test-0/00000000000000000000.log --out /tmp/idx", run_index_rebuild)
     rebuild.add_argument("segment", metavar="SEGMENT.log", help="the segment's .log (local or s3://)")
     rebuild.add_argument("--out", metavar="DIR", help="directory for the sidecars (default: beside the .log)")
     rebuild.add_argument("--index-interval-bytes", type=int, default=DEFAULT_INDEX_INTERVAL_BYTES, metavar="N",
@@ -93,21 +84,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     rebuild.add_argument("--base-offset", type=int, metavar="N",
                          help="segment base offset (default: from the 20-digit file name)")
     add_storage_arguments(rebuild)
-    rebuild.set_defaults(handler=run_index_rebuild)
 
-    lookup = commands.add_parser(
-        "lookup", help="offset for a timestamp in a partition directory",
-        description="For each --timestamp, the first offset stamped at or after it, as Kafka's ListOffsets "
-                    "answers, in a broker's partition directory or a klake root's (read by its catalog).",
-        epilog=_example("klake lookup demo-output/store/klake/orders-0 --timestamp 2026-11-04T18:00:00Z"),
-        formatter_class=_FORMATTER)
+    lookup = add_command(
+        commands, "lookup", "offset for a timestamp in a partition directory",
+        "For each --timestamp, the first offset stamped at or after it, as Kafka's ListOffsets answers, in a "
+        "broker's partition directory or a klake root's (read by its catalog).",
+        "klake lookup demo-output/store/klake/orders-0 --timestamp 2026-11-04T18:00:00Z", run_lookup)
     lookup.add_argument("partition_dir", metavar="PARTITION_DIR", help="<topic>-<partition> directory or s3:// prefix")
     lookup.add_argument("--timestamp", type=parse_target, action="append", required=True, metavar="T",
                         help="epoch ms or ISO-8601, or -1/latest, -2/earliest, -3/max; repeatable")
     lookup.add_argument("--log-start-offset", type=int, metavar="N",
                         help="ignore records below this offset")
     add_storage_arguments(lookup)
-    lookup.set_defaults(handler=run_lookup)
 
 
 # ------------------------------------------------------------------------------------------- dump

@@ -27,35 +27,28 @@ from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.read import ReadRange, plan_read, read_item
 from engine.ops.topic_store import load_topic_config
 from engine.times import InvalidTimeError, format_time, parse_time
-from jobs.cli.catalog import add_catalog_arguments, catalog_location
+from jobs.cli.catalog import add_catalog_arguments, add_json_flag, catalog_location
 from jobs.cli.storage import check_reachable
 from jobs.runtime.config import KlakeConfig
-from jobs.runtime.job_runner import HelpFormatter, at_least, check_partitions
+from jobs.runtime.job_runner import add_command, at_least, check_partitions
 from layouts.store import StorageOptions
-
-TOPICS_EXAMPLE = "klake topics --conf demo-output/demo.yaml --topic orders"
-CONSUME_EXAMPLE = "klake consume --conf demo-output/demo.yaml --topic orders --partition 0 -c 3 --format json"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    topics = commands.add_parser(
-        "topics", help="partitions, offsets, sizes, times and settings of each topic",
-        description="Describe topics as kafka-topics --describe and kafka-log-dirs do together: per partition "
-                    "the log start and end offsets, live segments, bytes, oldest and newest timestamps; per "
-                    "topic its settings (those differing from Kafka's defaults; --json: all). Reads the "
-                    "catalog only.", epilog=f"example:\n  {TOPICS_EXAMPLE}",
-        formatter_class=HelpFormatter)
+    topics = add_command(
+        commands, "topics", "partitions, offsets, sizes, times and settings of each topic",
+        "Describe topics as kafka-topics --describe and kafka-log-dirs do together: per partition the log start "
+        "and end offsets, live segments, bytes, oldest and newest timestamps; per topic its settings (those "
+        "differing from Kafka's defaults; --json: all). Reads the catalog only.", "klake topics --conf demo-output/demo.yaml --topic orders", run_topics)
     topics.add_argument("--topic", help="only this topic")
-    topics.add_argument("--json", action="store_true", help="one JSON object per partition (times in epoch ms)")
+    add_json_flag(topics, "partition")
     add_catalog_arguments(topics)
-    topics.set_defaults(handler=run_topics)
 
-    consume = commands.add_parser(
-        "consume", help="print records of a topic, as kcat -C does",
-        description="A topic's records, partition after partition in offset order, as kcat -C prints them: "
-                    "text, each value on a line; json, one object per record (topic, partition, offset, "
-                    "timestamp in epoch ms, key, value, headers).", epilog=f"example:\n  {CONSUME_EXAMPLE}",
-        formatter_class=HelpFormatter)
+    consume = add_command(
+        commands, "consume", "print records of a topic, as kcat -C does",
+        "A topic's records, partition after partition in offset order, as kcat -C prints them: text, each value "
+        "on a line; json, one object per record (topic, partition, offset, timestamp in epoch ms, key, value, "
+        "headers).", "klake consume --conf demo-output/demo.yaml --topic orders --partition 0 -c 3 --format json", run_consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=at_least(0), metavar="P", help="only this partition")
     consume.add_argument("--from", dest="start", type=start_argument, metavar="OFFSET|TIME",
@@ -63,7 +56,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     consume.add_argument("-c", "--count", type=at_least(1), metavar="N", help="stop after N records")
     consume.add_argument("--format", choices=("text", "json"), default="text")
     add_catalog_arguments(consume)
-    consume.set_defaults(handler=run_consume)
 
 
 def start_argument(text: str) -> tuple[str, int]:

@@ -32,7 +32,7 @@ from jobs.demo.pipeline import Pipeline, Storage, demo_config, demo_storage, run
 from jobs.demo.report import append_lines, draw, result_lines, retention_lines, write_report
 from jobs.demo.state import claim_store, merge_bars, save_state, segment_bars
 from jobs.runtime.config import load_config
-from jobs.runtime.job_runner import HelpFormatter, at_least
+from jobs.runtime.job_runner import add_command, at_least
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -80,11 +80,10 @@ def explore(storage: Storage, config_path: Path) -> str:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    demo = commands.add_parser("demo", help="run the main job end to end on embedded storage (no external services)",
-                               description="Generate days of a three-topic stream and run the jobs on it "
-                                           "(append, roll, retention, compact, offsets-for-times, read, scrub), "
-                                           "checking every figure against a recomputation from the input.",
-                               epilog="example:\n  klake demo --local", formatter_class=HelpFormatter)
+    demo = add_command(commands, "demo", "run the main job end to end on embedded storage (no external services)",
+                       "Generate days of a three-topic stream and run the jobs on it (append, roll, retention, "
+                       "compact, offsets-for-times, read, scrub), checking every figure against a recomputation "
+                       "from the input.", "klake demo --local", run_demo)
     demo.add_argument("--local", action="store_true",
                       help="keep the data in OUT/store, with OUT/demo.yaml for the jobs (default: an "
                            "embedded S3, gone at exit)")
@@ -97,4 +96,3 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="append jobs per day of data (default 2)")
     demo.add_argument("--seed", type=int, default=7, help="random seed of the generated data (default 7)")
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    demo.set_defaults(handler=run_demo)

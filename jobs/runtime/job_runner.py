@@ -134,7 +134,22 @@ def help_epilog(spec: JobSpec) -> str:
     options = ", ".join(option for option in COMMON_OPTIONS if option not in dropped)
     note = textwrap.fill(f"every job also takes: {options} (README, \"The jobs\")", 78, subsequent_indent="  ",
                          break_on_hyphens=False)
-    return (f"example:\n  {spec.example}\n" if spec.example else "") + note
+    return (example_epilog(spec.example) + "\n" if spec.example else "") + note
+
+
+def example_epilog(example: str) -> str:
+    """An example command line as the end of --help shows it (`HelpFormatter` keeps it as written)."""
+    return f"example:\n  {example}"
+
+
+def add_command(commands: argparse._SubParsersAction, name: str, summary: str, description: str, example: str,
+                handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """A `klake` command's parser, run by `handler`; its --help laid out as a job's: `summary` in `klake --help`,
+    then the description and an example."""
+    command = commands.add_parser(name, help=summary, description=description, epilog=example_epilog(example),
+                                  formatter_class=HelpFormatter)
+    command.set_defaults(handler=handler)
+    return command
 
 
 class JobContext:

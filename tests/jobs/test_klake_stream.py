@@ -17,7 +17,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from engine.errors import ConfigError
 from engine.ops.read import IsolationLevel
 from jobs import append, retention
-from jobs.klake_source import KlakeReader, register
+from jobs.klake_source import KlakeReader
 from jobs.klake_stream import KlakeStreamReader
 from jobs.source_options import parse_options
 from layouts.store import StorageOptions
@@ -27,13 +27,6 @@ pytestmark = pytest.mark.spark
 
 TOPIC = "events"
 TOPICS = {TOPIC: {"partitions": 2, "segment.bytes": 1500, "retention.ms": 3 * HOUR}}
-
-
-@pytest.fixture
-def klake(spark):
-    register(spark)
-    yield spark
-    spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
 class Crash(Exception):
@@ -77,51 +70,51 @@ def delta_values(delta: Path) -> list[str]:
     return [v.decode() for v in DeltaTable(str(delta)).to_pyarrow_table().column("value").to_pylist()]
 
 
-def test_available_now_runs_write_each_record_once_across_appends_and_a_failed_run(klake, tmp_path: Path) -> None:
+def test_available_now_runs_write_each_record_once_across_appends_and_a_failed_run(klake_source, tmp_path: Path) -> None:
     jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
     delta, checkpoint = tmp_path / "delta", tmp_path / "checkpoint"
     appended: list[str] = []
     for step in range(3):
         appended += add(jobs, 120, f"a{step}", NOW - HOUR + step * 200_000)
-        assert run(klake, jobs, delta, checkpoint, maxOffsetsPerTrigger="50")
+        assert run(klake_source, jobs, delta, checkpoint, maxOffsetsPerTrigger="50")
         assert sorted(delta_values(delta)) == sorted(appended)
     offsets = json.loads((checkpoint / "offsets").glob("*").__next__().read_text().splitlines()[-1])
     assert set(offsets) == {TOPIC} and set(offsets[TOPIC]) == {"0", "1"}
 
     appended += add(jobs, 90, "crash", NOW - HOUR + 700_000)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     with pytest.raises(Exception, match="Crash"):
-        run(klake, jobs, delta, checkpoint, crash_at=int(max(p.name for p in (checkpoint / "commits").iterdir()
-                                                             if p.name.isdigit())) + 1)
-    run(klake, jobs, delta, checkpoint)  # the failed batch again: the sink skips what it committed
+        run(klake_source, jobs, delta, checkpoint, crash_at=last + 1)
+    run(klake_source, jobs, delta, checkpoint)  # the failed batch again: the sink skips what it committed
     assert sorted(delta_values(delta)) == sorted(appended)
-    assert run(klake, jobs, delta, checkpoint) == []  # nothing new: no batch
+    assert run(klake_source, jobs, delta, checkpoint) == []  # nothing new: no batch
 
 
-def test_max_offsets_per_trigger_splits_the_run_into_batches(klake, tmp_path: Path) -> None:
+def test_max_offsets_per_trigger_splits_the_run_into_batches(klake_source, tmp_path: Path) -> None:
     jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
     appended = add(jobs, 200, "m", NOW - HOUR)
     delta = tmp_path / "delta"
-    batches = run(klake, jobs, delta, tmp_path / "checkpoint", maxOffsetsPerTrigger="30")
+    batches = run(klake_source, jobs, delta, tmp_path / "checkpoint", maxOffsetsPerTrigger="30")
     assert len(batches) == -(-200 // 30)  # 30 a batch, split over the two partitions by what each holds
     assert sorted(delta_values(delta)) == sorted(appended)
 
 
-def test_retention_between_runs_fails_the_query_or_skips_what_is_gone(klake, tmp_path: Path) -> None:
+def test_retention_between_runs_fails_the_query_or_skips_what_is_gone(klake_source, tmp_path: Path) -> None:
     """Retention deletes records the query had still to read: failOnDataLoss=true (default) fails the run naming
     the partition; false reads what is left from the log start offset on (kafka-python's decode of the live
     segments is the truth)."""
     jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
     first = add(jobs, 100, "first", NOW - 10 * HOUR)
     delta, checkpoint = tmp_path / "delta", tmp_path / "checkpoint"
-    run(klake, jobs, delta, checkpoint)
+    run(klake_source, jobs, delta, checkpoint)
     middle = add(jobs, 150, "middle", NOW - 9 * HOUR)
     add(jobs, 60, "new", NOW - 60_000)
     assert jobs.run(retention.SPEC)[0] == 0  # segments holding only records older than 3 h go
     live = {r[3].decode() for p in (0, 1) for r in jobs.records(TOPIC, p)}
     assert set(middle) - live, "retention deleted nothing the query had still to read"
     with pytest.raises(Exception, match=r"events-[01]: offsets \d+ to \d+ are gone"):
-        run(klake, jobs, delta, checkpoint)
-    run(klake, jobs, delta, checkpoint, failOnDataLoss="false")
+        run(klake_source, jobs, delta, checkpoint)
+    run(klake_source, jobs, delta, checkpoint, failOnDataLoss="false")
     assert sorted(delta_values(delta)) == sorted(set(first) | live)
 
 

@@ -42,7 +42,7 @@ from engine.ops import read as range_read
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from jobs import read
-from jobs.klake_source import KlakeReader, register
+from jobs.klake_source import KlakeReader
 from jobs.runtime.config import load_config
 from jobs.runtime.embedded_s3 import create_bucket
 from jobs.runtime.job_runner import main
@@ -248,13 +248,6 @@ def test_read_committed_leaves_out_an_aborted_transaction_and_a_bad_level_is_ref
         main(read.SPEC, ["--root", root, "--topic", ARCHIVE, "--isolation-level", "committed"])
     with pytest.raises(ConfigError, match="kafka.isolation.level"):
         KlakeReader({"root": root, "topic": ARCHIVE, "kafka.isolation.level": "committed"}, backend.options)
-
-
-@pytest.fixture
-def klake_source(spark):
-    register(spark)
-    yield spark
-    spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
 def test_data_source_pushes_filters_down_exactly(store, klake_source) -> None:

@@ -1,13 +1,20 @@
-"""What the broker tests share: a klake job run to its report, and one `AvailableNow` run of a streaming source
-(klake's or Spark's Kafka source) with its batches and checkpointed offsets."""
+"""What the broker tests share: a klake job run to its report, a topic produced to the broker and imported in
+place, and one `AvailableNow` run of a streaming source (klake's or Spark's Kafka source) with its batches and
+checkpointed offsets."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+from kafka import KafkaProducer
+
+from jobs import import_log
 from jobs.runtime.job_runner import JobSpec, main
+from tests.kafka_broker import KafkaBroker
 
 
 def run_job(spec: JobSpec, tmp: Path, *argv: str) -> dict:
@@ -17,6 +24,29 @@ def run_job(spec: JobSpec, tmp: Path, *argv: str) -> dict:
     document = json.loads(report.read_text())
     assert code == 0, document.get("failures")
     return document
+
+
+def imported_topic(kafka_broker: KafkaBroker, tmp: Path, prefix: str,
+                   partition_of: Callable[[int], int]) -> tuple[str, Path, int]:
+    """A new 2-partition topic `{prefix}-…` of 400 lz4 records in 8 KiB segments (null and repeated keys, values of
+    varied length, headers on three in four, timestamps 997 ms apart from an hour ago; record i to partition
+    `partition_of(i)`), its log dir copied and imported in place: the topic, klake's root and the first timestamp."""
+    topic = kafka_broker.create_topic(f"{prefix}-{uuid.uuid4().hex[:8]}", partitions=2, segment_bytes=8192,
+                                      retention_ms=-1)
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=10, batch_size=1024,
+                             compression_type="lz4")
+    t0 = int(time.time() * 1000) - 3_600_000
+    for i in range(400):
+        producer.send(topic, key=None if i % 9 == 0 else b"k%d" % (i % 13), value=b"v%d-" % i + b"x" * (i % 50),
+                      headers=[("n", b"%d" % i)] if i % 4 else [], partition=partition_of(i), timestamp_ms=t0 + i * 997)
+    producer.flush()
+    producer.close()
+    logs = tmp / "logs"
+    for partition in (0, 1):
+        kafka_broker.copy_topic(topic, logs, partition)
+    root = tmp / "root"
+    assert main(import_log.SPEC, [str(logs), "--root", str(root), "--no-progress"]) == 0
+    return topic, root, t0
 
 
 def available_now(spark, fmt: str, options: dict[str, str], checkpoint: Path) -> dict[int, list[dict]]:

@@ -2,9 +2,11 @@
 
 Each set is a Maven profile of `tests/oracles/jvm/pom.xml`; `jvm.lock` beside it pins every jar of every
 set by name and SHA-256. A set is resolved once with
-`mvn -B -P <set> dependency:copy-dependencies -DincludeScope=runtime` into a staging directory, checked
-jar by jar against the lock (the same names, no more, no fewer, the same hashes) and renamed into
-`.cache/jvm/<set>/` with a `VERIFIED` stamp; a set already there is re-hashed, not re-resolved.
+`mvn -B -P <set> dependency:build-classpath -DincludeScope=runtime` into the local Maven repository (`~/.m2`),
+its jars hard-linked from there into a staging directory (copied where the two are on different filesystems:
+a checkout does not hold a copy of its own of the 658 MB hadoop-aws set), checked jar by jar against the lock
+(the same names, no more, no fewer, the same hashes) and renamed into `.cache/jvm/<set>/` with a `VERIFIED`
+stamp; a set already there is re-hashed, not re-resolved.
 
 A failed resolution exits 1 with the reason: `make test` stops there, and the oracle tests, run without
 the jars, fail under `CI` (they skip, saying why, only on a developer's machine: `require`).
@@ -122,19 +124,29 @@ def _check(name: str, found: dict[str, str], pinned: dict[str, str]) -> None:
 
 
 def _resolve(name: str, dest: Path) -> None:
+    """Resolve the set into the local Maven repository and link its jars into `dest` (see the module docstring)."""
     if shutil.which("mvn") is None:
         raise FetchError("`mvn` is not on PATH")
-    command = ["mvn", "-q", "-B", "-f", str(POM), "-P", name, "dependency:copy-dependencies",
-               "-DincludeScope=runtime", f"-DoutputDirectory={dest}"]
-    print(f"fetch_jvm: resolving {name!r} from Maven Central: {' '.join(command)}", flush=True)
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise FetchError(f"mvn did not finish within {RESOLVE_TIMEOUT_S} s") from None
-    if done.returncode != 0:
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        tail = " | ".join([line for line in lines if "ERROR" in line][:3] or lines[-5:])
-        raise FetchError(f"mvn exited with code {done.returncode}: {tail}")
+    with tempfile.TemporaryDirectory() as tmp:
+        listing = Path(tmp) / "classpath"
+        command = ["mvn", "-q", "-B", "-f", str(POM), "-P", name, "dependency:build-classpath",
+                   "-DincludeScope=runtime", f"-Dmdep.outputFile={listing}"]
+        print(f"fetch_jvm: resolving {name!r} from Maven Central: {' '.join(command)}", flush=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise FetchError(f"mvn did not finish within {RESOLVE_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            tail = " | ".join([line for line in lines if "ERROR" in line][:3] or lines[-5:])
+            raise FetchError(f"mvn exited with code {done.returncode}: {tail}")
+        jars = [Path(p) for p in listing.read_text().strip().split(os.pathsep) if p]
+    dest.mkdir(parents=True)
+    for jar in jars:
+        try:
+            os.link(jar, dest / jar.name)
+        except OSError:  # another filesystem (or one without hard links)
+            shutil.copyfile(jar, dest / jar.name)
 
 
 def _stamp_text(pinned: dict[str, str]) -> str:
