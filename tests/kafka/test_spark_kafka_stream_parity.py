@@ -1,7 +1,8 @@
 """`spark.readStream.format("kafka")` on the live broker and `spark.readStream.format("klake")` on the same topic
 imported from it, with the same options dict, give the same micro-batches (issue 29, item 2): for an
-`AvailableNow` run, the same offsets in every checkpointed batch (`maxOffsetsPerTrigger`'s split included) and
-equal rows, every column, in every batch.
+`AvailableNow` run, the same offsets in every checkpointed batch (`maxOffsetsPerTrigger`'s split included),
+equal rows, every column, in every batch, and the same progress: latest offsets, and Kafka's offsets-behind-latest
+metrics equal to `offsets_behind_latest` of klake's.
 
 Truth is Spark's own Kafka source (`spark-sql-kafka-0-10` of the pinned `spark-kafka` set, on the shared
 session's classpath).
@@ -19,6 +20,7 @@ from kafka import KafkaProducer
 
 from jobs import import_log
 from jobs.klake_source import register
+from jobs.klake_stream import offsets_behind_latest
 from jobs.runtime.job_runner import main
 from tests.kafka.runs import available_now, checkpointed_offsets
 from tests.kafka_broker import KafkaBroker
@@ -46,6 +48,7 @@ def test_an_available_now_run_reads_the_same_batches_as_sparks_kafka_source(
     root = tmp_path / "root"
     assert main(import_log.SPEC, [str(logs), "--root", str(root), "--no-progress"]) == 0
     register(spark)
+    lagging: list[dict] = []  # batches that ended behind the latest offsets (maxOffsetsPerTrigger)
     try:
         for n, options in enumerate([
                 {"subscribe": topic, "startingOffsets": "earliest", "includeHeaders": "true",
@@ -55,10 +58,19 @@ def test_an_available_now_run_reads_the_same_batches_as_sparks_kafka_source(
                 {"subscribePattern": "stream-.*", "startingOffsets": json.dumps({topic: {"0": 40, "1": -2}}),
                  "includeHeaders": "false"}]):
             shared = {"kafka.bootstrap.servers": kafka_broker.bootstrap, **options}
-            theirs = available_now(spark, "kafka", shared, tmp_path / f"kafka-{n}")
-            ours = available_now(spark, "klake", {"root": str(root), **shared}, tmp_path / f"klake-{n}")
+            their_sources: list = []
+            our_sources: list = []
+            theirs = available_now(spark, "kafka", shared, tmp_path / f"kafka-{n}", their_sources)
+            ours = available_now(spark, "klake", {"root": str(root), **shared}, tmp_path / f"klake-{n}", our_sources)
             assert checkpointed_offsets(tmp_path / f"klake-{n}") == checkpointed_offsets(tmp_path / f"kafka-{n}")
             assert sum(len(rows) for rows in theirs.values()) > 100
             assert ours == theirs, options
+            assert [json.loads(s.latestOffset) for s in our_sources] == [json.loads(s.latestOffset)
+                                                                          for s in their_sources]
+            behind = [offsets_behind_latest(s) for s in our_sources]
+            assert behind == [{k: v for k, v in s.metrics.items() if k.endswith("OffsetsBehindLatest")}
+                              for s in their_sources]
+            lagging += [b for b in behind if b["maxOffsetsBehindLatest"] != "0"]
+        assert lagging
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
