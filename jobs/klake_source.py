@@ -75,9 +75,8 @@ from engine.ops.read import (
 from engine.ops.topic_store import load_topic_config
 from engine.times import EPOCH, InvalidTimeError, parse_time
 from jobs.klake_stream import KlakeStreamReader, records
-from jobs.read import KAFKA_SCHEMA
 from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
-from jobs.source_options import include_headers, parse_options
+from jobs.source_options import KAFKA_SCHEMA, include_headers, parse_options
 from layouts.store import StorageOptions
 
 NAME = "klake"

@@ -70,14 +70,13 @@ from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
+from jobs.source_options import KAFKA_SCHEMA
 from layouts.metering import Meter, add_counted, metered
 from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-                "timestampType int, headers array<struct<key:string,value:binary>>")
 OUTPUT_FORMATS = ("parquet", "json")
 
 

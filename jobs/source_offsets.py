@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.errors import ConfigError, KlakeError
@@ -78,6 +79,27 @@ def rate_limit(start: Offsets, until: Offsets, extents: Mapping[TopicPartition, 
         share = limit * (sizes[tp] / total)
         out[tp] = min(end, begins[tp] + int(-(-share // 1) if share < 1 else share // 1))
     return out
+
+
+def behind_latest(consumed: Offsets, latest: Offsets) -> dict[str, str]:
+    """`minOffsetsBehindLatest`, `maxOffsetsBehindLatest`, `avgOffsetsBehindLatest` as Spark's Kafka source
+    reports them (`KafkaMicroBatchStream.metrics`): over the partitions of the latest offsets, latest minus
+    consumed (a partition not consumed yet counts from 0); strings as Scala prints a Long and a Double."""
+    behind = [end - consumed.get(tp, 0) for tp, end in latest.items()]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": str(min(behind)), "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": _java_double(sum(behind) / len(behind))}
+
+
+def _java_double(value: float) -> str:
+    """`value` as Java's `Double.toString` writes it: the shortest digits that read back to it, plain from 1e-3
+    to 1e7 ("12.5", "3.0"), else in computerized scientific notation ("1.25E7")."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    sign, digits, exponent = Decimal(repr(float(value))).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
 
 
 def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,

@@ -18,7 +18,7 @@ from engine.errors import ConfigError
 from engine.ops.read import IsolationLevel
 from jobs import append, retention
 from jobs.klake_source import KlakeReader
-from jobs.klake_stream import KlakeStreamReader
+from jobs.klake_stream import KlakeStreamReader, offsets_behind_latest
 from jobs.source_options import parse_options
 from layouts.store import StorageOptions
 from tests.jobs.test_jobs import HOUR, NOW, Jobs, input_table, local_backend, write_parquet
@@ -97,6 +97,31 @@ def test_max_offsets_per_trigger_splits_the_run_into_batches(klake_source, tmp_p
     batches = run(klake_source, jobs, delta, tmp_path / "checkpoint", maxOffsetsPerTrigger="30")
     assert len(batches) == -(-200 // 30)  # 30 a batch, split over the two partitions by what each holds
     assert sorted(delta_values(delta)) == sorted(appended)
+
+
+def test_progress_reports_the_latest_offsets_and_how_far_each_batch_is_behind_them(klake_source, tmp_path: Path) -> None:
+    """Every batch's progress names the archive's latest offsets (kafka-python's decode of the segments is the
+    truth), and `offsets_behind_latest` gives Spark's Kafka source's three metrics from it: latest minus the
+    batch's end offset per partition, min, max and mean, as strings."""
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    add(jobs, 200, "p", NOW - HOUR)
+    latest = {str(p): jobs.records(TOPIC, p)[-1][0] + 1 for p in (0, 1)}
+    query = (klake_source.readStream.format("klake").option("root", jobs.root).option("subscribe", TOPIC)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "70").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    sources = [progress.sources[0] for progress in query.recentProgress]
+    assert len(sources) == 3  # 200 records, 70 a batch
+    for source in sources:
+        assert json.loads(source.latestOffset) == {TOPIC: latest}
+        consumed = json.loads(source.endOffset)[TOPIC]
+        behind = [latest[p] - consumed[p] for p in ("0", "1")]
+        assert offsets_behind_latest(source) == {
+            "minOffsetsBehindLatest": str(min(behind)), "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": str(sum(behind) / 2)}
+    assert max(int(offsets_behind_latest(s)["maxOffsetsBehindLatest"]) for s in sources[:2]) > 0
+    assert offsets_behind_latest(sources[-1])["maxOffsetsBehindLatest"] == "0"
 
 
 def test_retention_between_runs_fails_the_query_or_skips_what_is_gone(klake_source, tmp_path: Path) -> None:
