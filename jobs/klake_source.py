@@ -79,6 +79,7 @@ from jobs.read import KAFKA_SCHEMA
 from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
 from jobs.source_options import include_headers, parse_options
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 NAME = "klake"
 _NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
@@ -198,7 +199,7 @@ class KlakeReader(DataSourceReader):
         self.storage = _with_endpoint(storage or StorageOptions.from_env(), self.source.endpoint)
         topics = self.source.subscription.fixed_topics
         if topics is None:
-            catalog = Catalog.open(self.source.catalog, self.storage)
+            catalog = Catalog.open(Store(self.source.catalog, self.storage))
             listed = ((tp.topic, tp.partition) for tp in catalog.partitions())
             topics = tuple(sorted({t for t, _ in self.source.subscription.select(listed)}))
         self.configs = {t: load_topic_config(self.source.root, t, self.storage) for t in topics}
@@ -259,7 +260,7 @@ class KlakeReader(DataSourceReader):
         """Kafka's offsets per partition (start: `startingOffsets`/`startingTimestamp`/`startingOffsetsByTimestamp`,
         or earliest with `topic`; end: `endingOffsets`, default latest) with the data-loss rule, then only the
         partitions and topics the filters keep, within `self.range`."""
-        catalog = Catalog.open(self.source.catalog, self.storage)
+        catalog = Catalog.open(Store(self.source.catalog, self.storage))
         extents = archive_extents(catalog, self.source, self.storage, self.configs)
         start = ({tp: e.log_start for tp, e in extents.items()} if self.legacy
                  else starting_offsets(catalog, self.source, self.storage, dict(self.configs)))

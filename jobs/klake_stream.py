@@ -49,6 +49,7 @@ from jobs.source_offsets import (
 )
 from jobs.source_options import SourceOptions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 
 class KlakeStreamPartition(InputPartition):
@@ -69,7 +70,7 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.configs: dict[str, TopicConfig] = {}
 
     def _catalog(self) -> Catalog:
-        return Catalog.open(self.options.catalog, self.storage)
+        return Catalog.open(Store(self.options.catalog, self.storage))
 
     def _config(self, topic: str) -> TopicConfig:
         if topic not in self.configs:

@@ -72,6 +72,7 @@ from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_ar
 from jobs.runtime.spark_session import run_with_progress
 from layouts.metering import Meter, add_counted, metered
 from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
+from layouts.store.bound import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,7 +200,7 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
                  isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> DataFrame:
     """The topic's records in range as a DataFrame with `KAFKA_SCHEMA` (see the module docstring)."""
     try:
-        catalog = Catalog.open(config.catalog_uri, config.storage)
+        catalog = Catalog.open(Store(config.catalog_uri, config.storage))
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {config.catalog_uri}") from None
     chosen = None if partitions is None else set(partitions).__contains__

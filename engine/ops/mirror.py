@@ -81,6 +81,7 @@ from layouts.store import (
     read_bytes,
     write_bytes,
 )
+from layouts.store.bound import Store
 
 MODES = ("auto", "preserve", "remap")
 MAP_DIR = "_mirror"
@@ -354,6 +355,6 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
             for tp, found in rows_by_partition(source_catalog, tps).items()}
     prepare = partial(prepare_mirror, source_rows=rows, source_config=source_config, mode=mode, dest_root=dest_root,
                       now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    return run_partition_job(dest_catalog, dest_root, {tp: configs[tp.topic] for tp in tps}, execute(prepare),
-                             operation="mirror", job_id=job_id, options=options, mutate=not dry_run, ledger=False,
+    return run_partition_job(dest_catalog, Store(dest_root, options), {tp: configs[tp.topic] for tp in tps}, execute(prepare),
+                             operation="mirror", job_id=job_id, mutate=not dry_run, ledger=False,
                              lease_ttl_ms=lease_ttl_ms, app_ids=lambda tp: [offset_map_app_id(tp)])

@@ -33,6 +33,7 @@ from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import HelpFormatter, check_partitions, check_range, time_argument
 from jobs.runtime.report import plural
 from layouts.store import StorageOptions, join, normalize_uri
+from layouts.store.bound import Store
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")
@@ -84,7 +85,7 @@ def run_segments(args: argparse.Namespace) -> int:
     config, uri, root, options = catalog_location(args)
     check_reachable([uri], options)
     try:
-        catalog = Catalog.open(uri, options)
+        catalog = Catalog.open(Store(uri, options))
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
     if args.topic is not None:

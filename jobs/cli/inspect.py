@@ -45,6 +45,7 @@ from layouts.store import (
     object_info,
     read_bytes,
 )
+from layouts.store.bound import Store
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
@@ -343,7 +344,7 @@ def catalog_partition(uri: str, options: StorageOptions | None) -> tuple[list[St
     if tp is None:
         return None
     try:
-        catalog = Catalog.open(join(root, "_catalog"), options)
+        catalog = Catalog.open(Store(join(root, "_catalog"), options))
     except CatalogNotFoundError:
         return None
     rows = catalog.live_segments(tp.topic, tp.partition)

@@ -32,6 +32,7 @@ from jobs.cli.storage import check_reachable
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import HelpFormatter, at_least, check_partitions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 TOPICS_EXAMPLE = "klake topics --conf demo-output/demo.yaml --topic orders"
 CONSUME_EXAMPLE = "klake consume --conf demo-output/demo.yaml --topic orders --partition 0 -c 3 --format json"
@@ -80,7 +81,7 @@ def _open(args: argparse.Namespace) -> tuple[KlakeConfig | None, Catalog, str | 
     config, uri, root, options = catalog_location(args)
     check_reachable([uri], options)
     try:
-        return config, Catalog.open(uri, options), root, options
+        return config, Catalog.open(Store(uri, options)), root, options
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
 

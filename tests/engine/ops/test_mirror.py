@@ -31,6 +31,7 @@ from engine.ops.mirror import (
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from layouts.store import StorageOptions, delete_object, list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -85,7 +86,7 @@ def _copied(run) -> int:
 def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Path, s3_backend: Backend) -> None:
     options = s3_backend.options
     roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
-    cats = {name: Catalog.create(f"{root}/_catalog", options) for name, root in roots.items()}
+    cats = {name: Catalog.create(Store(f"{root}/_catalog", options)) for name, root in roots.items()}
     save_topic_config(roots["a"], TP.topic, CONFIG, options)
     append_to_partition(cats["a"], roots["a"], TP, _records(300), CONFIG, NOW, options)
     source = _replica_facts(cats["a"], TP, options)
@@ -118,7 +119,7 @@ def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Pa
 def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(backend: Backend) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     append_to_partition(cat_a, a, TP, _records(50), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(10, first=500), CONFIG, NOW, options)
     before = cat_b.version
@@ -129,7 +130,7 @@ def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(ba
     lat = TopicConfig.from_mapping({"message.timestamp.type": "LogAppendTime"})
     c = backend.uri("c")
     save_topic_config(c, TP.topic, lat, options)
-    run = mirror_partitions(a, cat_a, c, Catalog.create(f"{c}/_catalog", options), [TP], mode="preserve",
+    run = mirror_partitions(a, cat_a, c, Catalog.create(Store(f"{c}/_catalog", options)), [TP], mode="preserve",
                             now_ms=NOW, options=options)
     assert "message.timestamp.type" in run.failures[str(TP)] and run.commit is None
 
@@ -141,7 +142,7 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     ROLLED (the same version, a state change), and the replica follows with a transition and one copy."""
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     save_topic_config(a, TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact",
                                                              "message.timestamp.type": kind}), options)
     broker = _compacted_log_dir(tmp_path / "broker")
@@ -174,7 +175,7 @@ def _killing(self, change, operation="change", job_id="", finished=(), **more): 
 def test_a_replica_follows_delete_records_and_stays_a_replica_when_the_source_is_truncated(backend: Backend) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     append_to_partition(cat_a, a, TP, _records(200), CONFIG, NOW, options)
     mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
     rows = cat_a.live_segments(TP.topic, TP.partition)
@@ -248,7 +249,7 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
                                                                                 s3_backend: Backend) -> None:
     options = s3_backend.options
     roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
-    cats = {name: Catalog.create(f"{root}/_catalog", options) for name, root in roots.items()}
+    cats = {name: Catalog.create(Store(f"{root}/_catalog", options)) for name, root in roots.items()}
     compacted = TopicConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 400,
                                           "index.interval.bytes": 100})
     save_topic_config(roots["a"], TP.topic, compacted, options)
@@ -295,7 +296,7 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
 def test_log_append_time_destination_restamps_monotonically(backend: Backend) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     save_topic_config(a, TP.topic, CONFIG, options)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
     lat = TopicConfig.from_mapping({**CONFIG.to_mapping(), "message.timestamp.type": "LogAppendTime",
@@ -318,7 +319,7 @@ def test_log_append_time_destination_restamps_monotonically(backend: Backend) ->
 
 def test_unknown_topic_and_bad_mode_are_bad_input(backend: Backend) -> None:
     a, b = backend.uri("a"), backend.uri("b")
-    cat = Catalog.create(f"{a}/_catalog", backend.options)
+    cat = Catalog.create(Store(f"{a}/_catalog", backend.options))
     with pytest.raises(KlakeError, match="offsets mode"):
         mirror_partitions(a, cat, b, cat, [TP], mode="keep", now_ms=NOW, options=backend.options)
     with pytest.raises(KlakeError, match="same root"):
@@ -334,7 +335,7 @@ def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtu
     part.mkdir(parents=True)
     (part / f"{1000:020d}.log").write_bytes((kafka_fixtures / "kafka-clients" / "m1-none.records").read_bytes())
     a, b, c = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")
-    cat_a, cat_b, cat_c = (Catalog.create(f"{root}/_catalog", options) for root in (a, b, c))
+    cat_a, cat_b, cat_c = (Catalog.create(Store(f"{root}/_catalog", options)) for root in (a, b, c))
     import_log_dir(str(tmp_path / "broker"), a, cat_a, copy=True, options=options)
     replica = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
     assert replica.failures == {} and _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
@@ -351,7 +352,7 @@ def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicate
     only the catalog's record says it never committed, and the re-run copies those batches (once)."""
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     save_topic_config(a, TP.topic, CONFIG, options)
     save_topic_config(b, TP.topic, CONFIG, options)
     append_to_partition(cat_a, a, TP, _records(60), CONFIG, NOW, options)
@@ -388,7 +389,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     A batch exactly at the limit moves."""
     options = backend.options
     a = backend.uri("a")
-    cat_a = Catalog.create(f"{a}/_catalog", options)
+    cat_a = Catalog.create(Store(f"{a}/_catalog", options))
     roomy = TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": 1200})
     append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)  # batches of at most 400 bytes
     append_to_partition(cat_a, a, TP, _records(60, first=150), roomy, NOW, options)
@@ -403,7 +404,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     assert largest > 400 and segment != rows[0].log_key
 
     b = backend.uri("b")
-    cat_b = Catalog.create(f"{b}/_catalog", options)
+    cat_b = Catalog.create(Store(f"{b}/_catalog", options))
     save_topic_config(b, TP.topic, CONFIG, options)
     refused = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
     reason = refused.failures[str(TP)]
@@ -413,7 +414,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     assert cat_b.live_segments(TP.topic, TP.partition) == [] and offset_maps(b, TP, options) == []
 
     c = backend.uri("c")
-    cat_c = Catalog.create(f"{c}/_catalog", options)
+    cat_c = Catalog.create(Store(f"{c}/_catalog", options))
     save_topic_config(c, TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}),
                       options)
     fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
@@ -424,7 +425,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
 def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend, mode: str) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a = Catalog.create(f"{a}/_catalog", options)
+    cat_a = Catalog.create(Store(f"{a}/_catalog", options))
     save_topic_config(a, TP.topic, CONFIG, options)
     append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)
     source, batches = _read(a, cat_a, TP, options)
@@ -438,7 +439,7 @@ def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend,
     assert would.batches_copied == len(batches) and would.bytes_copied == sum(sizes)
     assert would.log_end_offset == source[-1][0] + 1
 
-    cat_b = Catalog.create(f"{b}/_catalog", options)
+    cat_b = Catalog.create(Store(f"{b}/_catalog", options))
     done = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options).results[0].step.outcome
     assert {k: v for k, v in done.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")} == {
         k: v for k, v in would.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")}
@@ -454,7 +455,7 @@ def test_a_recorded_map_that_is_missing_fails_the_partition(backend: Backend) ->
     partition fails naming it rather than copying its batches again."""
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     for root in (a, b):
         save_topic_config(root, TP.topic, CONFIG, options)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
