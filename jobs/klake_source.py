@@ -202,7 +202,7 @@ class KlakeReader(DataSourceReader):
             catalog = Catalog.open(Store(self.source.catalog, self.storage))
             listed = ((tp.topic, tp.partition) for tp in catalog.partitions())
             topics = tuple(sorted({t for t, _ in self.source.subscription.select(listed)}))
-        self.configs = {t: load_topic_config(self.source.root, t, self.storage) for t in topics}
+        self.configs = {t: load_topic_config(Store(self.source.root, self.storage), t) for t in topics}
         floor = max((min_timestamp(c) for c in self.configs.values()), default=KAFKA_MIN_TIMESTAMP)
         self.range = ReadRange(self._time("startingtimestamp") if self.legacy else None, self._time("endingtimestamp"),
                                self._int("startingoffset"), self._int("endingoffset"), floor=floor)
@@ -268,7 +268,7 @@ class KlakeReader(DataSourceReader):
         tests = list(self.partition_tests)
         kept = {tp: r for tp, r in ranges.items() if (self.topics is None or tp[0] in self.topics)
                 and all(_partition_ok(tp[1], op, v) for op, v in tests)}
-        configs = {t: self.configs.get(t) or load_topic_config(self.source.root, t, self.storage) for t, _ in kept}
+        configs = {t: self.configs.get(t) or load_topic_config(Store(self.source.root, self.storage), t) for t, _ in kept}
         items = plan_ranges(catalog, kept, self.storage, configs, self.split_bytes, self.source.isolation_level,
                             narrow=self.range)
         return [KlakeInputPartition(pack) for pack in pack_items(items, self.pack_bytes, os.cpu_count() or 1)]

@@ -74,7 +74,7 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _config(self, topic: str) -> TopicConfig:
         if topic not in self.configs:
-            self.configs[topic] = load_topic_config(self.options.root, topic, self.storage)
+            self.configs[topic] = load_topic_config(Store(self.options.root, self.storage), topic)
         return self.configs[topic]
 
     def _latest(self) -> tuple[Offsets, dict[TopicPartition, PartitionExtent]]:

@@ -205,7 +205,7 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
         raise KlakeError(f"no catalog at {config.catalog_uri}") from None
     chosen = None if partitions is None else set(partitions).__contains__
     interval = config.jobs.index_interval_bytes
-    floor = min_timestamp(load_topic_config(config.root, topic, config.storage))
+    floor = min_timestamp(load_topic_config(Store(config.root, config.storage), topic))
     plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset,
                                                floor=floor), config.storage,
                      chosen, split_bytes, interval, isolation)

@@ -162,11 +162,11 @@ def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
                        options: StorageOptions | None, save: bool = True) -> TopicConfig:
     """A destination topic's settings: its own stored ones, else the source's, stored beside the
     destination's data (a replica is configured as its source) unless not to `save` (a dry run)."""
-    stored = stored_topic_config(dest_root, topic, options)
+    stored = stored_topic_config(Store(dest_root, options), topic)
     if stored is not None:
         return stored
     if save:
-        save_topic_config(dest_root, topic, source_config, options)
+        save_topic_config(Store(dest_root, options), topic, source_config)
     return source_config
 
 
@@ -347,7 +347,7 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
         raise KlakeError(f"mirror source and destination are the same root {source_root}")
     job_id = job_id or default_mirror_job_id(source_root, dest_root, mode)
     topics = sorted({tp.topic for tp in tps})
-    source_config = {t: load_topic_config(source_root, t, options) for t in topics}
+    source_config = {t: load_topic_config(Store(source_root, options), t) for t in topics}
     declared = dict(dest_configs or {})
     configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options, save=not dry_run)
                for t in topics}

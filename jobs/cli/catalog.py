@@ -120,7 +120,7 @@ def run_segments(args: argparse.Namespace) -> int:
 
 def _topic_config(root: str | None, topic: str, options: StorageOptions) -> TopicConfig:
     """The topic's stored settings; Kafka's defaults when no storage root is known."""
-    return TopicConfig() if root is None else load_topic_config(root, topic, options)
+    return TopicConfig() if root is None else load_topic_config(Store(root, options), topic)
 
 
 def _show(row: dict, field: str, floor: int) -> str:

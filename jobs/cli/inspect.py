@@ -350,7 +350,7 @@ def catalog_partition(uri: str, options: StorageOptions | None) -> tuple[list[St
     rows = catalog.live_segments(tp.topic, tp.partition)
     if not rows:
         raise KlakeError(f"{uri}: the catalog {join(root, '_catalog')} has no live segment of {tp}")
-    config = load_topic_config(root, tp.topic, options)
+    config = load_topic_config(Store(root, options), tp.topic)
     return ([stored_segment(row, options, config) for row in rows], partition_log_start_offset(rows),
             min_timestamp(config))
 

@@ -92,7 +92,7 @@ def _settings(config: KlakeConfig | None, root: str | None, topic: str, options:
     declared = config.topic(topic) if config is not None else None
     if declared is not None:
         return declared.config
-    return TopicConfig() if root is None else load_topic_config(root, topic, options)
+    return TopicConfig() if root is None else load_topic_config(Store(root, options), topic)
 
 
 # ------------------------------------------------------------------------------------------ topics

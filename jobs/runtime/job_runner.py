@@ -244,11 +244,11 @@ class JobContext:
 
     def _resolve_topic_config(self, topic: str) -> TopicConfig:
         declared = self.config.topic(topic)
-        stored = load_topic_config(self.config.root, topic, self.options)
+        stored = load_topic_config(self.store, topic)
         if declared is None:
             return stored
         if declared.config != stored and self.spec.mutates and not self.dry_run:
-            save_topic_config(self.config.root, topic, declared.config, self.options)
+            save_topic_config(self.store, topic, declared.config)
         return declared.config
 
     def run_partitions(self, tps: Iterable[TopicPartition], prepare: Prepare[OutcomeT]) -> JobRun[OutcomeT]:

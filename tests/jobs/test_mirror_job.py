@@ -53,7 +53,7 @@ def test_mirror_job_local_to_s3_and_back_finishes_a_killed_run(spark, tmp_path: 
     options = s3_backend.options
     a, b, c = str(tmp_path / "a"), s3_backend.uri("b"), str(tmp_path / "c")
     source = Catalog.create(Store(f"{a}/_catalog", options))
-    save_topic_config(a, "events", CONFIG, options)
+    save_topic_config(Store(a, options), "events", CONFIG)
     for i, tp in enumerate(TPS):
         append_to_partition(source, a, tp, input_table(120, seed=i), CONFIG, NOW, options)
     truth = {tp: _records(a, tp, options) for tp in TPS}
@@ -90,7 +90,7 @@ def test_mirror_job_local_to_s3_and_back_finishes_a_killed_run(spark, tmp_path: 
 def test_mirror_dry_run_reports_each_partition_and_writes_nothing(spark, tmp_path: Path) -> None:
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     source = Catalog.create(Store(f"{a}/_catalog"))
-    save_topic_config(a, "events", CONFIG, None)
+    save_topic_config(Store(a), "events", CONFIG)
     for i, tp in enumerate(TPS):
         append_to_partition(source, a, tp, input_table(80, seed=i), CONFIG, NOW, None)
     code, report = _run(tmp_path, a, b, "--offsets", "remap", "--dry-run")

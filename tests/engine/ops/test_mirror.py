@@ -87,7 +87,7 @@ def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Pa
     options = s3_backend.options
     roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
     cats = {name: Catalog.create(Store(f"{root}/_catalog", options)) for name, root in roots.items()}
-    save_topic_config(roots["a"], TP.topic, CONFIG, options)
+    save_topic_config(Store(roots["a"], options), TP.topic, CONFIG)
     append_to_partition(cats["a"], roots["a"], TP, _records(300), CONFIG, NOW, options)
     source = _replica_facts(cats["a"], TP, options)
     assert len(source) >= 4
@@ -99,7 +99,7 @@ def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Pa
     assert first.failures == {} and _copied(first) == len(source)
     assert all(r.step.outcome.mode == "preserve" for r in first.results)
     assert _replica_facts(cats["b"], TP, options) == source
-    assert load_topic_config(roots["b"], TP.topic, options) == CONFIG  # a replica is configured as its source
+    assert load_topic_config(Store(roots["b"], options), TP.topic) == CONFIG  # a replica is configured as its source
 
     # the source's active segment grows (a new version of it) and rolls: only those versions are copied
     append_to_partition(cats["a"], roots["a"], TP, _records(120, first=300), CONFIG, NOW + 1, options)
@@ -129,7 +129,7 @@ def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(ba
     assert cat_b.version == before
     lat = TopicConfig.from_mapping({"message.timestamp.type": "LogAppendTime"})
     c = backend.uri("c")
-    save_topic_config(c, TP.topic, lat, options)
+    save_topic_config(Store(c, options), TP.topic, lat)
     run = mirror_partitions(a, cat_a, c, Catalog.create(Store(f"{c}/_catalog", options)), [TP], mode="preserve",
                             now_ms=NOW, options=options)
     assert "message.timestamp.type" in run.failures[str(TP)] and run.commit is None
@@ -143,8 +143,7 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
     cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
-    save_topic_config(a, TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact",
-                                                             "message.timestamp.type": kind}), options)
+    save_topic_config(Store(a, options), TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact", "message.timestamp.type": kind}))
     broker = _compacted_log_dir(tmp_path / "broker")
     later = broker / TP.dir_name / f"{20:020d}.log"
     held = later.read_bytes()
@@ -252,10 +251,10 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
     cats = {name: Catalog.create(Store(f"{root}/_catalog", options)) for name, root in roots.items()}
     compacted = TopicConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 400,
                                           "index.interval.bytes": 100})
-    save_topic_config(roots["a"], TP.topic, compacted, options)
+    save_topic_config(Store(roots["a"], options), TP.topic, compacted)
     import_log_dir(str(_compacted_log_dir(tmp_path / "broker")), roots["a"], cats["a"], copy=True, options=options)
     # B already holds records of its own: the mirror appends after them, with new offsets
-    save_topic_config(roots["b"], TP.topic, compacted, options)
+    save_topic_config(Store(roots["b"], options), TP.topic, compacted)
     append_to_partition(cats["b"], roots["b"], TP, _records(13).filter(pa.array([i % 7 != 3 for i in range(13)])),
                         compacted, NOW, options)
     own, _ = _read(roots["b"], cats["b"], TP, options)
@@ -297,11 +296,11 @@ def test_log_append_time_destination_restamps_monotonically(backend: Backend) ->
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
     cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
-    save_topic_config(a, TP.topic, CONFIG, options)
+    save_topic_config(Store(a, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
     lat = TopicConfig.from_mapping({**CONFIG.to_mapping(), "message.timestamp.type": "LogAppendTime",
                                     "klake.log.append.time.monotonic": "true"})
-    save_topic_config(b, TP.topic, lat, options)
+    save_topic_config(Store(b, options), TP.topic, lat)
     run = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW + 5_000, options=options)
     assert run.results[0].step.outcome.mode == "remap"  # auto: a LogAppendTime destination re-stamps
     source, _ = _read(a, cat_a, TP, options)
@@ -353,8 +352,8 @@ def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicate
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
     cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
-    save_topic_config(a, TP.topic, CONFIG, options)
-    save_topic_config(b, TP.topic, CONFIG, options)
+    save_topic_config(Store(a, options), TP.topic, CONFIG)
+    save_topic_config(Store(b, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(60), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(5, first=1000), CONFIG, NOW, options)  # B's own records
     if earlier_runs:
@@ -405,7 +404,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
 
     b = backend.uri("b")
     cat_b = Catalog.create(Store(f"{b}/_catalog", options))
-    save_topic_config(b, TP.topic, CONFIG, options)
+    save_topic_config(Store(b, options), TP.topic, CONFIG)
     refused = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
     reason = refused.failures[str(TP)]
     assert segment in reason and f"offset {offset} is a {size}-byte batch" in reason
@@ -415,8 +414,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
 
     c = backend.uri("c")
     cat_c = Catalog.create(Store(f"{c}/_catalog", options))
-    save_topic_config(c, TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}),
-                      options)
+    save_topic_config(Store(c, options), TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}))
     fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
     assert fits.failures == {} and _read(c, cat_c, TP, options)[0] == _read(a, cat_a, TP, options)[0]
 
@@ -426,7 +424,7 @@ def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend,
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
     cat_a = Catalog.create(Store(f"{a}/_catalog", options))
-    save_topic_config(a, TP.topic, CONFIG, options)
+    save_topic_config(Store(a, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)
     source, batches = _read(a, cat_a, TP, options)
     sizes = [len(read_bytes(r.log_key, options)) for r in cat_a.live_segments(TP.topic, TP.partition)]
@@ -457,7 +455,7 @@ def test_a_recorded_map_that_is_missing_fails_the_partition(backend: Backend) ->
     a, b = backend.uri("a"), backend.uri("b")
     cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     for root in (a, b):
-        save_topic_config(root, TP.topic, CONFIG, options)
+        save_topic_config(Store(root, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(10, first=1000), CONFIG, NOW, options)
     assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}
