@@ -152,7 +152,7 @@ def _appended_already(ctx: JobContext, tps: Sequence[TopicPartition]) -> bool:
     goes on, and finishes the others)."""
     if not tps or not ctx.catalogued_partitions() or ctx.catalog.committed_partitions(ctx.job_id, tps) != set(tps):
         return False
-    if leased_partitions(ctx.config.root, tps, ctx.options):  # an attempt killed after its commit left its
+    if leased_partitions(ctx.store, tps):  # an attempt killed after its commit left its
         return False  # leases: the partitions' run takes them over and releases them, as every re-run does
     ctx.report.results.update({"records_appended": 0, "already_committed": True}
                               | ({"records_to_append": 0} if ctx.dry_run else {}))

@@ -58,6 +58,7 @@ from jobs.source_offsets import (
 )
 from jobs.source_options import SourceOptions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 
 class KlakeStreamPartition(InputPartition):
@@ -81,11 +82,11 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.configs: dict[str, TopicConfig] = {}
 
     def _catalog(self) -> Catalog:
-        return Catalog.open(self.options.catalog, self.storage)
+        return Catalog.open(Store(self.options.catalog, self.storage))
 
     def _config(self, topic: str) -> TopicConfig:
         if topic not in self.configs:
-            self.configs[topic] = load_topic_config(self.options.root, topic, self.storage)
+            self.configs[topic] = load_topic_config(Store(self.options.root, self.storage), topic)
         return self.configs[topic]
 
     def _latest(self) -> tuple[Offsets, dict[TopicPartition, PartitionExtent]]:

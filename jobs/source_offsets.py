@@ -30,6 +30,7 @@ from engine.ops.stored_segment import stored_segment
 from engine.ops.topic_store import load_topic_config
 from jobs.source_options import EARLIEST, LATEST, SourceOptions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOp
 def _topic_config(configs: dict[str, TopicConfig], options: SourceOptions, topic: str,
                   storage: StorageOptions | None) -> TopicConfig:
     if topic not in configs:
-        configs[topic] = load_topic_config(options.root, topic, storage)
+        configs[topic] = load_topic_config(Store(options.root, storage), topic)
     return configs[topic]
 
 

@@ -18,6 +18,7 @@ import pytest
 from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
 from layouts.aiven_manifest import KEY_RING_ENV
 from layouts.store import StorageOptions, filesystem, join
+from layouts.store.bound import Store
 from tests.kafka_broker import KafkaBroker, start_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,10 @@ class Backend:
 
     def uri(self, *parts: str) -> str:
         return join(self.base, *parts)
+
+    def store(self, *parts: str) -> Store:
+        """A `Store` bound at `base` (or a key under it) with the backend's options."""
+        return Store(self.uri(*parts) if parts else self.base, self.options)
 
     def upload_tree(self, local_dir: Path, dest: str, skip_suffixes: tuple[str, ...] = (".jsonl", ".jsonl.gz")) -> str:
         """Copy the files of `local_dir` (recursively) under `dest`, leaving out `skip_suffixes`."""

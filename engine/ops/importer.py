@@ -54,6 +54,7 @@ from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -398,8 +399,8 @@ def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
     prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,
                       index_interval_bytes=index_interval_bytes, options=options,
                       log_start_offsets=log_start_offsets, in_place=layout.in_place)
-    run = run_partition_job(catalog, root, dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
-                            operation="import", job_id=job_id, options=options, ledger=False,
+    run = run_partition_job(catalog, Store(root, options), dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
+                            operation="import", job_id=job_id, ledger=False,
                             lease_ttl_ms=lease_ttl_ms)
     stepped = {result.tp: result.step.outcome for result in run.results if result.step is not None}
     for tp, part in parts.items():

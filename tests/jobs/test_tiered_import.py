@@ -24,6 +24,7 @@ from jobs import import_log
 from jobs.runtime.job_runner import main
 from layouts.kafka_rsm_layout import parse_upload_dir
 from layouts.store import list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 
 TOPIC_ID = "p59PN4qkR8y176nhuDDPPA"
@@ -90,7 +91,7 @@ def test_uploads_are_catalogued_in_place_and_duplicates_set_aside(kafka_fixtures
     assert ends_early == [f"ends before offset {int(headers.last_offset[len(headers.size) // 2 - 1]) + 1}, "
                           "the next upload starts at 15363"]
     assert [why for uri, why in aside.items() if "AAAA" not in uri] == ["duplicate upload of the same start offset"]
-    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == [0, 7729, 15363, 22964] and rows[-1].next_offset == 30565
     assert [r.next_offset for r in rows[:-1]] == [7729, 15363, 22964]
     assert all(r.layout == "kafka-rsm" and r.log_key.startswith(str(bucket)) for r in rows)
@@ -184,7 +185,7 @@ def test_a_copied_import_is_a_root_of_its_own_that_jobs_may_change(kafka_fixture
     root = str(tmp_path / "klake")
     before = state(bucket)
     assert run_import(tmp_path / "report.json", str(bucket), "--root", root, "--copy")[0] == 0
-    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == [0, 7729, 15363, 22964]
     assert {r.layout for r in rows} == {"object"} and all(r.log_key.startswith(root) for r in rows)
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
