@@ -26,6 +26,7 @@ from jobs.runtime.job_runner import main
 from layouts.aiven_manifest import KEY_RING_ENV
 from layouts.metering import metered
 from layouts.store import StorageOptions, aiven_file_io, file_io, list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.aiven_uploads import KeyPair, bucket_from_log_dir, key_ring
 from tests.conftest import PROJECT_ROOT, Backend
 
@@ -77,7 +78,7 @@ def test_an_aiven_bucket_is_catalogued_in_place_and_read_jobs_answer_like_the_br
     root = backend.uri("klake")
     code, err, report = run_import(tmp_path, bucket, root)
     assert code == 0, err
-    rows = Catalog.open(f"{root}/_catalog", backend.options).live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog", backend.options)).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == SEGMENTS and rows[-1].next_offset == 30565
     assert all(r.layout == "aiven" and r.log_key.startswith("aiven+") for r in rows)
     assert [r.size_bytes for r in rows] == [(SOURCE / f"{b:020d}.log").stat().st_size for b in SEGMENTS]
@@ -142,7 +143,7 @@ def test_a_lookup_reads_the_manifest_and_the_chunks_holding_its_answer(
     bucket, part = make_bucket(tmp_path, backend)
     root = backend.uri("klake")
     assert run_import(tmp_path, bucket, root)[0] == 0
-    rows = Catalog.open(f"{root}/_catalog", backend.options).live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog", backend.options)).live_segments("timeindex_test", 0)
     for row, target in ((rows[1], 9000), (rows[2], 15363), (rows[3], 30000)):
         aiven_file_io._manifests.clear()
         bucket_reads.clear()
@@ -240,7 +241,7 @@ def test_spark_jobs_read_mirror_and_the_data_source_run_on_an_aiven_root(spark, 
     assert sorted(r["offset"] for r in frame.select("offset").collect()) == list(range(22900, 23100))
     replica = str(tmp_path / "replica")
     run_job(mirror.SPEC, tmp_path, root, "--root", replica, "--topic", "timeindex_test")
-    rows = Catalog.open(f"{replica}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{replica}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.layout for r in rows] == ["object"] * 4  # a root of its own, holding the broker's bytes
     for row in rows:
         assert read_bytes(row.log_key) == (SOURCE / f"{row.base_offset:020d}.log").read_bytes()
@@ -270,12 +271,12 @@ def test_duplicate_uploads_are_chosen_by_the_end_offset_their_manifests_record_a
         f"{7729:020d}-AAAAAAAAAAAAAAAAAAAAAA.log":
             f"ends before offset {int(headers.last_offset[half - 1]) + 1}, the next upload starts at 15363",
         f"{15363:020d}-zzzzzzzzzzzzzzzzzzzzzz.log": "duplicate upload of the same start offset"}
-    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == SEGMENTS and rows[-1].next_offset == 30565
     code, err, report = run_import(tmp_path, bucket, root)
     assert code == 0, err
     assert {s["status"] for s in report["results"]["import"]["partitions"][0]["segments"]} == {"already-registered"}
-    assert len(Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)) == 4
+    assert len(Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)) == 4
 
 
 def test_a_reimport_forgets_the_uploads_the_brokers_remote_retention_deleted(tmp_path: Path, key_ring_env: Path) -> None:
@@ -291,7 +292,7 @@ def test_a_reimport_forgets_the_uploads_the_brokers_remote_retention_deleted(tmp
     assert code == 0, err
     (log,) = [f for f in oldest if f.suffix == ".log"]
     assert report["results"]["import"]["partitions"][0]["forgotten"] == [f"aiven+file://{log}"]
-    assert [r.base_offset for r in Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)] == SEGMENTS[1:]
+    assert [r.base_offset for r in Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)] == SEGMENTS[1:]
 
 
 def test_scrub_checks_an_aiven_roots_rows_against_the_bucket_and_deletes_nothing_there(tmp_path: Path,
@@ -302,7 +303,7 @@ def test_scrub_checks_an_aiven_roots_rows_against_the_bucket_and_deletes_nothing
     bucket, _ = make_bucket(tmp_path, local)
     root = str(tmp_path / "klake")
     assert run_import(tmp_path, bucket, root)[0] == 0
-    catalog = Catalog.open(f"{root}/_catalog")
+    catalog = Catalog.open(Store(f"{root}/_catalog"))
     report = scrub(root, catalog, grace_ms=0)
     assert report.missing == [] and report.size_mismatches == [] and report.orphans == []
     next(Path(bucket).rglob("*15363-*.rsm-manifest")).unlink()  # the upload no longer reads

@@ -208,7 +208,7 @@ def test_a_reimport_forgets_the_uploads_remote_retention_deleted_and_refuses_a_h
     assert code == 0, err
     outcome, = report["results"]["import"]["partitions"]
     assert outcome["forgotten"] == [str(next(f for f in first if f.suffix == ".log"))]
-    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == [7729, 15363, 22964]
     out = io.StringIO()
     with redirect_stdout(out), redirect_stderr(io.StringIO()):
@@ -222,5 +222,5 @@ def test_a_reimport_forgets_the_uploads_remote_retention_deleted_and_refuses_a_h
     assert code == 1
     error = report["failures"][0]["error"]
     assert "15363" in error and "gone from the bucket while earlier ones remain" in error and "\n" not in error
-    assert [r.base_offset for r in Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)] == [
+    assert [r.base_offset for r in Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)] == [
         7729, 15363, 22964]
