@@ -100,9 +100,7 @@ def as_log_dir(root: str, parts: list[UploadDir], choices: dict[TopicPartition, 
     log_dir = KafkaLogDir(uri=root, skipped_dirs=dict(skipped))
     for part in parts:
         choice = choices[part.tp]
-        kept = {id(u) for u in choice.kept}
-        others = [info for uploads in part.uploads.values() for u in uploads if id(u) not in kept
-                  for info in u.files.values()]
+        others = part.files_not_kept(choice.kept)
         segments, error = [], choice.problems[0] if choice.problems else None
         for upload in choice.kept:
             try:

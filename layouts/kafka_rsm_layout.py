@@ -80,6 +80,12 @@ class UploadDir:
     uploads: dict[int, list[Upload]] = field(default_factory=dict)
     other_files: list[ObjectInfo] = field(default_factory=list)
 
+    def files_not_kept(self, kept: list[Upload]) -> list[ObjectInfo]:
+        """The files of every upload here but the `kept` ones: what an import lists as no segment."""
+        ids = {id(u) for u in kept}
+        return [info for uploads in self.uploads.values() for u in uploads if id(u) not in ids
+                for info in u.files.values()]
+
 
 def group_uploads(tp: TopicPartition, topic_id: str, uri: str, files: list[ObjectInfo]) -> UploadDir:
     """Sort one partition directory's files into uploads (start offset, uuid), ordered by uuid."""
@@ -179,9 +185,7 @@ def as_log_dir(root: str, parts: list[UploadDir], choices: dict[TopicPartition, 
     log_dir = KafkaLogDir(uri=root, skipped_dirs=dict(skipped))
     for part in parts:
         choice = choices[part.tp]
-        kept = {id(u) for u in choice.kept}
-        others = [info for uploads in part.uploads.values() for u in uploads if id(u) not in kept
-                  for info in u.files.values()]
+        others = part.files_not_kept(choice.kept)
         extra = [info for u in choice.kept for suffix, info in u.files.items() if suffix not in ("log", "index", "timeindex")]
         log_dir.partitions.append(KafkaPartitionDir(
             tp=part.tp, uri=part.uri, segments=[u.segment_files() for u in choice.kept],
