@@ -26,28 +26,29 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.importer import InvalidSourceError, SourceLayout
 from layouts.kafka_layout import KafkaLogDir
 from layouts.kafka_rsm_layout import Upload, as_log_dir, choose_uploads, scan_bucket
-from layouts.store import StorageOptions, normalize_uri, read_bytes
+from layouts.store import normalize_uri
+from layouts.store.bound import Store
 
 
-def _next_offset(upload: Upload, options: StorageOptions | None) -> int | None:
+def _next_offset(upload: Upload, store: Store) -> int | None:
     """The offset after an upload's last batch, None if its `.log` does not read whole."""
     log = upload.files["log"]
     try:
-        summary = summarize_segment(read_bytes(log.uri, options), upload.start_offset, log.uri,
+        summary = summarize_segment(store.read(log.uri), upload.start_offset, log.uri,
                                     min_timestamp=min_timestamp(TopicConfig()))  # a broker's log: Kafka's floor
     except CorruptRecordError:
         return None
     return None if summary.problems or summary.batch_count == 0 else summary.next_offset
 
 
-def scan_rsm_source(source: str, options: StorageOptions | None = None) -> KafkaLogDir:
+def scan_rsm_source(source: Store) -> KafkaLogDir:
     """The bucket's partitions with one upload per start offset (`choose_uploads`); a partition whose uploads
     leave a gap carries the error that fails it after the segments before the gap."""
-    root, parts, skipped = scan_bucket(source, options)
+    root, parts, skipped = scan_bucket(source.root, source.options)
     if not parts:
         raise InvalidSourceError(f"import source {root}: no {{topic}}-{{partition}}-{{topicId}} directories of "
                                  "LocalTieredStorage uploads there")
-    choices = {part.tp: choose_uploads(part, lambda upload: _next_offset(upload, options)) for part in parts}
+    choices = {part.tp: choose_uploads(part, lambda upload: _next_offset(upload, source)) for part in parts}
     log_dir = as_log_dir(root, parts, choices, skipped)
     for part in log_dir.partitions:
         if choices[part.tp].problems:
@@ -68,7 +69,7 @@ def check_outside(source: str, root: str, catalog_uri: str) -> None:
                                      "uploads would count as the root's own objects; give a root elsewhere")
 
 
-KAFKA_RSM_SOURCE = SourceLayout("kafka-rsm", scan_rsm_source, lambda source, options: {}, Layout.KAFKA_RSM)
+KAFKA_RSM_SOURCE = SourceLayout("kafka-rsm", scan_rsm_source, lambda source: {}, Layout.KAFKA_RSM)
 """Kafka's `LocalTieredStorage` directory (or an S3 prefix holding a copy of one)."""
 
 

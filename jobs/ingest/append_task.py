@@ -22,7 +22,7 @@ from engine.ops.append_staging import staged_batches
 from engine.ops.rejects import rejected, store_partition_rejects, with_provenance, write_unplaced
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.ingest.stage import buffer_bytes
-from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`with_provenance`)
 APPEND_CHUNK_BYTES = 32 * 1024**2  # most input a task hands the engine at a time: memory is this + one segment
@@ -42,12 +42,12 @@ class AppendTasks:
     counts: dict[str, int]
     rejects_dir: str | None
     files: Sequence[str]
-    options: StorageOptions | None
+    store: Store
     prepare_kwargs: dict
 
     def __call__(self, numbered: tuple[int, list[pa.Table]]) -> list[dict]:
         """One task: append each topic-partition run of its sorted rows, a result row per partition."""
-        batches = staged_batches(numbered[1], self.options)
+        batches = staged_batches(numbered[1], self.store)
         return [row for out in self._stream(batches) for row in out.to_pylist()]
 
     def _stream(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
@@ -70,7 +70,7 @@ class AppendTasks:
         `{rejects_dir}/unplaced/{topic}-{partition}.parquet` (a dry run's nowhere); their result row."""
         rejects = with_provenance(rejected(rows, reason, message, PROVENANCE), topic, self.files)
         uri = None if self.rejects_dir is None else write_unplaced(self.rejects_dir, topic, partition, rejects,
-                                                                   self.options)
+                                                                   self.store)
         return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
 
     def _append_run(self, tp: TopicPartition, chunks: Iterator[pa.Table]) -> pa.Table:
@@ -100,7 +100,7 @@ class AppendTasks:
             outcome = result.step.outcome
             if self.rejects_dir is not None:  # (a dry run writes none)
                 store_partition_rejects(self.rejects_dir, tp, with_provenance(outcome.rejects, tp.topic, self.files),
-                                        self.options)
+                                        self.store)
             outcome.rejects = None
         return _result_row(tp.topic, tp.partition, RESULT, (result, seen))
 
