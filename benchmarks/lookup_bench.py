@@ -53,6 +53,7 @@ from engine.ops.stored_segment import stored_segment  # noqa: E402
 from engine.ops.versions import store_segment_version  # noqa: E402
 from layouts.metering import metered  # noqa: E402
 from layouts.store import read_bytes  # noqa: E402
+from layouts.store.bound import Store
 
 PAGE = 4096
 VALUE_BYTES = 100
@@ -83,8 +84,7 @@ def write_partition(root: str, tp: TopicPartition, records: int, segment_bytes: 
         last = first + len(ts) - 1
         writer.append(Append(data, first, last, int(ts.max()), last), now_ms=0)
     closed = [*writer.closed, writer.active.close(None)]
-    rows = [store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED,
-                                  "bench", 0, None, min_timestamp=KAFKA_MIN_TIMESTAMP) for seg in closed]
+    rows = [store_segment_version(Store(root), tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, "bench", 0, min_timestamp=KAFKA_MIN_TIMESTAMP) for seg in closed]
     return Partition(rows, np.arange(records, dtype=np.int64), stamps)
 
 

@@ -68,7 +68,7 @@ from jobs.runtime.job_runner import JobContext, JobSpec, check_partitions, main
 from jobs.runtime.report import plural
 from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
 from layouts.object_layout import STAGING_DIR
-from layouts.store import delete_tree, join
+from layouts.store import join
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: JobContext) -> None:
     if ctx.args.input:
-        is_dir(ctx.args.input, ctx.options)  # a missing input is an input error (exit 2) naming it, also with --job-id
+        is_dir(ctx.args.input, ctx.store)  # a missing input is an input error (exit 2) naming it, also with --job-id
     if ctx.args.job_id is None:
         ctx.job_id = ctx.report.job_id = input_job_id(ctx)
     source = open_input(ctx)  # bad input fails here, before anything is written
@@ -101,7 +101,7 @@ def run(ctx: JobContext) -> None:
     ctx.check_changeable(tps)
     if _appended_already(ctx, tps):
         return
-    prepare_kwargs = {"root": ctx.config.root, "now_ms": ctx.now_ms, "options": ctx.options,
+    prepare_kwargs = {"store": ctx.store, "now_ms": ctx.now_ms,
                       "append_id": ctx.job_id, "batch_bytes": ctx.config.jobs.batch_bytes or None,
                       "dry_run": ctx.dry_run, "keep_offsets": source.keep_offsets}
     where = None if ctx.dry_run else rejects_dir(ctx.config.root, ctx.job_id, ctx.args.rejects, ctx.args.report)
@@ -112,19 +112,19 @@ def run(ctx: JobContext) -> None:
             return append_by_partition(items)
         prefix = None if ctx.dry_run else join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
         stager = Stager(counts, ctx.config.jobs.sticky_batch_bytes, source.order,
-                        frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
+                        frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.store,
                         buffer_bytes(STAGE_FLUSH_BYTES, items))
         try:
             tasks = append_tasks(order_pieces(stage_input(ctx.spark, stager, source.parquet, source.df)), selected)
             task = AppendTasks(names, {item.tp: item for item in items}, frozenset(tps), counts, where, source.order,
-                               ctx.options, prepare_kwargs)
+                               ctx.store, prepare_kwargs)
             # one Spark task per partition (a fixed number of RDD partitions: nothing coalesces them), each
             # reading its staged rows in input order and streaming them through the engine chunk by chunk
             rdd = ctx.spark.sparkContext.parallelize(list(enumerate(tasks)), max(len(tasks), 1)).flatMap(task)
             rows.extend(run_with_progress(ctx.spark, rdd.collect, len(items), ctx.progress()))
         finally:
             if prefix is not None:
-                delete_tree(prefix, ctx.options)
+                ctx.store.delete_tree(prefix)
         return counted_on_the_driver(partition_results(rows))
 
     def append_by_partition(items: Sequence[PartitionInput[None]]) -> list[PartitionResult[PartitionAppendOutcome]]:
@@ -168,7 +168,7 @@ def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun[PartitionAppendOutco
     for result in [] if where is None else run_.results:
         counters = result.step.outcome.counters if result.step is not None else None
         if str(result.tp) in run_.failures and counters is not None and sum(counters.rejected.values()):
-            drop_partition_rejects(where, result.tp, ctx.options)
+            drop_partition_rejects(where, result.tp, ctx.store)
 
 
 def _report(ctx: JobContext, run_: JobRun[PartitionAppendOutcome], rows: list[dict], where: str | None) -> None:

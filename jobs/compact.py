@@ -32,8 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: JobContext) -> None:
     tps = [tp for tp in ctx.selected_partitions() if ctx.topic_config(tp.topic).compacted]
-    prepare = partial(prepare_compaction, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
-                      job_id=ctx.job_id, dry_run=ctx.dry_run)
+    prepare = partial(prepare_compaction, store=ctx.store, now_ms=ctx.now_ms, job_id=ctx.job_id, dry_run=ctx.dry_run)
     execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run reads no segment
     run = ctx.run_partitions_with(tps, execute, planner=CompactionPlanner(ctx.now_ms, ctx.args.force))
     cleaned = read = kept = 0

@@ -50,10 +50,11 @@ def run(ctx: JobContext) -> None:
     layout = LAYOUTS[ctx.args.layout]
     if layout is not KAFKA_SOURCE:
         check_outside(ctx.args.source, ctx.config.root, ctx.config.catalog_uri)
-    log_dir = layout.scan(ctx.args.source, ctx.options)  # bad input fails before the catalog is created
-    log_starts = layout.log_start_offsets(ctx.args.source, ctx.options)
-    report = import_log_dir(ctx.args.source, ctx.config.root, ctx.catalog_or_create(), copy=ctx.args.copy,
-                            index_interval_bytes=interval, options=ctx.options, job_id=ctx.job_id,
+    source = ctx.store.at(ctx.args.source)
+    log_dir = layout.scan(source)  # bad input fails before the catalog is created
+    log_starts = layout.log_start_offsets(source)
+    report = import_log_dir(source, ctx.store, ctx.catalog_or_create(), copy=ctx.args.copy,
+                            index_interval_bytes=interval, job_id=ctx.job_id,
                             lease_ttl_ms=ctx.config.jobs.lease_ttl_ms, log_dir=log_dir,
                             log_start_offsets=log_starts, layout=layout)
     ctx.report.results["import"] = report.to_dict()

@@ -24,8 +24,7 @@ from jobs.runtime.report import plural
 
 def run(ctx: JobContext) -> None:
     tps = ctx.selected_partitions()  # bad --topic/--partition refused before Spark starts
-    prepare = partial(prepare_retention, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
-                      job_id=ctx.job_id, dry_run=ctx.dry_run)
+    prepare = partial(prepare_retention, store=ctx.store, now_ms=ctx.now_ms, job_id=ctx.job_id, dry_run=ctx.dry_run)
     execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
     run = ctx.run_partitions_with(tps, execute, planner=RetentionPlanner(ctx.now_ms))
     deleted = kept = size = records = 0

@@ -23,8 +23,7 @@ from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 def run(ctx: JobContext) -> None:
     tps = ctx.selected_partitions()  # bad --topic/--partition refused before Spark starts
-    prepare = partial(prepare_roll, root=ctx.config.root, now_ms=ctx.now_ms, options=ctx.options,
-                      job_id=ctx.job_id, dry_run=ctx.dry_run)
+    prepare = partial(prepare_roll, store=ctx.store, now_ms=ctx.now_ms, job_id=ctx.job_id, dry_run=ctx.dry_run)
     execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
     run = ctx.run_partitions_with(tps, execute, planner=RollPlanner(ctx.now_ms))
     rolled = [r for r in run.results if r.step is not None and r.step.outcome.rolled]

@@ -92,8 +92,7 @@ def _summarize(ctx: JobContext, run: JobRun[TruncateOutcome]) -> None:
 
 def run_truncate(ctx: JobContext) -> None:
     targets = _targets(ctx)
-    prepare = partial(prepare_truncation, root=ctx.config.root, targets=targets, now_ms=ctx.now_ms,
-                      options=ctx.options, job_id=ctx.job_id)
+    prepare = partial(prepare_truncation, store=ctx.store, targets=targets, now_ms=ctx.now_ms, job_id=ctx.job_id)
     _summarize(ctx, ctx.run_partitions(targets, prepare))
 
 

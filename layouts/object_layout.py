@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from engine.names import TopicPartition, validate_segment_id
 from layouts.extend import put_extending
-from layouts.store import Parts, StorageOptions, ensure_object, join
+from layouts.store import Parts, join
+from layouts.store.bound import Store
 
 SEGMENT_SUFFIXES = ("log", "index", "timeindex", "batchindex")
 REJECTS_DIR = "_rejects"
@@ -95,7 +96,7 @@ def parse_object_segment_name(name: str) -> ObjectSegmentName | None:
 
 
 def put_segment_objects(keys: SegmentKeys, log: bytes | Parts, index: bytes, timeindex: bytes,
-                  options: StorageOptions | None = None, *, batchindex: bytes | None = None,
+                  store: Store, *, batchindex: bytes | None = None,
                   log_prefix_uri: str | None = None, log_prefix_size: int = 0) -> None:
     """Write `.log`, then `.index`, then `.timeindex`, then the `.batchindex` if there is one, each
     put-if-absent (the commit protocol's order: every object before the catalog commit).
@@ -106,10 +107,10 @@ def put_segment_objects(keys: SegmentKeys, log: bytes | Parts, index: bytes, tim
     the tail is sent (`put_extending`).
     """
     if log_prefix_uri is None:
-        ensure_object(keys.log, log, options)
+        store.ensure(keys.log, log)
     else:
-        put_extending(keys.log, log, log_prefix_uri, log_prefix_size, options)
+        put_extending(keys.log, log, log_prefix_uri, log_prefix_size, store.options)
     for uri, data in ((keys.index, index), (keys.timeindex, timeindex)):
-        ensure_object(uri, data, options)
+        store.ensure(uri, data)
     if batchindex is not None:
-        ensure_object(keys.batchindex, batchindex, options)
+        store.ensure(keys.batchindex, batchindex)

@@ -38,7 +38,7 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
     """Append `records` (Spark's Kafka sink columns) to `tp` and commit; see the module docstring."""
     append_id = append_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
+    prepare = partial(prepare_append, records=records, store=Store(root, options), now_ms=now_ms,
                       append_id=append_id)
     run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="append", job_id=append_id, ledger_idle=True)
     if tp in run.committed_earlier:
@@ -54,7 +54,7 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     """Run one cleaning round on `tp` if Kafka's trigger says so (or `force`), committed in one swap."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
+    prepare = partial(prepare_compaction, store=Store(root, options), now_ms=now_ms, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="compact", job_id=job_id, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
@@ -68,7 +68,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     retired objects outside the root (`engine.ops.deletion`)."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
+    prepare = partial(prepare_retention, store=Store(root, options), now_ms=now_ms, job_id=job_id, dry_run=dry_run)
     run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="retention", job_id=job_id, mutate=not dry_run, planner=RetentionPlanner(now_ms), allow_external_deletes=allow_external_deletes)
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
@@ -90,8 +90,7 @@ def truncate_partition(catalog: Catalog, root: str, tp: TopicPartition, target: 
     """Remove every record at or above `target` (see the module docstring)."""
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
-    prepare = partial(prepare_truncation, root=root, targets={tp: target}, now_ms=now_ms, options=options,
-                      job_id=job_id)
+    prepare = partial(prepare_truncation, store=Store(root, options), targets={tp: target}, now_ms=now_ms, job_id=job_id)
     return _run_single(catalog, root, tp, config, prepare, "truncate", job_id, options)
 
 

@@ -15,16 +15,16 @@ from engine.log.segment_writer import ActiveSegmentState
 from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
-from layouts.store import StorageOptions, read_bytes
+from layouts.store.bound import Store
 
 
-def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, options: StorageOptions | None
+def resume_state(row: SegmentRow, config: TopicConfig, tp: TopicPartition, store: Store
                   ) -> tuple[ActiveSegmentState, bytes, SegmentSummary]:
     """The ACTIVE row's segment as `SegmentWriter.resume` needs it (spec 2.5 state of a live broker)."""
     min_ts = min_timestamp(config)
-    log = read_bytes(row.log_key, options)
-    offsets = OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset, row.index_key)
-    times = TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset, row.timeindex_key,
+    log = store.read(row.log_key)
+    offsets = OffsetIndex.load(store.read(row.index_key), row.base_offset, row.index_key)
+    times = TimeIndex.load(store.read(row.timeindex_key), row.base_offset, row.timeindex_key,
                            min_timestamp=min_ts)
     none = min_ts - 1
     state = ActiveSegmentState(

@@ -29,7 +29,8 @@ from engine.log.topic_config import min_timestamp
 from engine.ops.active_segment import last_log_append_time, resume_state
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.store import Parts, StorageOptions
+from layouts.store import Parts
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -68,8 +69,8 @@ def _whole(pieces: list[bytes], chunks: list[bytes], start_position: int) -> lis
     return [*pieces, *chunks]
 
 
-def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[pa.Table], root: str, now_ms: int,
-                   options: StorageOptions | None, append_id: str, batch_bytes: int | None = None,
+def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[pa.Table], store: Store, now_ms: int,
+                   append_id: str, batch_bytes: int | None = None,
                    carry: Sequence[str] = (), dry_run: bool = False, keep_offsets: bool = False,
                    ) -> PartitionStep[PartitionAppendOutcome]:
     """Write the new segment versions of one partition; the step swaps them in for the old ACTIVE row.
@@ -90,16 +91,16 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     log_end = rows[-1].next_offset if rows else 0
     resume = resume_log = resumed = None
     if active is not None:
-        resume, resume_log, resumed = resume_state(active, config, tp, options)
+        resume, resume_log, resumed = resume_state(active, config, tp, store)
     last_append = last_log_append_time(rows, config)
     # the old ACTIVE segment's next version keeps its raised log start offset, and is written by
     # extending its .log object server-side (only the new bytes are uploaded)
     previous = {active.base_offset: active} if active is not None else {}
 
-    def store(base: int, log: Parts, index: bytes, timeindex: bytes, state: SegmentState,
-              summary: SegmentSummary) -> SegmentRow:
+    def write_version(base: int, log: Parts, index: bytes, timeindex: bytes, state: SegmentState,
+                      summary: SegmentSummary) -> SegmentRow:
         old = previous.get(base)
-        return store_segment_version(root, tp, base, log, index, timeindex, state, append_id, now_ms, options,
+        return store_segment_version(store, tp, base, log, index, timeindex, state, append_id, now_ms,
                                      log_start_offset=old.log_start_offset if old else -1, extends=old,
                                      summary=summary, min_timestamp=min_timestamp(config), upload=not dry_run)
 
@@ -117,7 +118,7 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
                                 keep_offsets=keep_offsets)
         for seg, summary in zip(result.closed, result.summaries, strict=False):
             log = _whole(pieces, seg.chunks, seg.start_position)
-            new_rows.append(store(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
+            new_rows.append(write_version(seg.base_offset, log, seg.index, seg.timeindex, SegmentState.ROLLED, summary))
         act = result.active
         pieces = [*pieces, *act.pieces] if act.start_position else list(act.pieces)
         resume, resumed = act.state, result.summaries[-1]
@@ -134,7 +135,7 @@ def prepare_append(item: PartitionInput[None], *, records: pa.Table | Iterable[p
     if counters.records_accepted == 0:
         return PartitionStep(outcome)
     act = result.active
-    new_rows.append(store(act.base_offset, pieces, act.offset_index.to_bytes(), act.time_index.to_bytes(),
+    new_rows.append(write_version(act.base_offset, pieces, act.offset_index.to_bytes(), act.time_index.to_bytes(),
                           SegmentState.ACTIVE, result.summaries[-1]))
     outcome.segments_written = [] if dry_run else [r.log_key for r in new_rows]
     return PartitionStep(outcome, CatalogChange(add=tuple(new_rows), remove=(active.ref,) if active is not None else ()))

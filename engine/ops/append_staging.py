@@ -32,7 +32,8 @@ from contextlib import nullcontext
 import numpy as np
 import pyarrow as pa
 
-from layouts.store import StorageOptions, join, open_write, read_view
+from layouts.store import join
+from layouts.store.bound import Store
 
 PIECE_SCHEMA = pa.schema([("tp", pa.int32()), ("rank", pa.int32()), ("block", pa.int64()), ("first", pa.int64()),
                           ("uri", pa.string()), ("offset", pa.int64()), ("length", pa.int64()), ("rows", pa.int64()),
@@ -49,8 +50,8 @@ class RowStager:
     returns every piece written, as a table of `PIECE_SCHEMA`. Without a `prefix` (a dry run) nothing is
     written: the pieces hold their bytes."""
 
-    def __init__(self, prefix: str | None, options: StorageOptions | None, flush_bytes: int) -> None:
-        self.prefix, self.options, self.flush_bytes = prefix, options, flush_bytes
+    def __init__(self, prefix: str | None, store: Store, flush_bytes: int) -> None:
+        self.prefix, self.store, self.flush_bytes = prefix, store, flush_bytes
         self._buffered: list[pa.RecordBatch] = []
         self._size = 0
         self._pieces: list[pa.Table] = []
@@ -84,7 +85,7 @@ class RowStager:
         stored = table.drop_columns(["_block"])
         lengths, data = [], []
         # each piece's IPC stream straight into the object, no copy (a dry run's into memory)
-        with nullcontext(io.BytesIO()) if uri is None else open_write(uri, self.options) as out:
+        with nullcontext(io.BytesIO()) if uri is None else self.store.open_write(uri) as out:
             for start, stop in cuts:
                 before = out.tell()
                 with pa.ipc.new_stream(out, stored.schema) as writer:
@@ -123,7 +124,7 @@ def order_pieces(pieces: pa.Table) -> dict[int, pa.Table]:
     return {int(tps[s]): ordered.slice(s, e - s) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)}
 
 
-def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -> Iterator[pa.RecordBatch]:
+def staged_batches(pieces: Iterable[pa.Table], store: Store) -> Iterator[pa.RecordBatch]:
     """The staged rows of the given pieces' tables (each one `_tp`'s, from `order_pieces`), in that order:
     each piece one ranged read (a local file's range mapped, not copied: `read_view`), or a dry run's piece
     its own bytes, its record batches decoded in place (no copy)."""
@@ -134,7 +135,7 @@ def staged_batches(pieces: Iterable[pa.Table], options: StorageOptions | None) -
                 yield from pa.ipc.open_stream(table.column("data")[i].as_buffer())
                 continue
             try:
-                data = read_view(uri, offset, offset + length, options)
+                data = store.read_view(uri, offset, offset + length)
             except FileNotFoundError:
                 raise FileNotFoundError(f"staged rows {uri} are gone (was the staging prefix deleted?)") from None
             yield from pa.ipc.open_stream(pa.py_buffer(data))

@@ -36,7 +36,7 @@ from engine.ops.deletion import Cleanup
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
-from layouts.store import StorageOptions, read_bytes
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -74,7 +74,7 @@ class CompactionPlanner:
         return plan_compaction(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms, self.force)
 
 
-def prepare_compaction(item: PartitionInput[PartitionCompaction], *, root: str, now_ms: int, options: StorageOptions | None,
+def prepare_compaction(item: PartitionInput[PartitionCompaction], *, now_ms: int, store: Store,
                        job_id: str, dry_run: bool = False) -> PartitionStep[CompactOutcome]:
     """One cleaning round on a partition if its slice of the plan says it is due: write the cleaned
     segments and return the swap (new rows in, replaced rows DELETE_STARTED)."""
@@ -89,7 +89,7 @@ def prepare_compaction(item: PartitionInput[PartitionCompaction], *, root: str, 
         return PartitionStep(outcome)
     rows = table_to_rows(item.segments)
     start, dirty = decision.range.log_start_offset, decision.range.checkpoint
-    sources = [SourceSegment(r.base_offset, read_bytes(r.log_key, options), r.state == SegmentState.ACTIVE,
+    sources = [SourceSegment(r.base_offset, store.read(r.log_key), r.state == SegmentState.ACTIVE,
                              r.created_at_ms, r.log_key) for r in rows]
     result = clean_log(sources, config, now_ms, dirty, log_start_offset=start)
     by_base = {r.base_offset: r for r in rows}
@@ -102,10 +102,7 @@ def prepare_compaction(item: PartitionInput[PartitionCompaction], *, root: str, 
             add.append(replace(old[0], segment_id=new_segment_id(), cleaned=True, job_id=job_id))
             remove.append(old[0].ref)
             continue
-        add.append(store_segment_version(root, tp, seg.base_offset, seg.log, seg.index, seg.timeindex,
-                                         SegmentState.ROLLED, job_id, seg.last_modified_ms, options,
-                                         log_start_offset=carried, cleaned=True, summary=seg.summary,
-                                         min_timestamp=min_timestamp(config)))
+        add.append(store_segment_version(store, tp, seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, job_id, seg.last_modified_ms, log_start_offset=carried, cleaned=True, summary=seg.summary, min_timestamp=min_timestamp(config)))
         doomed += old
     change = CatalogChange(add=tuple(add), remove=tuple(remove),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))

@@ -53,7 +53,6 @@ from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, ser
 from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, put_segment_objects
-from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
 from layouts.store.bound import Store
 
 
@@ -152,20 +151,19 @@ class _Sidecars:
 class _PartitionImporter:
     """Imports the segments of one partition directory, collecting rows for the single commit."""
 
-    def __init__(self, part: KafkaPartitionDir, root: str, copy: bool, job_id: str, interval: int,
-                 existing: dict[SegmentRef, SegmentRow], options: StorageOptions | None, floor: int,
+    def __init__(self, part: KafkaPartitionDir, store: Store, copy: bool, job_id: str, interval: int,
+                 existing: dict[SegmentRef, SegmentRow], floor: int,
                  in_place: Layout = Layout.KAFKA) -> None:
         """`floor`: the topic's `min_timestamp` (a broker's log: Kafka's 0); `in_place`: the rows' layout
         without `copy`."""
         self.part = part
         self.in_place = in_place
         self.floor = floor
-        self.root = root
         self.copy = copy
         self.job_id = job_id
         self.interval = interval
         self.existing = existing
-        self.options = options
+        self.store = store
         self.rows: list[SegmentRow] = []
         self.outcome = PartitionOutcome(topic=part.tp.topic, partition=part.tp.partition, source=part.uri,
                                         orphan_indexes=[i.uri for i in part.orphan_indexes],
@@ -189,7 +187,7 @@ class _PartitionImporter:
             self.outcome.segments.append(SegmentOutcome(seg.log.uri, seg.base_offset, "already-registered",
                                                         segment_id=segment_id))
             return True
-        data = read_bytes(seg.log.uri, self.options)
+        data = self.store.read(seg.log.uri)
         try:
             summary = summarize_segment(data, seg.base_offset, seg.log.uri, min_timestamp=self.floor)
         except CorruptRecordError as exc:
@@ -220,8 +218,8 @@ class _PartitionImporter:
 
     def _sidecars(self, seg: KafkaSegmentFiles, data: bytes, state: SegmentState) -> _Sidecars:
         """The segment's own sidecars if they are valid for its log, else rebuilt ones."""
-        index_bytes = read_bytes(seg.index.uri, self.options) if seg.index else None
-        timeindex_bytes = read_bytes(seg.timeindex.uri, self.options) if seg.timeindex else None
+        index_bytes = self.store.read(seg.index.uri) if seg.index else None
+        timeindex_bytes = self.store.read(seg.timeindex.uri) if seg.timeindex else None
         headers = scan_batches(data, seg.log.uri).headers
         offsets, times, check = settle_indexes(headers, seg.base_offset, index_bytes, timeindex_bytes, seg.log.uri,
                                                self.interval, state is SegmentState.ACTIVE, min_timestamp=self.floor)
@@ -239,16 +237,16 @@ class _PartitionImporter:
         ever written into a broker's dir, so the sidecars are then copied under the root, with it beside
         them (`batch_index_key`)."""
         tp = self.part.tp
-        owned = object_segment_keys(self.root, tp, seg.base_offset, segment_id)
+        owned = object_segment_keys(self.store.root, tp, seg.base_offset, segment_id)
         if self.copy:
-            put_segment_objects(owned, data, sidecars.index, sidecars.timeindex, self.options, batchindex=batchindex)
+            put_segment_objects(owned, data, sidecars.index, sidecars.timeindex, self.store, batchindex=batchindex)
             return owned, Layout.OBJECT
         if sidecars.source_keys is not None and batchindex is None:
             return SegmentKeys(seg.log.uri, *sidecars.source_keys), self.in_place
-        ensure_object(owned.index, sidecars.index, self.options)
-        ensure_object(owned.timeindex, sidecars.timeindex, self.options)
+        self.store.ensure(owned.index, sidecars.index)
+        self.store.ensure(owned.timeindex, sidecars.timeindex)
         if batchindex is not None:
-            ensure_object(owned.batchindex, batchindex, self.options)
+            self.store.ensure(owned.batchindex, batchindex)
         return SegmentKeys(seg.log.uri, owned.index, owned.timeindex), self.in_place
 
     def _register(self, seg: KafkaSegmentFiles, data: bytes, summary: SegmentSummary, segment_id: str,
@@ -286,15 +284,15 @@ def _with_log_start(rows: list[SegmentRow], existing: Mapping[SegmentRef, Segmen
     return [replace(r, log_start_offset=log_start) if r is holder else r for r in rows]
 
 
-def prepare_import(item: PartitionInput[None], parts: Mapping[TopicPartition, KafkaPartitionDir], root: str, copy: bool,
-                   job_id: str, index_interval_bytes: int, options: StorageOptions | None,
+def prepare_import(item: PartitionInput[None], parts: Mapping[TopicPartition, KafkaPartitionDir], store: Store,
+                   copy: bool, job_id: str, index_interval_bytes: int,
                    log_start_offsets: Mapping[TopicPartition, int] | None = None,
                    in_place: Layout = Layout.KAFKA) -> PartitionStep[PartitionOutcome]:
     """Import one partition directory against its live rows; the change is checked here, so a partition
     whose rows conflict with the import fails alone (`CatalogStateError`)."""
     existing = {row.ref: row for row in item.rows}
     part = parts[item.tp]
-    importer = _PartitionImporter(part, root, copy, job_id, index_interval_bytes, existing, options,
+    importer = _PartitionImporter(part, store, copy, job_id, index_interval_bytes, existing,
                                   min_timestamp(item.config), in_place)
     importer.run()
     rows = _with_log_start(importer.rows, existing, (log_start_offsets or {}).get(item.tp))
@@ -332,11 +330,11 @@ class InvalidSourceError(KlakeError):
     """The log dir to import holds something no broker would load: nothing of it is imported."""
 
 
-def scan_source(source: str, options: StorageOptions | None = None) -> KafkaLogDir:
+def scan_source(source: Store) -> KafkaLogDir:
     """List the log dir to import and refuse it, naming them, if it holds directories that are no
     partition of a valid topic (Kafka's `LogManager` refuses to start on them too); a source with
     nothing under it is a wrong path."""
-    log_dir = scan_log_dir(source, options)
+    log_dir = scan_log_dir(source.root, source.options)
     if invalid := log_dir.invalid_dirs:
         raise InvalidSourceError(
             f"import source {log_dir.uri}: {len(invalid)} director{'y is' if len(invalid) == 1 else 'ies are'} "
@@ -347,12 +345,12 @@ def scan_source(source: str, options: StorageOptions | None = None) -> KafkaLogD
     return log_dir
 
 
-def source_log_start_offsets(source: str, options: StorageOptions | None = None) -> dict[TopicPartition, int]:
+def source_log_start_offsets(source: Store) -> dict[TopicPartition, int]:
     """The log dir's `log-start-offset-checkpoint`, if it has one (`KafkaFileError` naming its bad line)."""
-    uri = join(normalize_uri(source), LOG_START_OFFSET_CHECKPOINT)
-    if object_info(uri, options) is None:
+    uri = source.uri(LOG_START_OFFSET_CHECKPOINT)
+    if source.info(uri) is None:
         return {}
-    return parse_offset_checkpoint(read_bytes(uri, options), uri)
+    return parse_offset_checkpoint(source.read(uri), uri)
 
 
 @dataclass(frozen=True)
@@ -362,8 +360,8 @@ class SourceLayout:
     records (`log_start_offsets`), and the layout of the rows registered in place."""
 
     name: str
-    scan: Callable[[str, StorageOptions | None], KafkaLogDir]
-    log_start_offsets: Callable[[str, StorageOptions | None], dict[TopicPartition, int]]
+    scan: Callable[[Store], KafkaLogDir]
+    log_start_offsets: Callable[[Store], dict[TopicPartition, int]]
     in_place: Layout
 
 
@@ -371,13 +369,12 @@ KAFKA_SOURCE = SourceLayout("kafka", scan_source, source_log_start_offsets, Layo
 """A broker's log dir (or a copy of it)."""
 
 
-def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
-                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-                   options: StorageOptions | None = None, job_id: str | None = None,
+def import_log_dir(source: Store, store: Store, catalog: Catalog, copy: bool = False,
+                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, job_id: str | None = None,
                    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, log_dir: KafkaLogDir | None = None,
                    log_start_offsets: Mapping[TopicPartition, int] | None = None,
                    layout: SourceLayout | None = None) -> ImportReport:
-    """Register every partition directory under `source` in `catalog` with one commit, through the
+    """Register every partition directory under the `source` store's root in `catalog` (the root: `store`) with one commit, through the
     partition-job protocol every job uses (`engine.ops.run`: lease, plan, check the lease, one commit).
 
     A killed import is finished by a re-run with the same `job_id`, at once: it takes over the dead
@@ -388,18 +385,17 @@ def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
     them before creating the catalog.
     """
     layout = layout or KAFKA_SOURCE
-    source, root = normalize_uri(source), normalize_uri(root)
-    job_id = job_id or default_import_job_id(source, root, copy)
-    report = ImportReport(source=source, root=root, catalog=catalog.uri, copy=copy, job_id=job_id)
-    log_dir = log_dir or layout.scan(source, options)
+    job_id = job_id or default_import_job_id(source.root, store.root, copy)
+    report = ImportReport(source=source.root, root=store.root, catalog=catalog.uri, copy=copy, job_id=job_id)
+    log_dir = log_dir or layout.scan(source)
     if log_start_offsets is None:
-        log_start_offsets = layout.log_start_offsets(source, options)
+        log_start_offsets = layout.log_start_offsets(source)
     report.skipped_dirs = log_dir.skipped_dirs
     parts = {part.tp: part for part in log_dir.partitions}
-    prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,
-                      index_interval_bytes=index_interval_bytes, options=options,
+    prepare = partial(prepare_import, parts=parts, store=store, copy=copy, job_id=job_id,
+                      index_interval_bytes=index_interval_bytes,
                       log_start_offsets=log_start_offsets, in_place=layout.in_place)
-    run = run_partition_job(catalog, Store(root, options), dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
+    run = run_partition_job(catalog, store, dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
                             operation="import", job_id=job_id, ledger=False,
                             lease_ttl_ms=lease_ttl_ms)
     stepped = {result.tp: result.step.outcome for result in run.results if result.step is not None}

@@ -225,7 +225,7 @@ def _replicate(tp: TopicPartition, source: list[SegmentRow], dest: list[SegmentR
         keys = object_segment_keys(dest_root, tp, s.base_offset, s.segment_id)
         log, index, timeindex = (read_bytes(key, options) for key in (s.log_key, s.index_key, s.timeindex_key))
         batchindex = None if s.batchindex_size_bytes is None else read_bytes(batch_index_key(s.timeindex_key), options)
-        put_segment_objects(keys, log, index, timeindex, options, batchindex=batchindex)
+        put_segment_objects(keys, log, index, timeindex, Store(dest_root, options), batchindex=batchindex)
         added.append(replace(s, log_key=keys.log, index_key=keys.index, timeindex_key=keys.timeindex,
                              layout=str(Layout.OBJECT), job_id=job_id, index_size_bytes=len(index),
                              timeindex_size_bytes=len(timeindex),
@@ -261,22 +261,19 @@ def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int |
     active = dest[-1] if dest and dest[-1].state == SegmentState.ACTIVE else None
     policy = RollPolicy(config)
     if active is not None:
-        state, log, _ = resume_state(active, config, tp, options)
+        state, log, _ = resume_state(active, config, tp, Store(dest_root, options))
         writer = SegmentWriter.resume(policy, state, str(tp), log)
     else:
         writer = SegmentWriter(policy, log_end, str(tp), now_ms, min_timestamp=min_timestamp(config))
     lat = log_append_time(config, now_ms, last_log_append_time(dest, config))
     new_rows: list[SegmentRow] = []
 
-    def store(segment_base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> None:
+    def write_version(segment_base: int, log: bytes, index: bytes, timeindex: bytes, state: SegmentState) -> None:
         if dry_run:
             outcome.segments_copied += 1
             return
         extends = active if active is not None and active.base_offset == segment_base else None
-        new_rows.append(store_segment_version(
-            dest_root, tp, segment_base, log, index, timeindex, state, job_id, now_ms, options,
-            log_start_offset=extends.log_start_offset if extends else -1, extends=extends,
-            min_timestamp=min_timestamp(config)))
+        new_rows.append(store_segment_version(Store(dest_root, options), tp, segment_base, log, index, timeindex, state, job_id, now_ms, log_start_offset=extends.log_start_offset if extends else -1, extends=extends, min_timestamp=min_timestamp(config)))
 
     next_offset = log_end
     map_parts = []
@@ -289,7 +286,7 @@ def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int |
                 writer.append(append, now_ms)
                 outcome.bytes_copied += len(append.data)
             for closed in writer.closed:  # upload each rolled segment at once: memory bounded by segment.bytes
-                store(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
+                write_version(closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED)
             writer.closed.clear()
             map_parts.append(pa.table([moved.source_base, moved.source_last, moved.dest_base], schema=MAP_SCHEMA))
             next_offset = moved.next_offset or next_offset
@@ -303,7 +300,7 @@ def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int |
         return PartitionStep(outcome)
     act = writer.active
     offsets, times = act.indexer.snapshot()
-    store(act.base_offset, b"".join(act.chunks), offsets.to_bytes(), times.to_bytes(), SegmentState.ACTIVE)
+    write_version(act.base_offset, b"".join(act.chunks), offsets.to_bytes(), times.to_bytes(), SegmentState.ACTIVE)
     if dry_run:
         outcome.log_end_offset = next_offset
         return PartitionStep(outcome)

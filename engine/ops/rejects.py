@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 
 from engine.names import TopicPartition
 from layouts.object_layout import REJECTS_DIR
-from layouts.store import StorageOptions, delete_object, join, write_bytes
+from layouts.store import join
+from layouts.store.bound import Store
 
 
 def rejects_dir(root: str, job_id: str, given: str | None, report: str | None) -> str:
@@ -63,28 +64,28 @@ def with_provenance(rejects: pa.Table | None, topic: str, files: Sequence[str]) 
 
 
 def store_partition_rejects(rejects_dir: str, tp: TopicPartition, rejects: pa.Table | None,
-                            options: StorageOptions | None) -> None:
+                            store: Store) -> None:
     """Write the rejects of a partition this attempt appended; with none, delete an earlier attempt's (made
     at another `--now`): they are not true for this one."""
     if rejects is not None and rejects.num_rows:
-        _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, options)
+        _write_parquet(partition_rejects_uri(rejects_dir, tp), rejects, store)
     else:
-        drop_partition_rejects(rejects_dir, tp, options)
+        drop_partition_rejects(rejects_dir, tp, store)
 
 
-def drop_partition_rejects(rejects_dir: str, tp: TopicPartition, options: StorageOptions | None) -> None:
+def drop_partition_rejects(rejects_dir: str, tp: TopicPartition, store: Store) -> None:
     """Delete the rejects file of `tp` (a partition that did not commit: a later attempt rejects again)."""
-    delete_object(partition_rejects_uri(rejects_dir, tp), options)
+    store.delete(partition_rejects_uri(rejects_dir, tp))
 
 
 def write_unplaced(rejects_dir: str, topic: str, partition: int, rejects: pa.Table,
-                   options: StorageOptions | None) -> str:
+                   store: Store) -> str:
     """Write the records naming a partition the topic lacks or the run did not select; their file."""
-    return _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, options)
+    return _write_parquet(join(rejects_dir, "unplaced", f"{topic}-{partition}.parquet"), rejects, store)
 
 
-def _write_parquet(uri: str, table: pa.Table, options: StorageOptions | None) -> str:
+def _write_parquet(uri: str, table: pa.Table, store: Store) -> str:
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    write_bytes(uri, buffer.getvalue(), options)
+    store.write(uri, buffer.getvalue())
     return uri

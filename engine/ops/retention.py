@@ -32,7 +32,7 @@ from engine.names import TopicPartition
 from engine.ops.deletion import DELETE_COLUMNS, Cleanup
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -62,7 +62,7 @@ class RetentionPlanner:
         return plan_retention(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
-def prepare_retention(item: PartitionInput[PartitionRetention], *, root: str, now_ms: int, options: StorageOptions | None,
+def prepare_retention(item: PartitionInput[PartitionRetention], *, now_ms: int, store: Store,
                       job_id: str, dry_run: bool = False) -> PartitionStep[RetentionOutcome]:
     """Take one partition's slice of the retention plan and, unless `dry_run`, write the empty segment a
     full delete needs; the change moves the planned rows to DELETE_STARTED."""
@@ -72,8 +72,7 @@ def prepare_retention(item: PartitionInput[PartitionRetention], *, root: str, no
         return PartitionStep(outcome)
     add = ()
     if plan.roll_new_active_at is not None:
-        add = (store_segment_version(root, item.tp, plan.roll_new_active_at, b"", b"", b"", SegmentState.ACTIVE,
-                                     job_id, now_ms, options, min_timestamp=min_timestamp(item.config)),)
+        add = (store_segment_version(store, item.tp, plan.roll_new_active_at, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms, min_timestamp=min_timestamp(item.config)),)
     assert item.segments is not None, f"{item.tp}: retention plans on the driver and ships the rows as Arrow"
     retired = item.segments.filter(pc.is_in(item.segments["segment_id"], pa.array(plan.delete_ids, pa.string())))
     change = CatalogChange(add=add, transitions=tuple((SegmentRef(item.tp.topic, item.tp.partition, segment_id),

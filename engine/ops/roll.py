@@ -38,7 +38,7 @@ from engine.names import TopicPartition
 from engine.ops.active_segment import resume_state
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
-from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -68,7 +68,7 @@ class RollPlanner:
         return plan_roll(live, {tp.topic: config for tp, config in configs.items()}, self.now_ms)
 
 
-def prepare_roll(item: PartitionInput[PartitionRoll], *, root: str, now_ms: int, options: StorageOptions | None, job_id: str,
+def prepare_roll(item: PartitionInput[PartitionRoll], *, now_ms: int, store: Store, job_id: str,
                  dry_run: bool = False) -> PartitionStep[RollOutcome]:
     """Roll `item`'s active segment if its slice of the roll plan says so (see the module docstring):
     the segment is resumed only to be closed, or to read an index that may be full."""
@@ -84,7 +84,7 @@ def prepare_roll(item: PartitionInput[PartitionRoll], *, root: str, now_ms: int,
             outcome.decision += "; a dry run reads no index: the run decides"
         return PartitionStep(outcome)
     (active,) = table_to_rows(item.segments.slice(item.segments.num_rows - 1))
-    state, log, summary = resume_state(active, config, tp, options)
+    state, log, summary = resume_state(active, config, tp, store)
     segment = ActiveSegment.resume(state, RollPolicy(config), log)
     probe = Append(b"", active.next_offset, active.next_offset, now_ms, active.next_offset)
     reason = segment.roll_reason(probe, now_ms)
@@ -94,10 +94,6 @@ def prepare_roll(item: PartitionInput[PartitionRoll], *, root: str, now_ms: int,
     if reason is None:
         return PartitionStep(outcome)
     closed = segment.close(reason)
-    rolled = store_segment_version(root, tp, closed.base_offset, closed.log, closed.index, closed.timeindex,
-                                   SegmentState.ROLLED, job_id, active.created_at_ms, options,
-                                   log_start_offset=active.log_start_offset, extends=active, summary=summary,
-                                   min_timestamp=min_timestamp(config))
-    empty = store_segment_version(root, tp, active.next_offset, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
-                                  options, min_timestamp=min_timestamp(config))
+    rolled = store_segment_version(store, tp, closed.base_offset, closed.log, closed.index, closed.timeindex, SegmentState.ROLLED, job_id, active.created_at_ms, log_start_offset=active.log_start_offset, extends=active, summary=summary, min_timestamp=min_timestamp(config))
+    empty = store_segment_version(store, tp, active.next_offset, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms, min_timestamp=min_timestamp(config))
     return PartitionStep(outcome, CatalogChange(add=(rolled, empty), remove=(active.ref,)))

@@ -33,28 +33,29 @@ from layouts import aiven_layout
 from layouts.aiven_manifest import AivenObjectError
 from layouts.kafka_layout import KafkaLogDir
 from layouts.kafka_rsm_layout import Upload, UploadDir, as_log_dir, choose_uploads, scan_bucket
-from layouts.store import StorageOptions, normalize_uri, read_bytes
+from layouts.store import StorageOptions, normalize_uri
+from layouts.store.bound import Store
 
 
-def _next_offset(upload: Upload, options: StorageOptions | None) -> int | None:
+def _next_offset(upload: Upload, store: Store) -> int | None:
     """The offset after an upload's last batch, None if its `.log` does not read whole."""
     log = upload.files["log"]
     try:
-        summary = summarize_segment(read_bytes(log.uri, options), upload.start_offset, log.uri,
+        summary = summarize_segment(store.read(log.uri), upload.start_offset, log.uri,
                                     min_timestamp=min_timestamp(TopicConfig()))  # a broker's log: Kafka's floor
     except CorruptRecordError:
         return None
     return None if summary.problems or summary.batch_count == 0 else summary.next_offset
 
 
-def scan_rsm_source(source: str, options: StorageOptions | None = None) -> KafkaLogDir:
+def scan_rsm_source(source: Store) -> KafkaLogDir:
     """The bucket's partitions with one upload per start offset (`choose_uploads`); a partition whose uploads
     leave a gap carries the error that fails it after the segments before the gap."""
-    root, parts, skipped = scan_bucket(source, options)
+    root, parts, skipped = scan_bucket(source.root, source.options)
     if not parts:
         raise InvalidSourceError(f"import source {root}: no {{topic}}-{{partition}}-{{topicId}} directories of "
                                  "LocalTieredStorage uploads there")
-    choices = {part.tp: choose_uploads(part, lambda upload: _next_offset(upload, options)) for part in parts}
+    choices = {part.tp: choose_uploads(part, lambda upload: _next_offset(upload, source)) for part in parts}
     log_dir = as_log_dir(root, parts, choices, skipped)
     for part in log_dir.partitions:
         if choices[part.tp].problems:
@@ -75,7 +76,7 @@ def check_outside(source: str, root: str, catalog_uri: str) -> None:
                                      "uploads would count as the root's own objects; give a root elsewhere")
 
 
-KAFKA_RSM_SOURCE = SourceLayout("kafka-rsm", scan_rsm_source, lambda source, options: {}, Layout.KAFKA_RSM)
+KAFKA_RSM_SOURCE = SourceLayout("kafka-rsm", scan_rsm_source, lambda source: {}, Layout.KAFKA_RSM)
 """Kafka's `LocalTieredStorage` directory (or an S3 prefix holding a copy of one)."""
 
 
@@ -89,10 +90,11 @@ def _manifest_next_offset(part: UploadDir, upload: Upload, options: StorageOptio
     return None if manifest.end_offset is None else manifest.end_offset + 1
 
 
-def scan_aiven_source(source: str, options: StorageOptions | None = None) -> KafkaLogDir:
+def scan_aiven_source(source: Store) -> KafkaLogDir:
     """The bucket's partitions with one upload per start offset (`choose_uploads`, by the end offsets the
     manifests record), as `aiven+` names the importer reads through the chunk index."""
-    root, parts, skipped = aiven_layout.scan_bucket(source, options)
+    options = source.options
+    root, parts, skipped = aiven_layout.scan_bucket(source.root, options)
     if not parts:
         raise InvalidSourceError(f"import source {root}: no {{topic}}-{{topicId}}/{{partition}} directories of "
                                  "Aiven tiered-storage uploads there (give the bucket URI with the plugin's "
@@ -102,7 +104,7 @@ def scan_aiven_source(source: str, options: StorageOptions | None = None) -> Kaf
     return aiven_layout.as_log_dir(root, parts, choices, skipped, options)
 
 
-AIVEN_SOURCE = SourceLayout("aiven", scan_aiven_source, lambda source, options: {}, Layout.AIVEN)
+AIVEN_SOURCE = SourceLayout("aiven", scan_aiven_source, lambda source: {}, Layout.AIVEN)
 """A bucket (with the plugin's `key.prefix`) of Aiven's tiered-storage plugin for Apache Kafka."""
 TIERED_LAYOUTS = (Layout.KAFKA_RSM, Layout.AIVEN)
 """The layouts of segments a broker's tiered storage owns."""

@@ -32,7 +32,7 @@ from engine.ops.deletion import Cleanup
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
 from layouts.object_layout import new_segment_id
-from layouts.store import StorageOptions, read_bytes
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -53,8 +53,8 @@ class TruncateOutcome:
         return {k: v for k, v in asdict(self).items() if k != "cleanup"} | asdict(self.cleanup)
 
 
-def prepare_truncation(item: PartitionInput[None], *, root: str, targets: Mapping[TopicPartition, int], now_ms: int,
-                       options: StorageOptions | None, job_id: str) -> PartitionStep[TruncateOutcome]:
+def prepare_truncation(item: PartitionInput[None], *, targets: Mapping[TopicPartition, int], now_ms: int,
+                       store: Store, job_id: str) -> PartitionStep[TruncateOutcome]:
     """Cut one partition at `targets[tp]`: the straddling segment's new version, whole segments retired."""
     tp, rows, config, target = item.tp, list(item.rows), item.config, targets[item.tp]
     start = partition_log_start_offset(rows)
@@ -69,9 +69,9 @@ def prepare_truncation(item: PartitionInput[None], *, root: str, targets: Mappin
     if plan.truncated is not None:
         row = next(r for r in rows if r.base_offset == plan.truncated)
         cut = truncate_segment(
-            read_bytes(row.log_key, options), row.base_offset, target,
-            offset_index=OffsetIndex.load(read_bytes(row.index_key, options), row.base_offset).index,
-            time_index=TimeIndex.load(read_bytes(row.timeindex_key, options), row.base_offset,
+            store.read(row.log_key), row.base_offset, target,
+            offset_index=OffsetIndex.load(store.read(row.index_key), row.base_offset).index,
+            time_index=TimeIndex.load(store.read(row.timeindex_key), row.base_offset,
                                       min_timestamp=min_ts).index,
             min_timestamp=min_ts, index_interval_bytes=config.index_interval_bytes, source=row.log_key)
         start_kept = min(row.log_start_offset, target) if row.log_start_offset >= 0 else -1
@@ -80,9 +80,7 @@ def prepare_truncation(item: PartitionInput[None], *, root: str, targets: Mappin
         outcome.records_removed += cut.removed.num_rows
         outcome.cut_mode = cut.mode
         if ends_at == target:
-            add.append(store_segment_version(root, tp, row.base_offset, cut.log, cut.index, cut.timeindex,
-                                             SegmentState.ACTIVE, job_id, now_ms, options, log_start_offset=start_kept,
-                                             min_timestamp=min_ts))
+            add.append(store_segment_version(store, tp, row.base_offset, cut.log, cut.index, cut.timeindex, SegmentState.ACTIVE, job_id, now_ms, log_start_offset=start_kept, min_timestamp=min_ts))
             remove.append(row.ref)
         else:
             # the kept records end below the target (offsets compacted away): the log end offset must
@@ -91,17 +89,13 @@ def prepare_truncation(item: PartitionInput[None], *, root: str, targets: Mappin
             if len(headers):
                 offsets, times = build_indexes(headers, row.base_offset, config.index_interval_bytes,
                                                min_timestamp=min_ts)
-                add.append(store_segment_version(root, tp, row.base_offset, cut.log, offsets.to_bytes(),
-                                                 times.to_bytes(), SegmentState.ROLLED, job_id, row.created_at_ms,
-                                                 options, log_start_offset=start_kept, min_timestamp=min_ts))
+                add.append(store_segment_version(store, tp, row.base_offset, cut.log, offsets.to_bytes(), times.to_bytes(), SegmentState.ROLLED, job_id, row.created_at_ms, log_start_offset=start_kept, min_timestamp=min_ts))
                 remove.append(row.ref)
             else:
                 doomed += (row,)
-            add.append(store_segment_version(root, tp, target, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms,
-                                             options, min_timestamp=min_ts))
+            add.append(store_segment_version(store, tp, target, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms, min_timestamp=min_ts))
     if plan.new_segment_base is not None:
-        add.append(store_segment_version(root, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE,
-                                         job_id, now_ms, options, min_timestamp=min_ts))
+        add.append(store_segment_version(store, tp, plan.new_segment_base, b"", b"", b"", SegmentState.ACTIVE, job_id, now_ms, min_timestamp=min_ts))
     outcome.records_removed += sum(r.record_count for r in doomed)
     change = CatalogChange(add=tuple(add), remove=tuple(remove),
                            transitions=tuple((r.ref, SegmentState.DELETE_STARTED) for r in doomed))

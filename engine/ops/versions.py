@@ -21,12 +21,13 @@ from layouts.object_layout import (
     object_segment_keys,
     put_segment_objects,
 )
-from layouts.store import Parts, StorageOptions, parts_of, size_of, whole
+from layouts.store import Parts, parts_of, size_of, whole
+from layouts.store.bound import Store
 
 
-def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: bytes | Parts, index: bytes,
+def store_segment_version(store: Store, tp: TopicPartition, base_offset: int, log: bytes | Parts, index: bytes,
                           timeindex: bytes, state: SegmentState, job_id: str, created_at_ms: int | None,
-                          options: StorageOptions | None, *, log_start_offset: int = -1, cleaned: bool = False,
+                          *, log_start_offset: int = -1, cleaned: bool = False,
                           summary: SegmentSummary | None = None, extends: SegmentRow | None = None,
                           min_timestamp: int, upload: bool = True) -> SegmentRow:
     """Write the segment's objects and return its row (not committed); `upload=False` (a dry run) writes
@@ -41,12 +42,12 @@ def store_segment_version(root: str, tp: TopicPartition, base_offset: int, log: 
     if extends is not None:
         _check_extends(extends, tp, base_offset, log)
     segment_id = new_segment_id()
-    keys = object_segment_keys(root, tp, base_offset, segment_id)
+    keys = object_segment_keys(store.root, tp, base_offset, segment_id)
     summary = summary or summarize_segment(whole(log), base_offset, keys.log, min_timestamp=min_timestamp)
     batchindex = segment_batch_index(log, timeindex, base_offset, summary.batch_count,
                                      min_timestamp=min_timestamp)
     if upload:
-        put_segment_objects(keys, log, index, timeindex, options, batchindex=batchindex,
+        put_segment_objects(keys, log, index, timeindex, store, batchindex=batchindex,
                       log_prefix_uri=extends.log_key if extends is not None else None,
                       log_prefix_size=extends.size_bytes if extends is not None else 0)
     row = segment_row(tp, segment_id, keys, Layout.OBJECT, summary, state, job_id, created_at_ms=created_at_ms,

@@ -24,7 +24,7 @@ from engine.ops.rejects import rejected, store_partition_rejects, with_provenanc
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.ingest.assign import topic_index, with_tp
 from jobs.ingest.stage import buffer_bytes
-from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`with_provenance`)
 APPEND_CHUNK_BYTES = 32 * 1024**2  # most input a task hands the engine at a time: memory is this + one segment
@@ -45,12 +45,12 @@ class AppendTasks:
     counts: dict[str, int]
     rejects_dir: str | None
     files: Sequence[str]
-    options: StorageOptions | None
+    store: Store
     prepare_kwargs: dict
 
     def __call__(self, numbered: tuple[int, list[pa.Table]]) -> list[dict]:
         """One task: append each topic-partition run of its sorted rows, a result row per partition."""
-        batches = staged_batches(numbered[1], self.options)
+        batches = staged_batches(numbered[1], self.store)
         return [row for out in self._stream(batches) for row in out.to_pylist()]
 
     def over_input(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -94,7 +94,7 @@ class AppendTasks:
         `{rejects_dir}/unplaced/{topic}-{partition}.parquet` (a dry run's nowhere); their result row."""
         rejects = with_provenance(rejected(rows, reason, message, PROVENANCE), topic, self.files)
         uri = None if self.rejects_dir is None else write_unplaced(self.rejects_dir, topic, partition, rejects,
-                                                                   self.options)
+                                                                   self.store)
         return _result_row(topic, partition, UNPLACED, (reason, rejects.num_rows, uri))
 
     def _append_run(self, tp: TopicPartition, chunks: Iterator[pa.Table]) -> pa.Table:
@@ -124,7 +124,7 @@ class AppendTasks:
             outcome = result.step.outcome
             if self.rejects_dir is not None:  # (a dry run writes none)
                 store_partition_rejects(self.rejects_dir, tp, with_provenance(outcome.rejects, tp.topic, self.files),
-                                        self.options)
+                                        self.store)
             outcome.rejects = None
         return _result_row(tp.topic, tp.partition, RESULT, (result, seen))
 

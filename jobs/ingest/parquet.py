@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 
 from engine.errors import KlakeError
 from jobs.ingest.columns import check_input_schema
-from layouts.store import ObjectInfo, StorageOptions, describe_error, open_ranged
+from layouts.store import ObjectInfo, describe_error
+from layouts.store.bound import Store
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class ParquetInput:
     topic: str
 
 
-def check_footers(files: Sequence[ObjectInfo], options: StorageOptions | None, topic_named: bool,
+def check_footers(files: Sequence[ObjectInfo], store: Store, topic_named: bool,
                   ) -> tuple[dict[str, str] | None, list[tuple[ObjectInfo, pq.FileMetaData]], pa.Schema | None]:
     """Every input file's footer, read with pyarrow before Spark starts: a file that is no Parquet is
     named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
@@ -45,7 +46,7 @@ def check_footers(files: Sequence[ObjectInfo], options: StorageOptions | None, t
     first: pa.Schema | None = None
     for info in files:
         try:
-            parquet = pq.ParquetFile(open_ranged(info.uri, info.size, options))
+            parquet = pq.ParquetFile(store.open_ranged(info.uri, info.size))
             schema = parquet.schema_arrow
         except (pa.ArrowException, OSError) as exc:
             raise KlakeError(f"input {info.uri}: not a readable Parquet file: {describe_error(exc)}") from None
@@ -112,11 +113,11 @@ def parquet_tasks(splits: Sequence[InputSplit], split_bytes: int, open_cost: int
     return tasks
 
 
-def split_batches(split: InputSplit, schema: pa.Schema, options: StorageOptions | None,
+def split_batches(split: InputSplit, schema: pa.Schema, store: Store,
                    topic: str | None) -> Iterator[pa.RecordBatch]:
     """A split's rows as `schema` (`staging_schema`), with `_rank`, `_block` and `_pos` (its row in the file);
     `topic` fills the `topic` column of input that has none."""
-    parquet = pq.ParquetFile(open_ranged(split.uri, split.size, options))
+    parquet = pq.ParquetFile(store.open_ranged(split.uri, split.size))
     present = [name for name in schema.names if name in parquet.schema_arrow.names]
     position = split.first_row
     for batch in _row_group_batches(parquet, split, present):

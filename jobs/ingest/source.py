@@ -22,7 +22,8 @@ from jobs.ingest.columns import INPUT_COLUMNS, check_input_schema
 from jobs.ingest.kept_offsets import keeps_offsets
 from jobs.ingest.parquet import ParquetInput, check_footers
 from jobs.ingest.topics import partition_counts, selected_topics
-from layouts.store import ObjectInfo, StorageOptions, filesystem, is_s3, list_objects, object_info, read_bytes
+from layouts.store import ObjectInfo, is_s3
+from layouts.store.bound import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,7 +58,7 @@ def open_input(ctx: JobContext) -> AppendInput:
 
     args = ctx.args
     if args.input is not None and args.format == "parquet":
-        found, files, schema = check_footers(input_files(args.input, ctx.options), ctx.options, bool(args.topics))
+        found, files, schema = check_footers(input_files(args.input, ctx.store), ctx.store, bool(args.topics))
         topics = selected_topics(found, args.topics)
         counts = partition_counts(ctx.config, ctx.catalogued_partitions(), topics)
         return AppendInput(topics, counts, [info.uri for info, _ in files], ParquetInput(files, schema, topics[0]),
@@ -131,31 +132,31 @@ def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:
     return df.select(*keep, "_file", "_block", "_pos"), files
 
 
-def is_dir(path: str, options: StorageOptions | None) -> bool:
+def is_dir(path: str, store: Store) -> bool:
     """Whether the input `path` is a directory; a missing input is bad input naming it."""
-    fs, inner = filesystem(path, options)
+    fs, inner = store.filesystem(path)
     if not fs.exists(inner):
         raise KlakeError(f"input {path} does not exist")
     return fs.isdir(inner)
 
 
-def input_files(path: str, options: StorageOptions | None) -> list[ObjectInfo]:
+def input_files(path: str, store: Store) -> list[ObjectInfo]:
     """The input's data files in path order (not `_`/`.` files, not empty ones, as Spark reads them)."""
-    if not is_dir(path, options):
-        info = object_info(path, options)
+    if not is_dir(path, store):
+        info = store.info(path)
         return [info] if info is not None else []
-    files = [o for o in list_objects(path, options) if not o.name.startswith(("_", ".")) and o.size]
+    files = [o for o in store.list_objects(path) if not o.name.startswith(("_", ".")) and o.size]
     if not files:
         raise KlakeError(f"input {path} holds no data files")
     return files
 
 
-def read_arrow_file(uri: str, fmt: str, options: StorageOptions | None) -> pa.Table:
+def read_arrow_file(uri: str, fmt: str, store: Store) -> pa.Table:
     """One JSON-lines or CSV input file as Arrow."""
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
 
-    data = io.BytesIO(read_bytes(uri, options))
+    data = io.BytesIO(store.read(uri))
     return {"json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
 
 
@@ -164,19 +165,19 @@ def _input_over_fsspec(ctx: JobContext) -> tuple[DataFrame, list[str]]:
     pyarrow through fsspec (the same storage access as the segments), in path order."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    fmt, options = ctx.args.format, ctx.options
+    fmt, store = ctx.args.format, ctx.store
     if fmt not in ARROW_FORMATS:
         raise KlakeError(f"--format {fmt} is read from s3:// only as {'/'.join(ARROW_FORMATS)} (Spark here has no "
                          "S3 filesystem); use --table, a local path, or a cluster with hadoop-aws")
-    files = [info.uri for info in input_files(ctx.args.input, options)]
-    schema = read_arrow_file(files[0], fmt, options).schema
+    files = [info.uri for info in input_files(ctx.args.input, store)]
+    schema = read_arrow_file(files[0], fmt, store).schema
     full = schema.append(pa.field("_file", pa.string())).append(pa.field("_block", pa.int64())) \
         .append(pa.field("_pos", pa.int64()))
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                table = read_arrow_file(files[index], fmt, options)
+                table = read_arrow_file(files[index], fmt, store)
                 try:
                     table = table.select(schema.names).cast(schema)
                 except (KeyError, pa.ArrowInvalid) as exc:
@@ -193,8 +194,8 @@ def input_job_id(ctx: JobContext) -> str:
     args = ctx.args
     digest = hashlib.sha256()
     if args.input:
-        listing = sorted((o.uri, o.size, o.mtime_ms) for o in list_objects(args.input, ctx.options)) \
-            if is_dir(args.input, ctx.options) else [(args.input,)]
+        listing = sorted((o.uri, o.size, o.mtime_ms) for o in ctx.store.list_objects(args.input)) \
+            if is_dir(args.input, ctx.store) else [(args.input,)]
         digest.update(json.dumps([args.format, sorted(args.input_options), listing]).encode())
     else:
         digest.update(f"table:{args.table}".encode())

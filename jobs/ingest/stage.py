@@ -20,7 +20,7 @@ from jobs.ingest.assign import StickyAssigner, assign_partitions, topic_index, w
 from jobs.ingest.columns import staging_schema
 from jobs.ingest.parquet import InputSplit, ParquetInput, parquet_splits, parquet_tasks, split_batches
 from layouts.metering import add_counted, metered
-from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,7 +49,7 @@ class Stager:
     files: Sequence[str]
     topics: frozenset[str] | None
     prefix: str | None
-    options: StorageOptions | None
+    store: Store
     flush_bytes: int
 
     def stage(self, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
@@ -59,7 +59,7 @@ class Stager:
         with metered() as meter:
             try:
                 sticky = StickyAssigner(self.counts, self.sticky_bytes, self.files)
-                stager = RowStager(self.prefix, self.options, self.flush_bytes)
+                stager = RowStager(self.prefix, self.store, self.flush_bytes)
                 for batch in batches:
                     if self.topics is not None:
                         batch = _of_topics(batch, self.topics)
@@ -84,7 +84,7 @@ class Stager:
         for batch in ids:
             for task in batch.column(0).to_pylist():
                 yield self.stage(b for split in tasks[task]
-                                 for b in split_batches(split, schema, self.options, topic))
+                                 for b in split_batches(split, schema, self.store, topic))
 
     def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """A Spark task over any other input (`mapInArrow` over its rows, input order per split)."""

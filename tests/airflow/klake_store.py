@@ -53,7 +53,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
         for i, seg in enumerate(segments):
             segment_id = new_segment_id()
             keys = object_segment_keys(root, tp, seg.base_offset, segment_id)
-            put_segment_objects(keys, seg.log, seg.index, seg.timeindex, options)
+            put_segment_objects(keys, seg.log, seg.index, seg.timeindex, Store(root, options))
             state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
             rows.append(segment_row(tp, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset,
                                                                                            min_timestamp=0),

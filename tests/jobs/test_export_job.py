@@ -123,7 +123,7 @@ def test_export_writes_a_log_dir_kafka_clients_reads_whose_indexes_answer_like_t
     # klake import of the export gives back the source's rows: offsets, counts, sizes, timestamps, states, and
     # the log start offset inside c-1's first segment (from log-start-offset-checkpoint)
     again = Catalog.create(Store(str(tmp_path / "again" / "_catalog")))
-    assert not import_log_dir(str(out), str(tmp_path / "again"), again).failed
+    assert not import_log_dir(Store(str(out)), Store(str(tmp_path / "again")), again).failed
     for tp in partitions:
         source_rows = [r for r in jobs.rows(tp.topic, tp.partition) if r.next_offset > starts[tp]]
         copies = again.live_segments(tp.topic, tp.partition)

@@ -91,7 +91,7 @@ def _build(backend: Backend, kafka_fixtures: Path) -> str:
     for partition, (name, base) in IMPORTS.items():
         data = (kafka_fixtures / "kafka-clients" / name).read_bytes()
         backend.put(backend.uri("src", f"{ARCHIVE}-{partition}", f"{base:020d}.log"), data)
-    import_log_dir(backend.uri("src"), root, catalog, options=backend.options)
+    import_log_dir(backend.store("src"), Store(root, backend.options), catalog)
     return root
 
 
@@ -316,7 +316,7 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
     backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     root = backend.uri("root")
     catalog = Catalog.create(Store(f"{root}/_catalog", backend.options))
-    import_log_dir(str(kafka_fixtures / "broker"), root, catalog, options=backend.options)
+    import_log_dir(Store(str(kafka_fixtures / "broker"), backend.options), Store(root, backend.options), catalog)
     topic = "timeindex_test"
     everything = [r for r in brute_force(catalog, backend) if r[0] == topic]
     rows = table_to_rows(catalog.segments(topic=topic))

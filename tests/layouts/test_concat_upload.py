@@ -199,16 +199,14 @@ def test_store_segment_version_extends_the_previous_version(backend: Backend) ->
     first = append_records(_records(13, 500_000, seed=1), config, log_end_offset=0, now_ms=NOW).active
     first_log = b"".join(first.pieces)
     assert len(first_log) >= 6 * MIB
-    row = store_segment_version(backend.base, TP, 0, first_log, first.offset_index.to_bytes(),
-                                first.time_index.to_bytes(), SegmentState.ACTIVE, "job-1", NOW, backend.options, min_timestamp=0)
+    row = store_segment_version(backend.store(), TP, 0, first_log, first.offset_index.to_bytes(), first.time_index.to_bytes(), SegmentState.ACTIVE, "job-1", NOW, min_timestamp=0)
     second = append_records(_records(5, 1000, seed=2), config, log_end_offset=first.state.next_offset, now_ms=NOW,
                             resume=first.state, resume_log=first_log).active
     second_log = b"".join(second.pieces)
     index, timeindex = second.offset_index.to_bytes(), second.time_index.to_bytes()
     with metered() as meter:
         requests = meter.requests
-        extended = store_segment_version(backend.base, TP, 0, second_log, index, timeindex, SegmentState.ACTIVE,
-                                         "job-2", NOW, backend.options, extends=row, min_timestamp=0)
+        extended = store_segment_version(backend.store(), TP, 0, second_log, index, timeindex, SegmentState.ACTIVE, "job-2", NOW, extends=row, min_timestamp=0)
     if backend.name == "s3":
         assert requests["UploadPartCopy"] == 1 and requests["PUT"] == 2  # the two indexes
     assert extended.log_key != row.log_key
@@ -216,10 +214,8 @@ def test_store_segment_version_extends_the_previous_version(backend: Backend) ->
     assert read_bytes(extended.index_key, backend.options) == index
     assert read_bytes(extended.timeindex_key, backend.options) == timeindex
     assert (extended.size_bytes, extended.record_count, extended.next_offset) == (len(second_log), 18, 18)
-    in_parts = store_segment_version(backend.base, TP, 0, second.pieces, index, timeindex, SegmentState.ACTIVE,
-                                     "job-2", NOW, backend.options, extends=row, min_timestamp=0)  # the batches, not joined
+    in_parts = store_segment_version(backend.store(), TP, 0, second.pieces, index, timeindex, SegmentState.ACTIVE, "job-2", NOW, extends=row, min_timestamp=0)  # the batches, not joined
     assert read_bytes(in_parts.log_key, backend.options) == second_log
     assert (in_parts.size_bytes, in_parts.record_count) == (len(second_log), 18)
     with pytest.raises(ValueError):
-        store_segment_version(backend.base, TP, 5, second_log, index, timeindex, SegmentState.ACTIVE,
-                              "job-3", NOW, backend.options, extends=row, min_timestamp=0)
+        store_segment_version(backend.store(), TP, 5, second_log, index, timeindex, SegmentState.ACTIVE, "job-3", NOW, extends=row, min_timestamp=0)

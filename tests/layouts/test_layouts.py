@@ -169,7 +169,7 @@ def test_an_object_in_parts_is_written_as_their_concatenation(backend) -> None:
     joined = b"".join(parts)
     keys = object_segment_keys(backend.base, TopicPartition("t", 0), 0, "parts")
     with metered() as meter:
-        put_segment_objects(keys, parts, b"I" * 8, b"T" * 12, backend.options)
+        put_segment_objects(keys, parts, b"I" * 8, b"T" * 12, backend.store())
     assert read_bytes(keys.log, backend.options) == joined
     assert meter.bytes["written"] == len(joined) + 20 and meter.requests["PUT"] == 3
     assert ensure_object(keys.log, parts, backend.options) is False
@@ -220,11 +220,11 @@ def test_concurrent_put_if_absent_has_exactly_one_winner(backend) -> None:
 
 def test_write_segment_writes_three_objects_and_is_rerunnable(backend) -> None:
     keys = object_segment_keys(backend.base, TopicPartition("t", 0), 10, "abc")
-    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options)
-    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options)
+    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.store())
+    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.store())
     assert [object_info(k, backend.options).size for k in keys.all()] == [100, 8, 12]
     with pytest.raises(ObjectConflictError):
-        put_segment_objects(keys, b"X" * 100, b"I" * 8, b"T" * 12, backend.options)
+        put_segment_objects(keys, b"X" * 100, b"I" * 8, b"T" * 12, backend.store())
 
 
 def test_the_batch_index_key_sits_beside_the_timeindex_and_is_written_last(backend) -> None:
@@ -237,11 +237,11 @@ def test_the_batch_index_key_sits_beside_the_timeindex_and_is_written_last(backe
     times = pa.chunked_array([[keys.timeindex, "/k/00000000000000000000.timeindex", "/x/other"]])
     assert batch_index_keys(times, pa.chunked_array([[40, None, 40]], pa.int64())).to_pylist() == [
         keys.batchindex, None, None]
-    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"B" * 20)
-    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"B" * 20)
+    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.store(), batchindex=b"B" * 20)
+    put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.store(), batchindex=b"B" * 20)
     assert [object_info(k, backend.options).size for k in (*keys.all(), keys.batchindex)] == [100, 8, 12, 20]
     with pytest.raises(ObjectConflictError):
-        put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options, batchindex=b"C" * 20)
+        put_segment_objects(keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.store(), batchindex=b"C" * 20)
 
 
 def test_listing_and_bulk_delete(backend) -> None:

@@ -18,6 +18,7 @@ from tests.conftest import PROJECT_ROOT
 SCRIPT = r'''
 import json, resource, sys
 import numpy as np, pyarrow as pa
+from layouts.store.bound import Store
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.append import prepare_append
@@ -36,8 +37,8 @@ def chunks():
         values = pa.Array.from_buffers(pa.binary(), per_chunk, [None, pa.py_buffer(offsets), pa.py_buffer(payload)])
         yield pa.table({"value": values, "timestamp": pa.array(np.full(per_chunk, now - 1000), pa.int64())})
 
-step = prepare_append(PartitionInput(TopicPartition("t", 0), (), config), records=chunks(), root=root, now_ms=now,
-                      options=None, append_id="memory")
+step = prepare_append(PartitionInput(TopicPartition("t", 0), (), config), records=chunks(), store=Store(root), now_ms=now,
+                      append_id="memory")
 print(json.dumps({"accepted": step.outcome.counters.records_accepted, "segments": len(step.change.add),
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 '''

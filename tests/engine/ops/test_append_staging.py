@@ -16,6 +16,7 @@ import pytest
 from engine.ops import append_staging
 from engine.ops.append_staging import RowStager, order_pieces, staged_batches
 from layouts.store import list_objects
+from layouts.store.bound import Store
 
 
 def _rows(seed: int, splits: list[tuple[int, int]], n: int, tps: int) -> pa.Table:
@@ -44,7 +45,7 @@ def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, mon
     expected: dict[int, list[tuple]] = {}
     for t, splits in enumerate(tasks):
         rows = _rows(t, splits, 200, 5)
-        stager = RowStager(None if dry_run else str(tmp_path / "staging"), None, flush_bytes)
+        stager = RowStager(None if dry_run else str(tmp_path / "staging"), Store(str(tmp_path)), flush_bytes)
         for batch in rows.to_batches(max_chunksize=45):
             stager.add(batch)
         pieces.append(stager.finish())
@@ -56,7 +57,7 @@ def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, mon
     by_tp = order_pieces(pa.concat_tables(pieces))
     assert sorted(by_tp) == sorted(expected)
     for tp, table in by_tp.items():
-        got = pa.Table.from_batches(list(staged_batches([table], None)))
+        got = pa.Table.from_batches(list(staged_batches([table], Store(str(tmp_path)))))
         assert set(got.column("_tp").to_pylist()) == {tp}
         assert list(zip(*(got.column(c).to_pylist() for c in ("value", "key", "_rank", "_pos")),
                         strict=True)) == expected[tp]
@@ -70,16 +71,16 @@ def test_each_partition_reads_back_exactly_its_rows_in_input_order(tmp_path, mon
 
 
 def test_a_task_without_rows_stages_nothing(tmp_path) -> None:
-    stager = RowStager(str(tmp_path / "staging"), None, 1 << 20)
+    stager = RowStager(str(tmp_path / "staging"), Store(str(tmp_path)), 1 << 20)
     assert stager.finish().num_rows == 0 and order_pieces(stager.finish()) == {}
     assert list_objects(str(tmp_path / "staging")) == []
 
 
 def test_a_staged_file_gone_is_named(tmp_path) -> None:
-    stager = RowStager(str(tmp_path / "staging"), None, 1 << 20)
+    stager = RowStager(str(tmp_path / "staging"), Store(str(tmp_path)), 1 << 20)
     stager.add(_rows(0, [(0, 0)], 10, 1).to_batches()[0])
     pieces = order_pieces(stager.finish())
     for info in list_objects(str(tmp_path / "staging")):
         (tmp_path / "staging" / info.name).unlink()
     with pytest.raises(FileNotFoundError, match="staged rows .*arrow are gone"):
-        list(staged_batches([pieces[0]], None))
+        list(staged_batches([pieces[0]], Store(str(tmp_path))))

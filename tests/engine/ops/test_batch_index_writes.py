@@ -115,7 +115,7 @@ def test_every_writer_writes_the_batch_index_where_it_pays(backend: Backend) -> 
     extended = [r for r in catalog.live_segments(TP.topic, TP.partition) if r.base_offset == active.base_offset]
     assert extended[0].size_bytes > active.size_bytes and extended[0].batchindex_size_bytes is not None
     _check(catalog, backend)
-    run_single_partition(catalog, Store(root, backend.options), TP, SMALL, partial(prepare_roll, root=root, now_ms=NOW - DAY, options=backend.options, job_id="roll"), operation="roll", job_id="roll", planner=RollPlanner(NOW - DAY))
+    run_single_partition(catalog, Store(root, backend.options), TP, SMALL, partial(prepare_roll, store=Store(root, backend.options), now_ms=NOW - DAY, job_id="roll"), operation="roll", job_id="roll", planner=RollPlanner(NOW - DAY))
     _check(catalog, backend)
     append_to_partition(catalog, root, TP, _records(600, NOW - DAY, seed=2), SMALL, NOW - DAY, backend.options)
     assert compact_partition(catalog, root, TP, SMALL, NOW, backend.options, force=True).cleaned
@@ -163,7 +163,7 @@ def test_imports_get_a_batch_index_in_place_ones_beside_copied_sidecars_and_expo
     assert exported and not [name for name in exported if name.endswith(".batchindex")]
     for copy in (True, False):
         imported = Catalog.create(Store(backend.uri(f"cat-{copy}"), backend.options))
-        done = import_log_dir(out, backend.uri(f"klake-{copy}"), imported, copy=copy, options=backend.options)
+        done = import_log_dir(Store(out, backend.options), backend.store(f"klake-{copy}"), imported, copy=copy)
         assert not done.failed
         assert _check(imported, backend) >= 3
         if not copy:

@@ -52,7 +52,7 @@ def _build(backend: Backend, root: str, broker: str) -> Catalog:
     catalog = Catalog.create(Store(join(root, "_catalog"), backend.options))
     append_to_partition(catalog, root, ORDERS, ORDER_UPDATES, COMPACT, NOW, backend.options)
     append_to_partition(catalog, root, EVENTS, _events(300), RETAIN, NOW - 3 * DAY, backend.options)
-    import_log_dir(broker, root, catalog, options=backend.options)
+    import_log_dir(Store(broker, backend.options), Store(root, backend.options), catalog)
     return catalog
 
 
@@ -216,7 +216,7 @@ def test_an_external_object_is_deleted_only_with_the_runs_opt_in(backend: Backen
     backend.upload_tree(kafka_fixtures / "broker" / "docker-connect-status-0",
                         backend.uri("broker", "docker-connect-status-0"))
     catalog = Catalog.create(Store(join(root, "_catalog"), backend.options))
-    import_log_dir(broker, root, catalog, options=backend.options)
+    import_log_dir(Store(broker, backend.options), Store(root, backend.options), catalog)
     kept_logs = [r.log_key for r in catalog.live_segments(IMPORTED.topic, IMPORTED.partition)]
     gone_logs = [r.log_key for r in catalog.live_segments("docker-connect-status", 0)]
     assert kept_logs and gone_logs and all(k.startswith(broker) for k in kept_logs)

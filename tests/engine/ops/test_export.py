@@ -58,7 +58,7 @@ def as_records(entries: list[dict]) -> list[tuple]:
 def imported(backend, kafka_fixtures) -> Catalog:
     source = backend.upload_tree(kafka_fixtures / "broker", backend.uri("src"))
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    assert not import_log_dir(source, backend.uri("root"), catalog, options=backend.options).failed
+    assert not import_log_dir(Store(source, backend.options), backend.store("root"), catalog).failed
     return catalog
 
 
@@ -97,7 +97,7 @@ def test_an_imported_broker_dir_exports_as_the_brokers_bytes_and_imports_back_th
 
     # klake import of the export reproduces the source catalog, row for row
     again = Catalog.create(Store(backend.uri("catalog2"), backend.options))
-    assert not import_log_dir(out, backend.uri("root2"), again, options=backend.options).failed
+    assert not import_log_dir(Store(out, backend.options), backend.store("root2"), again).failed
     for tp in imported.partitions():
         source = imported.live_segments(tp.topic, tp.partition)
         copy = again.live_segments(tp.topic, tp.partition)
@@ -217,7 +217,7 @@ def test_a_partition_with_an_aborted_transaction_gets_kafkas_txnindex_and_a_reco
     for dir_name, name in (("aborted-0", "txn-abort.records"), ("committed-0", "txn-commit.records")):
         write_bytes(backend.uri("src", dir_name, f"{200:020d}.log"), (records / name).read_bytes(), backend.options)
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    assert not import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options).failed
+    assert not import_log_dir(backend.store("src"), backend.store("root"), catalog).failed
     report = export_log_dir(catalog, backend.uri("root"), configs(catalog), backend.uri("out"),
                             options=backend.options)
     assert {(p.topic, p.recovery_point, p.log_end_offset) for p in report.partitions} == {

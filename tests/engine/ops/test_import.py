@@ -115,7 +115,7 @@ def test_import_in_place_registers_every_segment_exactly(backend, broker_src, ka
     backend.put(backend.uri("src", "timeindex_test-0.0123456789abcdef0123456789abcdef-delete",
                             "00000000000000000000.log"), b"not imported")
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    report = import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options)
+    report = import_log_dir(Store(broker_src, backend.options), backend.store("root"), catalog)
     assert not report.failed and report.rows_added == 7 and report.commit_version == 1
     assert report.skipped_dirs == {"timeindex_test-0.0123456789abcdef0123456789abcdef-delete":
                                    "scheduled for deletion, moving or stray"}
@@ -142,14 +142,14 @@ def test_import_in_place_registers_every_segment_exactly(backend, broker_src, ka
     assert command.index_key.startswith(backend.uri("root", "_confluent-command-0") + "/")
     assert object_info(command.timeindex_key, backend.options) is not None
 
-    rerun = import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options)
+    rerun = import_log_dir(Store(broker_src, backend.options), backend.store("root"), catalog)
     assert (rerun.rows_added, rerun.already_registered, rerun.commit_version) == (0, 7, None)
     assert catalog.version() == 1
 
 
 def test_other_engines_read_the_same_rows(backend, broker_src, tmp_path) -> None:
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options)
+    import_log_dir(Store(broker_src, backend.options), backend.store("root"), catalog)
     catalog.create_checkpoint()
     home = catalog.root + "/"  # keys are stored relative to the catalog's directory (issue 26), absolute outside it
     ours = sorted(({**r, **{k: r[k].removeprefix(home) for k in ("log_key", "index_key", "timeindex_key")}}
@@ -178,7 +178,7 @@ def test_other_engines_read_the_same_rows(backend, broker_src, tmp_path) -> None
 
 def test_import_with_copy_writes_the_object_layout(backend, broker_src, kafka_fixtures) -> None:
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    report = import_log_dir(broker_src, backend.uri("root"), catalog, copy=True, options=backend.options)
+    report = import_log_dir(Store(broker_src, backend.options), backend.store("root"), catalog, copy=True)
     assert not report.failed and report.rows_added == 7
     rows = table_to_rows(catalog.segments())
     for row in rows:
@@ -197,7 +197,7 @@ def test_import_with_copy_writes_the_object_layout(backend, broker_src, kafka_fi
     written = sorted(o.uri for o in objects if "/_leases/" not in o.uri)
     assert written == sorted(key for row in rows for key in segment_object_keys(row))
     assert len(written) - 21 == sum(row.batchindex_size_bytes is not None for row in rows) > 0
-    again = import_log_dir(broker_src, backend.uri("root"), catalog, copy=True, options=backend.options)
+    again = import_log_dir(Store(broker_src, backend.options), backend.store("root"), catalog, copy=True)
     assert (again.rows_added, again.already_registered) == (0, 7)
     assert list_objects(backend.uri("root"), backend.options) == objects
 
@@ -267,7 +267,7 @@ def test_missing_and_invalid_indexes_are_rebuilt_without_touching_the_source(bac
     before = {o.uri: read_bytes(o.uri, backend.options) for o in list_objects(src, backend.options)}
 
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
+    report = import_log_dir(backend.store("src"), backend.store("root"), catalog)
     outcomes = {s.base_offset: s for s in report.partitions[0].segments}
     assert {b: outcomes[b].sidecars for b in TIMEINDEX_BASES} == {
         0: "rebuilt", 7729: "rebuilt", 15363: "rebuilt", 22964: "valid"}
@@ -298,11 +298,11 @@ def test_reimport_after_the_broker_rolled_adds_the_new_segment(backend, kafka_fi
         backend.put(backend.uri("src", "timeindex_test-0", f"{base:020d}.log"),
                     (part_dir / f"{base:020d}.log").read_bytes())
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
+    import_log_dir(backend.store("src"), backend.store("root"), catalog)
     assert [r.state for r in catalog.live_segments("timeindex_test", 0)] == ["ROLLED", "ACTIVE"]
     backend.put(backend.uri("src", "timeindex_test-0", "00000000000000015363.log"),
                 (part_dir / "00000000000000015363.log").read_bytes())
-    report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
+    report = import_log_dir(backend.store("src"), backend.store("root"), catalog)
     assert (report.rows_added, report.already_registered) == (1, 2)
     rows = catalog.live_segments("timeindex_test", 0)
     assert [(r.base_offset, r.state) for r in rows] == [(0, "ROLLED"), (7729, "ROLLED"), (15363, "ACTIVE")]
@@ -318,8 +318,7 @@ def test_two_concurrent_imports_register_each_segment_once(backend, broker_src, 
     def run(i: int) -> None:
         catalog = Catalog.open(Store(catalog_uri, backend.options))
         barrier.wait()
-        reports[i] = import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options,
-                                    job_id=f"import-{i}")
+        reports[i] = import_log_dir(Store(broker_src, backend.options), backend.store("root"), catalog, job_id=f"import-{i}")
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for t in threads:
@@ -381,7 +380,7 @@ def test_an_empty_active_segment_with_preallocated_indexes_is_registered(backend
     backend.put(backend.uri("src", "status-0", "00000000000000000135.index"), b"\x00" * 8 * 1000)
     backend.put(backend.uri("src", "status-0", "00000000000000000135.timeindex"), b"\x00" * 12 * 1000)
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
+    report = import_log_dir(backend.store("src"), backend.store("root"), catalog)
     empty = report.partitions[0].segments[1]
     assert (empty.status, empty.sidecars) == ("registered", "rebuilt")
     assert any("zero bytes" in p for p in empty.sidecar_problems)
@@ -408,7 +407,7 @@ def test_a_partition_whose_lease_was_taken_over_is_not_committed(backend, kafka_
 
     monkeypatch.setattr(_PartitionImporter, "run", run_then_lose_the_lease)
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    report = import_log_dir(backend.uri("src"), root, catalog, options=backend.options)
+    report = import_log_dir(backend.store("src"), Store(root, backend.options), catalog)
     command = next(p for p in report.partitions if p.topic == "_confluent-command")
     assert report.failed and "taken over" in command.error and "not committed" in command.error
     assert catalog.live_segments("_confluent-command", 0) == []

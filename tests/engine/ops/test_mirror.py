@@ -148,7 +148,7 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     later = broker / TP.dir_name / f"{20:020d}.log"
     held = later.read_bytes()
     later.unlink()
-    import_log_dir(str(broker), a, cat_a, copy=True, options=options)
+    import_log_dir(Store(str(broker), options), Store(a, options), cat_a, copy=True)
     with monkeypatch.context() as patch:
         patch.setattr(Catalog, "apply", _killing)
         with pytest.raises(RuntimeError, match="killed"):
@@ -159,7 +159,7 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
 
     later.write_bytes(held)
-    import_log_dir(str(broker), a, cat_a, copy=True, options=options)
+    import_log_dir(Store(str(broker), options), Store(a, options), cat_a, copy=True)
     assert [r.state for r in cat_a.live_segments(TP.topic, TP.partition)] == ["ROLLED", "ACTIVE"]
     again = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
     assert _copied(again) == 1 and again.commit.transitioned == 1
@@ -252,7 +252,7 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
     compacted = TopicConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 400,
                                           "index.interval.bytes": 100})
     save_topic_config(Store(roots["a"], options), TP.topic, compacted)
-    import_log_dir(str(_compacted_log_dir(tmp_path / "broker")), roots["a"], cats["a"], copy=True, options=options)
+    import_log_dir(Store(str(_compacted_log_dir(tmp_path / "broker")), options), Store(roots["a"], options), cats["a"], copy=True)
     # B already holds records of its own: the mirror appends after them, with new offsets
     save_topic_config(Store(roots["b"], options), TP.topic, compacted)
     append_to_partition(cats["b"], roots["b"], TP, _records(13).filter(pa.array([i % 7 != 3 for i in range(13)])),
@@ -335,7 +335,7 @@ def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtu
     (part / f"{1000:020d}.log").write_bytes((kafka_fixtures / "kafka-clients" / "m1-none.records").read_bytes())
     a, b, c = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")
     cat_a, cat_b, cat_c = (Catalog.create(Store(f"{root}/_catalog", options)) for root in (a, b, c))
-    import_log_dir(str(tmp_path / "broker"), a, cat_a, copy=True, options=options)
+    import_log_dir(Store(str(tmp_path / "broker"), options), Store(a, options), cat_a, copy=True)
     replica = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
     assert replica.failures == {} and _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
     moved = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)

@@ -94,8 +94,8 @@ def test_rerun_of_a_committed_append_adds_nothing_and_a_crash_before_commit_lose
                                 append_id="job-1")
     assert again.already_committed and len(_log(catalog, backend)[1]) == 40
     rows = tuple(catalog.live_segments(TP.topic, TP.partition))
-    prepare_append(PartitionInput(TP, rows, CONFIG), records=second, root=backend.uri("root"), now_ms=NOW,
-                   options=backend.options, append_id="job-2")  # dies here, before the commit
+    prepare_append(PartitionInput(TP, rows, CONFIG), records=second, store=backend.store("root"), now_ms=NOW,
+                   append_id="job-2")  # dies here, before the commit
     assert len(_log(catalog, backend)[1]) == 40
     append_to_partition(catalog, backend.uri("root"), TP, second, CONFIG, NOW, backend.options, append_id="job-2")
     _, recs, _ = _log(catalog, backend)
@@ -153,8 +153,8 @@ def test_a_streamed_append_keeps_records_offsets_and_rejects_of_one_append(backe
     streamed = Catalog.create(Store(backend.uri("streamed"), backend.options))
     cuts = [0, 90, 91, 250, 400]
     chunks = (records.slice(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False))
-    step = prepare_append(PartitionInput(TP, (), config), records=chunks, root=backend.uri("root-streamed"),
-                          now_ms=NOW, options=backend.options, append_id="streamed")
+    step = prepare_append(PartitionInput(TP, (), config), records=chunks, store=backend.store("root-streamed"),
+                          now_ms=NOW, append_id="streamed")
     streamed.apply(step.change, operation="append", job_id="streamed")
     ours, theirs = step.outcome.counters, one.counters
     assert (ours.records_in, ours.records_accepted, ours.rejected) == (theirs.records_in, theirs.records_accepted,

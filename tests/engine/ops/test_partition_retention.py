@@ -38,7 +38,7 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
     for i, seg in enumerate(segments):
         segment_id = new_segment_id()
         keys = object_segment_keys(backend.uri("root"), TP, seg.base_offset, segment_id)
-        put_segment_objects(keys, seg.log, seg.index, seg.timeindex, backend.options)
+        put_segment_objects(keys, seg.log, seg.index, seg.timeindex, backend.store())
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT,
                                 summarize_segment(seg.log, seg.base_offset,

@@ -145,8 +145,7 @@ def build(backend, segments: list[list[Gen]], name: str) -> Catalog:
         write_bytes(backend.uri(name, f"{TOPIC}-0", f"{batches[0].base:020d}.log"),
                     b"".join(b.blob for b in batches), backend.options)
     catalog = Catalog.create(Store(backend.uri(f"{name}-root", "_catalog"), backend.options))
-    assert not import_log_dir(backend.uri(name), backend.uri(f"{name}-root"), catalog,
-                              options=backend.options).failed
+    assert not import_log_dir(backend.store(name), backend.store(f"{name}-root"), catalog).failed
     return catalog
 
 

@@ -54,7 +54,7 @@ def _build(backend: Backend, catalog: Catalog, n_segments: int = 6) -> list[Segm
     for i, seg in enumerate(segments):
         segment_id = new_segment_id()
         keys = object_segment_keys(backend.uri("root"), TP, seg.base_offset, segment_id)
-        put_segment_objects(keys, seg.log, seg.index, seg.timeindex, backend.options)
+        put_segment_objects(keys, seg.log, seg.index, seg.timeindex, backend.store())
         state = SegmentState.ACTIVE if i == len(segments) - 1 else SegmentState.ROLLED
         rows.append(segment_row(TP, segment_id, keys, Layout.OBJECT, summarize_segment(seg.log, seg.base_offset,
                                                                                        min_timestamp=0),
@@ -312,8 +312,7 @@ def test_a_sidecar_of_another_size_than_its_row_says_is_reported_and_rebuilt_wit
     rows = []
     for i, seg in enumerate(_segments(3)):
         state = SegmentState.ACTIVE if i == 2 else SegmentState.ROLLED
-        rows.append(store_segment_version(root, TP, seg.base_offset, seg.log, seg.index, seg.timeindex, state,
-                                          "build", T0, backend.options, min_timestamp=0))
+        rows.append(store_segment_version(Store(root, backend.options), TP, seg.base_offset, seg.log, seg.index, seg.timeindex, state, "build", T0, min_timestamp=0))
     assert rows[0].timeindex_size_bytes == (size := len(read_bytes(rows[0].timeindex_key, backend.options)))
     rows[0] = replace(rows[0], timeindex_size_bytes=size + 12)
     rows[1] = replace(rows[1], index_size_bytes=None, timeindex_size_bytes=None)

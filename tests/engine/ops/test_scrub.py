@@ -26,7 +26,7 @@ def _imported(backend, kafka_fixtures, copy: bool, catalog_at: str = "catalog") 
     for name in SMALL_PARTITIONS:
         backend.upload_tree(kafka_fixtures / "broker" / name, backend.uri("src", name))
     catalog = Catalog.create(Store(backend.uri(catalog_at), backend.options))
-    report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, copy=copy, options=backend.options)
+    report = import_log_dir(backend.store("src"), backend.store("root"), catalog, copy=copy)
     assert report.rows_added == 2
     return catalog
 
@@ -39,9 +39,9 @@ def _plant(backend, catalog: Catalog) -> dict[str, set[str]]:
     """Plant orphans, keep-outs, a missing and a truncated object; return what scrub must find."""
     tp = TopicPartition("docker-connect-status", 0)
     stray = object_segment_keys(backend.uri("root"), tp, 135, "deadbeef00000000")
-    put_segment_objects(stray, b"L" * 10, b"", b"", backend.options)
+    put_segment_objects(stray, b"L" * 10, b"", b"", backend.store())
     deleting_keys = object_segment_keys(backend.uri("root"), tp, 500, "feedface00000000")
-    put_segment_objects(deleting_keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.options)
+    put_segment_objects(deleting_keys, b"L" * 100, b"I" * 8, b"T" * 12, backend.store())
     deleting_row = replace(make_row("docker-connect-status", 0, 500, 510, segment_id="feedface00000000"),
                            log_key=deleting_keys.log, index_key=deleting_keys.index,
                            timeindex_key=deleting_keys.timeindex)
@@ -113,7 +113,7 @@ def test_scrub_reports_everything_and_deletes_only_orphans(backend, kafka_fixtur
 def test_young_orphans_are_kept_for_the_grace_period(backend, kafka_fixtures) -> None:
     catalog = _imported(backend, kafka_fixtures, copy=True, catalog_at="root/_catalog")
     stray = object_segment_keys(backend.uri("root"), TopicPartition("_confluent-command", 0), 2, "0123456789abcdef")
-    put_segment_objects(stray, b"L", b"", b"", backend.options)
+    put_segment_objects(stray, b"L", b"", b"", backend.store())
     now = time.time_ns() // 1_000_000
     young = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now)
     assert young.orphans == [] and young.orphans_within_grace == 3 and young.clean

@@ -58,7 +58,7 @@ def test_every_writer_records_the_sizes_of_the_sidecars_its_rows_name(backend: B
     append_to_partition(catalog, root, TP, _updates(300, NOW - 3 * DAY), CONFIG, NOW - 3 * DAY, backend.options)
     assert _assert_sizes(catalog, backend) >= 3
     before = catalog.version()
-    run_single_partition(catalog, Store(root, backend.options), TP, CONFIG, partial(prepare_roll, root=root, now_ms=NOW - DAY, options=backend.options, job_id="roll"), operation="roll", job_id="roll", planner=RollPlanner(NOW - DAY))
+    run_single_partition(catalog, Store(root, backend.options), TP, CONFIG, partial(prepare_roll, store=Store(root, backend.options), now_ms=NOW - DAY, job_id="roll"), operation="roll", job_id="roll", planner=RollPlanner(NOW - DAY))
     assert catalog.version() == before + 1 and catalog.live_segments(TP.topic, TP.partition)[-1].size_bytes == 0
     _assert_sizes(catalog, backend)
     append_to_partition(catalog, root, TP, _updates(200, NOW - DAY), CONFIG, NOW - DAY, backend.options)
@@ -87,7 +87,6 @@ def test_imports_record_the_sizes_of_the_sidecars_they_register(backend: Backend
     source = backend.upload_tree(KAFKA_FIXTURES / "broker" / "timeindex_test-0", backend.uri("broker", "timeindex_test-0"))
     for copy in (True, False):
         catalog = Catalog.create(Store(backend.uri(f"cat-{copy}"), backend.options))
-        report = import_log_dir(source.rsplit("/", 1)[0], backend.uri(f"klake-{copy}"), catalog, copy=copy,
-                                options=backend.options)
+        report = import_log_dir(Store(source.rsplit("/", 1)[0], backend.options), backend.store(f"klake-{copy}"), catalog, copy=copy)
         assert not report.failed
         assert _assert_sizes(catalog, backend, TopicPartition("timeindex_test", 0)) == 4

@@ -38,8 +38,7 @@ PARTITION = "timeindex_test-0"
 def catalogued(backend: Backend) -> tuple[Catalog, Backend]:
     source = backend.upload_tree(KAFKA_FIXTURES / "broker" / PARTITION, backend.uri("broker", PARTITION))
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
-    report = import_log_dir(source.rsplit("/", 1)[0], backend.uri("klake"), catalog, copy=True,
-                            options=backend.options)
+    report = import_log_dir(Store(source.rsplit("/", 1)[0], backend.options), backend.store("klake"), catalog, copy=True)
     assert not report.failed and report.rows_added == 4
     return catalog, backend
 
@@ -110,9 +109,7 @@ def _paged_partition(backend: Backend, tail: dict[str, bytes] | None = None) -> 
     seg = writer.active.close(None)
     assert len(seg.index) > 4 * INDEX_PAGE_BYTES and len(seg.timeindex) > 4 * INDEX_PAGE_BYTES
     tail = tail or {}
-    row = store_segment_version(backend.uri("paged"), TopicPartition("t", 0), 0, seg.log,
-                                seg.index + tail.get("index", b""), seg.timeindex + tail.get("timeindex", b""),
-                                SegmentState.ROLLED, "test", 0, backend.options, min_timestamp=0)
+    row = store_segment_version(Store(backend.uri("paged"), backend.options), TopicPartition("t", 0), 0, seg.log, seg.index + tail.get("index", b""), seg.timeindex + tail.get("timeindex", b""), SegmentState.ROLLED, "test", 0, min_timestamp=0)
     return [row], stamps
 
 
@@ -200,8 +197,7 @@ def test_decoded_chunks_check_every_crc_and_name_the_absolute_byte(backend: Back
     truth = scan_batches(log).headers
     if broken is not None:
         log = _crc_flipped(log, int(truth.position[broken]))
-    row = store_segment_version(backend.uri("crcs"), TopicPartition("t", 0), 0, log, b"", b"",
-                                SegmentState.ROLLED, "test", 0, backend.options, min_timestamp=0)
+    row = store_segment_version(Store(backend.uri("crcs"), backend.options), TopicPartition("t", 0), 0, log, b"", b"", SegmentState.ROLLED, "test", 0, min_timestamp=0)
     segment = StoredSegment(row, backend.options, read_window=int(truth.size[0]) * 3 + 10, min_timestamp=0)
     pick = lambda h: np.arange(0, len(h), step)  # noqa: E731
     if broken is None:
@@ -231,8 +227,7 @@ def _small_batch_partition(backend: Backend) -> tuple[list, np.ndarray]:
         writer.append(Append(data, first, last, int(ts.max()), first + int(np.argmax(ts))), now_ms=0)
         first = last + 1
     closed = [*writer.closed, writer.active.close(None)]
-    rows = [store_segment_version(backend.uri("small"), TopicPartition("t", 0), seg.base_offset, seg.log, seg.index,
-                                  seg.timeindex, SegmentState.ROLLED, "test", 0, backend.options, min_timestamp=0) for seg in closed]
+    rows = [store_segment_version(Store(backend.uri("small"), backend.options), TopicPartition("t", 0), seg.base_offset, seg.log, seg.index, seg.timeindex, SegmentState.ROLLED, "test", 0, min_timestamp=0) for seg in closed]
     return rows, stamps
 
 
@@ -301,10 +296,8 @@ def test_max_timestamp_of_a_stored_pre_1970_partition_with_an_empty_active_segme
         writer.append(Append(data, offset, offset, ts, offset), now_ms=0)
     closed = [*writer.closed, writer.active.close(None)]
     tp, root = TopicPartition("old", 0), backend.uri("old")
-    rows = [store_segment_version(root, tp, s.base_offset, s.log, s.index, s.timeindex, SegmentState.ROLLED,
-                                  "test", 0, backend.options, min_timestamp=floor) for s in closed]
-    empty = store_segment_version(root, tp, len(stamps), b"", b"", b"", SegmentState.ACTIVE, "test", 0,
-                                  backend.options, min_timestamp=floor)
+    rows = [store_segment_version(Store(root, backend.options), tp, s.base_offset, s.log, s.index, s.timeindex, SegmentState.ROLLED, "test", 0, min_timestamp=floor) for s in closed]
+    empty = store_segment_version(Store(root, backend.options), tp, len(stamps), b"", b"", b"", SegmentState.ACTIVE, "test", 0, min_timestamp=floor)
     assert len(rows) > 1 and empty.largest_timestamp == empty.first_batch_timestamp == floor - 1
     segments = [stored_segment(row, backend.options, config) for row in [*rows, empty]]
     top = max(stamps)
