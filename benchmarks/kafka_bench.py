@@ -47,11 +47,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from append_bench import DAY_MS, START_MS, VALUE_BYTES, append_input, generate_input  # noqa: E402
 
 from engine.log.kafka_files import KafkaFileError, parse_offset_checkpoint  # noqa: E402
-from engine.names import TopicPartition  # noqa: E402
 from jobs import compact, import_log, read  # noqa: E402
 from jobs.runtime.config import load_config  # noqa: E402
 from jobs.runtime.job_runner import main  # noqa: E402
 from jobs.runtime.spark_session import spark_session  # noqa: E402
+from kernel.names import TopicPartition  # noqa: E402
 from tests.kafka_broker import KafkaBroker  # noqa: E402
 from tests.oracles import fetch_jvm  # noqa: E402
 from tests.oracles.kafka_tools import run_java_helper  # noqa: E402

@@ -48,9 +48,9 @@ from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets  # n
 from engine.log.roll_rule import RollPolicy  # noqa: E402
 from engine.log.segment_writer import Append, SegmentWriter  # noqa: E402
 from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, TopicConfig  # noqa: E402
-from engine.names import TopicPartition  # noqa: E402
 from engine.ops.stored_segment import stored_segment  # noqa: E402
 from engine.ops.versions import store_segment_version  # noqa: E402
+from kernel.names import TopicPartition  # noqa: E402
 from layouts.metering import metered  # noqa: E402
 from layouts.store import read_bytes  # noqa: E402
 from layouts.store.bound import Store

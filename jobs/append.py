@@ -53,8 +53,6 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from engine.errors import KlakeError
-from engine.names import TopicPartition
 from engine.ops.append import PartitionAppendOutcome
 from engine.ops.append_staging import order_pieces
 from engine.ops.lease import leased_partitions
@@ -67,6 +65,8 @@ from jobs.ingest.stage import STAGE_FLUSH_BYTES, Stager, append_tasks, buffer_by
 from jobs.runtime.job_runner import JobContext, JobSpec, check_partitions, main
 from jobs.runtime.report import plural
 from jobs.runtime.spark_session import counted_on_the_driver, run_with_progress
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.object_layout import STAGING_DIR
 from layouts.store import join
 

@@ -46,14 +46,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.groups_table import GroupOffset, snapshot_groups
 from jobs import append
 from jobs.runtime.config import TopicSettings
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from jobs.runtime.report import plural
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 
 EARLIEST = "earliest"
 SECRET_MARKERS = ("password", "sasl.jaas.config", "secret")

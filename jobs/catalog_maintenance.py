@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.errors import KlakeError
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
+from kernel.errors import KlakeError
 
 MIN_SAFE_VACUUM_HOURS = 24
 

@@ -19,11 +19,11 @@ import sys
 from functools import partial
 
 from engine.cleaner.selection import CleanableRange
-from engine.names import TopicPartition
 from engine.ops.compact import CompactionPlanner, CompactOutcome, prepare_compaction
 from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
+from kernel.names import TopicPartition
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

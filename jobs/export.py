@@ -14,9 +14,7 @@ import argparse
 import sys
 from functools import partial
 
-from engine.errors import KlakeError
 from engine.log.kafka_files import KafkaFileError, parse_topic_id
-from engine.names import validate_topic
 from engine.ops.export import (
     ExportRange,
     ExportReport,
@@ -28,6 +26,8 @@ from engine.ops.export import (
 )
 from engine.ops.read import IsolationLevel
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
+from kernel.errors import KlakeError
+from kernel.names import validate_topic
 from layouts.store import check_access
 
 

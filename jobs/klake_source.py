@@ -62,7 +62,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from engine.errors import ConfigError, KlakeError
 from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, min_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.read import (
@@ -73,10 +72,11 @@ from engine.ops.read import (
     pack_items,
 )
 from engine.ops.topic_store import load_topic_config
-from engine.times import EPOCH, InvalidTimeError, parse_time
 from jobs.klake_stream import KlakeStreamReader, records
 from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
 from jobs.source_options import KAFKA_SCHEMA, include_headers, parse_options
+from kernel.errors import ConfigError, KlakeError
+from kernel.times import EPOCH, InvalidTimeError, parse_time
 from layouts.store import StorageOptions
 from layouts.store.bound import Store
 

@@ -17,7 +17,6 @@ import sys
 
 import humanize
 
-from engine.errors import KlakeError
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.mirror import (
     MODES,
@@ -29,6 +28,7 @@ from engine.ops.mirror import (
 from engine.ops.tiered import refuse_broker_owned
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
+from kernel.errors import KlakeError
 from layouts.store import check_access, join, normalize_uri
 from layouts.store.bound import Store
 

@@ -26,13 +26,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from engine.catalog.schema import partition_log_start_offset
-from engine.errors import KlakeError
 from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
 from engine.log.topic_config import min_timestamp
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.stored_segment import lookup_window, stored_segment
-from engine.times import format_time
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
+from kernel.errors import KlakeError
+from kernel.times import format_time
 from layouts.store import StorageOptions, write_bytes
 
 if TYPE_CHECKING:

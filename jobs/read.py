@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from engine.errors import KlakeError
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log.topic_config import min_timestamp
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
@@ -71,6 +70,7 @@ from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
 from jobs.source_options import KAFKA_SCHEMA
+from kernel.errors import KlakeError
 from layouts.metering import Meter, add_counted, metered
 from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
 from layouts.store.bound import Store

@@ -28,14 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.errors import KlakeError
 from engine.log.group_position import translate_position
-from engine.names import TopicPartition
 from engine.ops.groups_table import group_positions
 from jobs.archive import Cluster, client_options
 from jobs.read import read_records
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from jobs.runtime.report import plural
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.store import join, write_bytes
 
 MAP_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("archive_offset", pa.int64()),

@@ -17,9 +17,9 @@ import sys
 from collections import Counter
 
 from engine.ops.scrub import ScrubReport, scrub
-from engine.times import format_duration
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
+from kernel.times import format_duration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

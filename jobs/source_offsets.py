@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
-from engine.errors import ConfigError, KlakeError
 from engine.log.lookup import list_offsets
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.ops.catalog_table import Catalog
@@ -29,6 +28,7 @@ from engine.ops.read import IsolationLevel, ReadRange, WorkItem, partition_trans
 from engine.ops.stored_segment import stored_segment
 from engine.ops.topic_store import load_topic_config
 from jobs.source_options import EARLIEST, LATEST, SourceOptions
+from kernel.errors import ConfigError, KlakeError
 from layouts.store import StorageOptions
 from layouts.store.bound import Store
 

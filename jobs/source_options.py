@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.errors import ConfigError
 from engine.ops.read import IsolationLevel
-from engine.times import InvalidTimeError, parse_time
+from kernel.errors import ConfigError
+from kernel.times import InvalidTimeError, parse_time
 from layouts.store import join, normalize_uri
 
 EARLIEST = -2

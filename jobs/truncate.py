@@ -16,12 +16,12 @@ import sys
 from functools import partial
 
 from engine.catalog.schema import LIVE_STATES
-from engine.errors import KlakeError
-from engine.names import TopicPartition
 from engine.ops.run import JobRun
 from engine.ops.truncate import TruncateOutcome, prepare_delete_records, prepare_truncation
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from engine.names import TopicPartition, validate_topic
+from kernel.names import TopicPartition, validate_topic
 from layouts.aiven_manifest import AivenObjectError, SegmentManifest
 from layouts.kafka_layout import KafkaFileKind, KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles
 from layouts.kafka_rsm_layout import Choice, Upload, UploadDir

@@ -44,7 +44,7 @@ from Crypto.Signature.pss import MGF1
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 
 KEY_RING_ENV = "KLAKE_AIVEN_KEY_RING"
 """The environment variable naming the key ring file (never the job's config: it holds no secrets)."""

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from engine.names import (
+from kernel.names import (
     LEADER_EPOCH_CHECKPOINT,
     NON_LIVE_DIR_SUFFIXES,
     PARTITION_METADATA,

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.names import TopicPartition, validate_topic
+from kernel.names import TopicPartition, validate_topic
 from layouts.kafka_layout import KafkaFileKind, KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles
 from layouts.store import ObjectInfo, StorageOptions, join, list_objects, normalize_uri
 

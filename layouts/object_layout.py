@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.names import TopicPartition, validate_segment_id
+from kernel.names import TopicPartition, validate_segment_id
 from layouts.extend import put_extending
 from layouts.store import Parts, join
 from layouts.store.bound import Store

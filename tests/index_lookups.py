@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.errors import InvalidIndexError
 from engine.format.batch import BatchHeaders
 from engine.index.common import INT64_MAX, INT64_MIN, clamp
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from kernel.errors import InvalidIndexError
 
 
 def position_for_offset(headers: BatchHeaders, offset_index: OffsetIndex, target_offset: int) -> int | None:

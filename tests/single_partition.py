@@ -11,7 +11,6 @@ from functools import partial
 import pyarrow as pa
 
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.append import PartitionAppendOutcome, prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.compact import CompactionPlanner, CompactOutcome, prepare_compaction
@@ -26,6 +25,7 @@ from engine.ops.export import (
 from engine.ops.retention import RetentionOutcome, RetentionPlanner, prepare_retention
 from engine.ops.run import Prepare, run_partition_job, run_single_partition, serial_execute
 from engine.ops.truncate import TruncateOutcome, prepare_delete_records, prepare_truncation
+from kernel.names import TopicPartition
 from layouts.store import StorageOptions, normalize_uri
 from layouts.store.bound import Store
 

@@ -36,8 +36,8 @@ from engine.catalog.schema import (
     SegmentState,
     rows_to_table,
 )
-from engine.errors import KlakeError
-from engine.names import validate_partition, validate_segment_id, validate_topic
+from kernel.errors import KlakeError
+from kernel.names import validate_partition, validate_segment_id, validate_topic
 
 
 class CatalogStateError(KlakeError):

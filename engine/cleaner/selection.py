@@ -36,8 +36,8 @@ from engine.catalog.schema import SegmentState, first_dirty_offsets, log_start_o
 from engine.log.plan_columns import PartitionRows, dictionary, group_partitions, int64
 from engine.log.timestamp_floor import has_timestamp, largest_timestamp_or_mtime
 from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, TopicConfig, min_timestamp
-from engine.names import TopicPartition
-from engine.times import format_duration
+from kernel.names import TopicPartition
+from kernel.times import format_duration
 
 UNCLEANABLE_LSO = "last stable offset"
 UNCLEANABLE_ACTIVE = "active segment"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import crc32c
 import numpy as np
 
-from engine.errors import CorruptRecordError, TruncatedBatchError
+from kernel.errors import CorruptRecordError, TruncatedBatchError
 
 LOG_OVERHEAD = 12  # offset int64 + size int32
 HEADER_PREFIX = 17  # LOG_OVERHEAD + 4 + magic

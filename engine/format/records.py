@@ -23,7 +23,6 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from engine.errors import CorruptRecordError
 from engine.format import compression
 from engine.format.batch import (
     ATTR_TIMESTAMP_TYPE,
@@ -35,6 +34,7 @@ from engine.format.batch import (
     crc_problems,
 )
 from engine.format.compiled import codec
+from kernel.errors import CorruptRecordError
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 HEADERS_TYPE = pa.list_(HEADER_TYPE)

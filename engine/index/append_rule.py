@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import InvalidIndexError
 from engine.index.common import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     INT32_MAX,
@@ -21,6 +20,7 @@ from engine.index.common import (
 from engine.index.full_rule import IndexFullRule
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
+from kernel.errors import InvalidIndexError
 
 
 @dataclass(frozen=True)

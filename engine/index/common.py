@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 
 INT32_MAX = 2**31 - 1
 INT64_MIN = -(2**63)

@@ -75,7 +75,7 @@ from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment,
 from engine.log.summary import SegmentSummary
 from engine.log.timestamp_floor import has_timestamp, no_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.times import format_duration, format_time
+from kernel.times import format_duration, format_time
 
 INVALID_RECORD = "INVALID_RECORD"
 NEGATIVE_TIMESTAMP = "NEGATIVE_TIMESTAMP"

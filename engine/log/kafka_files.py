@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
-from engine.names import TopicPartition, validate_partition, validate_topic
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition, validate_partition, validate_topic
 
 CHECKPOINT_VERSION = 0
 PARTITION_METADATA_VERSION = 0

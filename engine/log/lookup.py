@@ -20,7 +20,7 @@ import numpy as np
 from engine.format.batch import NO_TIMESTAMP, BatchHeaders
 from engine.format.records import decode_records
 from engine.log.timestamp_floor import has_timestamp
-from engine.times import format_time
+from kernel.times import format_time
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.catalog.schema import SegmentRef, SegmentRow, SegmentState
-from engine.errors import KlakeError
 from engine.format.batch import LOG_APPEND_TIME, BatchHeaders, with_base_offset, with_max_timestamp
 from engine.log.append import batch_size_limit, batch_too_large
 from engine.log.segment_writer import Append
 from engine.log.topic_config import TopicConfig
+from kernel.errors import KlakeError
 
 
 class NotAReplicaError(KlakeError):

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 
 
 @dataclass(frozen=True)

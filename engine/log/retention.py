@@ -59,7 +59,7 @@ from engine.catalog.schema import LIVE_STATES, SegmentState, log_start_offsets, 
 from engine.log.plan_columns import Groups, PartitionRows, dictionary, group_partitions, int64
 from engine.log.timestamp_floor import has_timestamp, largest_timestamp_or_mtime
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 
 
 class RetentionAction(StrEnum):

@@ -23,7 +23,7 @@ from engine.log.retention import (
     RetentionPass,
     Why,
 )
-from engine.times import format_duration, format_time
+from kernel.times import format_duration, format_time
 
 
 @dataclass(frozen=True)

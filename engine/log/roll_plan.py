@@ -43,8 +43,8 @@ from engine.log.roll_rule import (
 )
 from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
-from engine.times import format_time
+from kernel.names import TopicPartition
+from kernel.times import format_time
 
 
 class RollAction(StrEnum):

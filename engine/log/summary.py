@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from engine.catalog.schema import SegmentRow
-from engine.errors import CorruptRecordError
 from engine.format.batch import (
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -24,6 +23,7 @@ from engine.format.batch import (
 )
 from engine.format.records import decode_records
 from engine.log.timestamp_floor import has_timestamp, no_timestamp
+from kernel.errors import CorruptRecordError
 
 TIMESTAMP_TYPE_LABELS = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime",
                          NO_TIMESTAMP_TYPE: "NoTimestampType"}

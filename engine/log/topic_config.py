@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import ConfigError
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
+from kernel.errors import ConfigError
 
 LONG_MAX = 2**63 - 1
 KAFKA_MIN_TIMESTAMP = 0

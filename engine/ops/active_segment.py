@@ -14,7 +14,7 @@ from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegmentState
 from engine.log.summary import SegmentSummary
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 
 

@@ -50,9 +50,9 @@ from engine.catalog.schema import (
     rows_to_table,
     table_to_rows,
 )
-from engine.errors import KlakeError
-from engine.names import TopicPartition, validate_partition, validate_topic
 from engine.ops.catalog_keys import MIGRATION_COLUMNS, migrated_keys
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition, validate_partition, validate_topic
 from layouts.root_keys import external, resolved_keys, stored_keys
 from layouts.store import StorageOptions, is_s3, normalize_uri
 from layouts.store.bound import Store

@@ -31,10 +31,10 @@ from engine.cleaner.selection import (
     should_clean,
 )
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.deletion import Cleanup
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
+from kernel.names import TopicPartition
 from layouts.object_layout import new_segment_id
 from layouts.store.bound import Store
 

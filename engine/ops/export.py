@@ -42,7 +42,6 @@ import numpy as np
 
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.cleaner.txn import completed_transactions, control_types
-from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.index.checks import settle_indexes
 from engine.index.rebuild import build_indexes
@@ -59,7 +58,11 @@ from engine.log.kafka_files import (
 from engine.log.lookup import offset_for_timestamp
 from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import (
+from engine.ops.read import IsolationLevel, partition_transactions
+from engine.ops.run import JobRun, PartitionInput, PartitionStep
+from engine.ops.stored_segment import stored_segment
+from kernel.errors import KlakeError
+from kernel.names import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -67,10 +70,7 @@ from engine.names import (
     REPLICATION_OFFSET_CHECKPOINT,
     TopicPartition,
 )
-from engine.ops.read import IsolationLevel, partition_transactions
-from engine.ops.run import JobRun, PartitionInput, PartitionStep
-from engine.ops.stored_segment import stored_segment
-from engine.times import format_time
+from kernel.times import format_time
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, txn_index_key
 from layouts.store import (
     TEMPORARY_NAME,

@@ -37,7 +37,6 @@ from functools import partial
 
 from engine.catalog.changes import CatalogChange, plan_change
 from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
-from engine.errors import CorruptRecordError, KlakeError
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.index.batch_index import batch_index_bytes
 from engine.index.checks import settle_indexes
@@ -46,11 +45,12 @@ from engine.index.rebuild import build_indexes
 from engine.log.kafka_files import parse_offset_checkpoint
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import LOG_START_OFFSET_CHECKPOINT, TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.run import PartitionInput, PartitionStep, run_partition_job, serial_execute
 from engine.ops.versions import segment_row
+from kernel.errors import CorruptRecordError, KlakeError
+from kernel.names import LOG_START_OFFSET_CHECKPOINT, TopicPartition
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, put_segment_objects
 from layouts.store.bound import Store

@@ -29,9 +29,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from engine.errors import KlakeError
-from engine.names import TopicPartition
-from engine.times import format_duration, format_time
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
+from kernel.times import format_duration, format_time
 from layouts.store.bound import Store
 
 LEASE_DIR = "_leases"

@@ -46,14 +46,12 @@ import pyarrow.parquet as pq
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import LIVE_STATES, Layout, SegmentRow, SegmentState, partition_log_start_offset
-from engine.errors import KlakeError
 from engine.format.batch import scan_batches
 from engine.log.append import log_append_time
 from engine.log.mirror import NotAReplicaError, is_replica, relocate_batches, replica_plan
 from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.active_segment import last_log_append_time, resume_state
 from engine.ops.catalog_table import AppTransaction, Catalog
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
@@ -69,6 +67,8 @@ from engine.ops.run import (
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config, stored_topic_config
 from engine.ops.versions import segment_object_keys, store_segment_version
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.object_layout import batch_index_key, object_segment_keys, put_segment_objects
 from layouts.store import (
     StorageOptions,

@@ -39,14 +39,14 @@ import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.cleaner.txn import AbortedTxns, Transactions, completed_transactions, control_types
-from engine.errors import KlakeError
 from engine.format.batch import BatchHeaders
 from engine.format.records import HEADERS_TYPE, RecordTable
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log.timestamp_floor import has_timestamp
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
-from engine.times import format_time
+from kernel.errors import KlakeError
+from kernel.times import format_time
 from layouts.metering import metered
 from layouts.store import StorageOptions
 

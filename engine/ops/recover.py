@@ -56,7 +56,6 @@ from engine.catalog.schema import Layout, SegmentRef, SegmentRow, SegmentState
 from engine.index.batch_index import batch_index_bytes
 from engine.index.rebuild import build_indexes
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput, PartitionStep, run_single_partition
 from engine.ops.verify import (
@@ -69,6 +68,7 @@ from engine.ops.verify import (
     verify_partition,
 )
 from engine.ops.versions import segment_row
+from kernel.names import TopicPartition
 from layouts.object_layout import SegmentKeys, object_segment_keys
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri
 from layouts.store.bound import Store

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from layouts.object_layout import REJECTS_DIR
 from layouts.store import join
 from layouts.store.bound import Store

@@ -28,10 +28,10 @@ from engine.catalog.schema import SegmentRef, SegmentState
 from engine.log.retention import RETENTION_INPUT_COLUMNS, PartitionRetention, RetentionPlan, plan_retention
 from engine.log.retention_explain import RetentionExplanation
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.deletion import DELETE_COLUMNS, Cleanup
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 
 

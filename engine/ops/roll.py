@@ -34,10 +34,10 @@ from engine.log.roll_plan import ROLL_INPUT_COLUMNS, PartitionRoll, RollAction, 
 from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegment, Append
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.active_segment import resume_state
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 
 

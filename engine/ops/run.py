@@ -50,9 +50,7 @@ from engine.catalog.schema import (
     owned,
     table_to_rows,
 )
-from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import AlreadyCommittedError, AppTransaction, Catalog, CommitResult
 from engine.ops.deletion import DELETE_COLUMNS, Cleanup, delete_and_forget
 from engine.ops.lease import (
@@ -64,6 +62,8 @@ from engine.ops.lease import (
     check_lease,
     release_lease,
 )
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.metering import metered
 from layouts.store.bound import Store
 

@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import LIVE_STATES
-from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog
+from kernel.names import TopicPartition, parse_partition_dir
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR, batch_index_keys, parse_object_segment_name
 from layouts.root_keys import within_root
 from layouts.store import (

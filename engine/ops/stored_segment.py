@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.catalog.schema import SegmentRow
-from engine.errors import CorruptRecordError, TruncatedBatchError
 from engine.format.batch import LOG_OVERHEAD, BatchHeaders, scan_batches
 from engine.format.records import RecordTable, decode_checked
 from engine.index.batch_index import BatchGroup, group_from_bytes, group_span, stride_of
@@ -39,6 +38,7 @@ from engine.index.time_index import ENTRY_SIZE as TIME_ENTRY_SIZE
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.ops.paged_index import PagedSidecar, Unpaged, offset_entries, time_entries
+from kernel.errors import CorruptRecordError, TruncatedBatchError
 from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, read_bytes
 

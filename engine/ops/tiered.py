@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import LIVE_STATES, Layout
-from engine.errors import CorruptRecordError, KlakeError
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import InvalidSourceError, SourceLayout
+from kernel.errors import CorruptRecordError, KlakeError
+from kernel.names import TopicPartition
 from layouts import aiven_layout
 from layouts.aiven_manifest import AivenObjectError
 from layouts.kafka_layout import KafkaLogDir

@@ -13,9 +13,9 @@ import re
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt
 
-from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
-from engine.names import validate_topic
+from kernel.errors import KlakeError
+from kernel.names import validate_topic
 from layouts.store.bound import Store
 
 _VERSION = re.compile(r"config-(\d{8})\.json")

@@ -20,17 +20,17 @@ from typing import Any
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset, rows_to_table
-from engine.errors import KlakeError
 from engine.format.batch import scan_batches
 from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import min_timestamp
 from engine.log.truncate import plan_truncation, truncate_segment
-from engine.names import TopicPartition
 from engine.ops.deletion import Cleanup
 from engine.ops.run import PartitionInput, PartitionStep
 from engine.ops.versions import store_segment_version
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.object_layout import new_segment_id
 from layouts.store.bound import Store
 

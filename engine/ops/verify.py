@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from engine.catalog.schema import SegmentRow, SegmentState
-from engine.errors import CorruptRecordError
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.format.records import decode_records
 from engine.index.batch_index import batch_index_bytes
@@ -32,8 +31,9 @@ from engine.index.checks import check_sidecars, sidecar_names
 from engine.index.common import INT32_MAX
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
+from kernel.errors import CorruptRecordError
+from kernel.names import TopicPartition
 from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, object_info, read_bytes
 

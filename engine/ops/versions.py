@@ -13,7 +13,7 @@ from engine.catalog.schema import FORMAT_VERSION, Layout, SegmentRow, SegmentSta
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.index.batch_index import batch_index_bytes
 from engine.log.summary import SegmentSummary, summarize_segment
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from layouts.object_layout import (
     SegmentKeys,
     batch_index_key,

@@ -21,17 +21,17 @@ import sys
 
 import pyarrow as pa
 
-from engine.errors import KlakeError
 from engine.log.timestamp_floor import has_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.topic_store import load_topic_config
-from engine.times import format_time
 from jobs.cli.storage import add_storage_arguments, check_reachable, load_storage_config, storage_options
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import add_command, check_partitions, check_range, time_argument
 from jobs.runtime.report import plural
+from kernel.errors import KlakeError
+from kernel.names import validate_topic
+from kernel.times import format_time
 from layouts.store import StorageOptions, join, normalize_uri
 from layouts.store.bound import Store
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.errors import KlakeError
 from engine.ops.groups_table import group_positions, groups_uri
-from engine.times import format_time
 from jobs.cli.catalog import add_catalog_arguments, add_json_flag, catalog_location
 from jobs.runtime.job_runner import add_command, time_argument
+from kernel.errors import KlakeError
+from kernel.times import format_time
 
 
 def register(commands: argparse._SubParsersAction) -> None:

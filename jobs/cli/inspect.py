@@ -16,7 +16,6 @@ from collections.abc import Iterable
 import numpy as np
 
 from engine.catalog.schema import partition_log_start_offset
-from engine.errors import CorruptRecordError, KlakeError
 from engine.format import compression
 from engine.format.batch import TIMESTAMP_TYPE_NAMES, BatchHeaders, BatchScan, scan_batches
 from engine.format.records import RecordTable, decode_records
@@ -26,7 +25,6 @@ from engine.index.rebuild import build_indexes
 from engine.log.lookup import list_offsets
 from engine.log.segment import InMemorySegment
 from engine.log.topic_config import KAFKA_MIN_TIMESTAMP, min_timestamp
-from engine.names import TopicPartition, parse_partition_dir
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.stored_segment import StoredSegment, stored_segment
 from engine.ops.topic_store import load_topic_config
@@ -35,6 +33,8 @@ from jobs.cli.storage import add_storage_arguments, check_reachable, storage_opt
 from jobs.offsets_for_times import parse_target
 from jobs.runtime.job_runner import add_command
 from jobs.runtime.report import plural
+from kernel.errors import CorruptRecordError, KlakeError
+from kernel.names import TopicPartition, parse_partition_dir
 from layouts.kafka_layout import group_partition_files
 from layouts.store import (
     StorageOptions,

@@ -13,7 +13,7 @@ from importlib.metadata import version
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 from layouts.store import describe_error
 
 if TYPE_CHECKING:

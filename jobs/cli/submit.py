@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.errors import KlakeError
 from jobs.runtime.job_runner import JobSpec
 from jobs.runtime.spark_session import LOG4J2_PROPERTIES
+from kernel.errors import KlakeError
 
 USAGE = "klake submit [SPARK-SUBMIT OPTIONS] JOB [JOB OPTIONS]"
 

@@ -20,17 +20,17 @@ import numpy as np
 import pyarrow as pa
 
 from engine.catalog.schema import log_start_offsets
-from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.read import ReadRange, plan_read, read_item
 from engine.ops.topic_store import load_topic_config
-from engine.times import InvalidTimeError, format_time, parse_time
 from jobs.cli.catalog import add_catalog_arguments, add_json_flag, catalog_location
 from jobs.cli.storage import check_reachable
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import add_command, at_least, check_partitions
+from kernel.errors import KlakeError
+from kernel.names import validate_topic
+from kernel.times import InvalidTimeError, format_time, parse_time
 from layouts.store import StorageOptions
 from layouts.store.bound import Store
 

@@ -10,11 +10,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.catalog.schema import SegmentRow
-from engine.times import format_duration, format_time
 from jobs.demo.checks import Check
 from jobs.demo.generator import CONFIGS, START_MS, TOPICS, BatchFile, DemoPlan
 from jobs.demo.pipeline import Pipeline, Snapshots, Storage
 from jobs.demo.timeline import SegmentBar, draw_timeline
+from kernel.times import format_duration, format_time
 
 
 def _retention(ms: int) -> str:

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from engine.catalog.schema import SegmentRow
-from engine.errors import KlakeError
 from jobs.demo.generator import DemoPlan
 from jobs.demo.pipeline import Snapshots, Storage
 from jobs.demo.timeline import COMPACTED, KEPT, OUTPUT, RETENTION, SegmentBar
+from kernel.errors import KlakeError
 from layouts.store import StorageOptions, filesystem, list_objects, write_bytes
 
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.times import format_time
+from kernel.times import format_time
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

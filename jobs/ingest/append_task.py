@@ -16,14 +16,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import KlakeError
-from engine.names import TopicPartition
 from engine.ops.append import PartitionAppendOutcome, prepare_append
 from engine.ops.append_staging import staged_batches
 from engine.ops.rejects import rejected, store_partition_rejects, with_provenance, write_unplaced
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
 from jobs.ingest.assign import topic_index, with_tp
 from jobs.ingest.stage import buffer_bytes
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 
 PROVENANCE = ("partition", "_rank", "_pos")  # a rejected record's source, with its run's topic (`with_provenance`)

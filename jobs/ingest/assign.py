@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import KlakeError
 from engine.format.partitioner import murmur2, partition_for_keys
+from kernel.errors import KlakeError
 
 
 def assign_partitions(batch: pa.RecordBatch, counts: dict[str, int], sticky: StickyAssigner,

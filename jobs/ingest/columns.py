@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from engine.errors import KlakeError
 from jobs.ingest.kept_offsets import KEPT_COLUMNS
+from kernel.errors import KlakeError
 
 
 def _is_text(type_: pa.DataType) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 import pyarrow as pa
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 
 KEPT_COLUMNS: dict[str, tuple[str, Callable[[pa.DataType], bool]]] = {
     "offset": ("an integer", pa.types.is_integer),

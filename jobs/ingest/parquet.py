@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.errors import KlakeError
 from jobs.ingest.columns import check_input_schema
+from kernel.errors import KlakeError
 from layouts.store import ObjectInfo, describe_error
 from layouts.store.bound import Store
 

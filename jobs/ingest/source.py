@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import KlakeError
 from jobs.ingest.columns import INPUT_COLUMNS, check_input_schema
 from jobs.ingest.kept_offsets import keeps_offsets
 from jobs.ingest.parquet import ParquetInput, check_footers
 from jobs.ingest.topics import partition_counts, selected_topics
+from kernel.errors import KlakeError
 from layouts.store import ObjectInfo, is_s3
 from layouts.store.bound import Store
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.errors import KlakeError
-from engine.names import TopicPartition
 from engine.ops.append_staging import PIECE_SCHEMA, RowStager
 from engine.ops.run import PartitionInput
 from jobs.ingest.assign import StickyAssigner, assign_partitions, topic_index, with_tp
 from jobs.ingest.columns import staging_schema
 from jobs.ingest.parquet import InputSplit, ParquetInput, parquet_splits, parquet_tasks, split_batches
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.metering import add_counted, metered
 from layouts.store.bound import Store
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.errors import KlakeError
-from engine.names import InvalidNameError, TopicPartition, validate_topic
 from jobs.runtime.config import KlakeConfig
+from kernel.errors import KlakeError
+from kernel.names import InvalidNameError, TopicPartition, validate_topic
 
 
 def selected_topics(found: dict[str, str] | None, named: Sequence[str]) -> list[str]:

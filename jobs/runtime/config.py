@@ -12,7 +12,7 @@ topics:   {orders: {partitions: 8, cleanup.policy: compact}}
 The file's shape is a pydantic model, so every problem of the file and the overrides is reported at
 once, one line per problem with its key path (`topics.orders.retention.ms: must be an integer >= -1,
 got 'abc'`): a new user fixes them all in one round. Each Kafka topic setting is checked by its one
-rule, `engine.log.topic_config.parse_setting`, and each topic name by `engine.names.validate_topic`.
+rule, `engine.log.topic_config.parse_setting`, and each topic name by `kernel.names.validate_topic`.
 Unknown keys anywhere are errors naming the key (a typo must not silently keep a default). Credentials
 are never read from the file: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, and
 KLAKE_S3_ENDPOINT_URL for an endpoint the file does not name (`layouts.store.StorageOptions`).
@@ -42,13 +42,13 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from engine.errors import ConfigError, KlakeError
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log.topic_config import KAFKA_KEYS, TopicConfig, parse_setting
-from engine.names import validate_topic
 from engine.ops.catalog_table import DEFAULT_VACUUM_RETENTION_HOURS
 from engine.ops.lease import DEFAULT_LEASE_TTL_MS
 from engine.ops.scrub import DEFAULT_GRACE_MS
+from kernel.errors import ConfigError, KlakeError
+from kernel.names import validate_topic
 from layouts.store import StorageOptions, join, normalize_uri
 
 _SECRET_KEYS = {"key", "secret", "token", "access_key", "secret_key", "aws_access_key_id", "aws_secret_access_key"}

@@ -28,9 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import KlakeError
 from engine.log.topic_config import TopicConfig
-from engine.names import InvalidNameError, TopicPartition, validate_topic
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.run import (
     Execute,
@@ -44,11 +42,13 @@ from engine.ops.run import (
 )
 from engine.ops.tiered import refuse_broker_owned
 from engine.ops.topic_store import load_topic_config, save_topic_config
-from engine.times import InvalidTimeError, format_time, parse_time
 from jobs.runtime.config import KlakeConfig, load_config
 from jobs.runtime.progress import job_progress
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
+from kernel.errors import KlakeError
+from kernel.names import InvalidNameError, TopicPartition, validate_topic
+from kernel.times import InvalidTimeError, format_time, parse_time
 from layouts.metering import metered
 from layouts.store import StorageOptions, describe_error, normalize_uri
 from layouts.store.bound import Store
@@ -83,7 +83,7 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 
 def time_argument(text: str) -> int:
-    """An argparse type: a time as epoch ms or ISO-8601, no zone meaning UTC (`engine.times.parse_time`)."""
+    """An argparse type: a time as epoch ms or ISO-8601, no zone meaning UTC (`kernel.times.parse_time`)."""
     try:
         return parse_time(text)
     except InvalidTimeError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 
 
 class StorageAccessError(KlakeError):

@@ -21,10 +21,10 @@ from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import acquire_lease
 from engine.ops.versions import segment_row
+from kernel.names import TopicPartition
 from layouts.object_layout import new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, filesystem
 from layouts.store.bound import Store

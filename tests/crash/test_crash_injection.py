@@ -30,10 +30,10 @@ import yaml
 from engine.catalog.schema import table_to_rows
 from engine.log.lookup import list_offsets
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
 from jobs.cli.main import main as klake_in_process
+from kernel.names import TopicPartition
 from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes
 from layouts.store.bound import Store as BoundStore

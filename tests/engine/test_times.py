@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from engine.times import InvalidTimeError, format_duration, format_time, parse_time
+from kernel.times import InvalidTimeError, format_duration, format_time, parse_time
 
 NOV_2 = 1_793_577_600_000  # 2026-11-02T00:00:00Z
 

@@ -95,10 +95,10 @@ def test_task_buffers_shrink_with_the_smallest_segment_between_floor_and_cap() -
     4 x segment.bytes + 300 MB, so the buffers are a quarter of the smallest segment.bytes, never more
     than their fixed cap nor less than the floor."""
     from engine.log.topic_config import TopicConfig
-    from engine.names import TopicPartition
     from engine.ops.run import PartitionInput
     from jobs.ingest.append_task import APPEND_CHUNK_BYTES
     from jobs.ingest.stage import BUFFER_FLOOR_BYTES, STAGE_FLUSH_BYTES, buffer_bytes
+    from kernel.names import TopicPartition
 
     def items(*segment_bytes: int) -> list[PartitionInput]:
         return [PartitionInput(TopicPartition("t", p), (), TopicConfig.from_mapping({"segment.bytes": s}))

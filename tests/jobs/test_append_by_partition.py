@@ -9,10 +9,10 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from engine.errors import KlakeError
-from engine.names import TopicPartition
 from jobs.ingest.append_task import HELD, AppendTasks
 from jobs.ingest.assign import tp_names
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 
 COUNTS = {"orders": 2}
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import ConfigError
 from engine.log.topic_config import TopicConfig
 from jobs import retention
 from jobs.runtime.config import JobSettings, apply_override, load_config
 from jobs.runtime.job_runner import main
+from kernel.errors import ConfigError
 from tests.conftest import PROJECT_ROOT
 
 CONF = PROJECT_ROOT / "conf"

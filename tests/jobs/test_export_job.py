@@ -21,13 +21,13 @@ from engine.catalog.schema import partition_log_start_offset
 from engine.format.batch import scan_batches
 from engine.log.kafka_files import parse_offset_checkpoint
 from engine.log.lookup import list_offsets
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import stored_segment
 from jobs import append, compact, export
 from jobs import truncate as truncate_job
 from jobs.cli.inspect import load_partition_dir
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 from tests.engine.format import test_kafka_clients_oracle as jvm_oracle

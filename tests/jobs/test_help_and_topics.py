@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from jobs.cli import main as cli
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 from tests.conftest import KAFKA_FIXTURES, PROJECT_ROOT
 from tests.single_partition import delete_records

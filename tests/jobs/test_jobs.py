@@ -27,10 +27,8 @@ from pyspark.sql.datasource import GreaterThanOrEqual
 
 import engine.ops.run
 from engine.catalog.schema import SegmentRow, SegmentState, table_to_rows
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.lease import lease_uri
-from engine.times import format_time, parse_time
 from jobs import (
     append,
     catalog_maintenance,
@@ -47,6 +45,8 @@ from jobs import truncate as truncate_job
 from jobs.cli.main import main as klake
 from jobs.klake_source import KlakeReader
 from jobs.runtime.job_runner import JobSpec, main
+from kernel.names import TopicPartition
+from kernel.times import format_time, parse_time
 from layouts.store import StorageOptions, list_objects, object_info, read_bytes
 from layouts.store.bound import Store
 from tests.catalog_rows import kafka_time_retention, offset_bounds

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from engine.errors import ConfigError
 from engine.ops.read import IsolationLevel
 from jobs import append, retention
 from jobs.klake_source import KlakeReader, register
 from jobs.klake_stream import KlakeStreamReader, offsets_behind_latest
 from jobs.source_options import parse_options
+from kernel.errors import ConfigError
 from layouts.store import StorageOptions
 from tests.conftest import PROJECT_ROOT
 from tests.jobs.test_jobs import HOUR, NOW, Jobs, input_table, local_backend, write_parquet

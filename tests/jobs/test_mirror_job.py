@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.topic_store import save_topic_config
 from jobs import mirror
 from jobs.runtime.job_runner import main
+from kernel.names import TopicPartition
 from layouts.store import list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend

@@ -32,12 +32,10 @@ from pyspark.sql.datasource import (
 )
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
-from engine.errors import ConfigError
 from engine.format.batch import scan_batches
 from engine.format.records import decode_records
 from engine.index.time_index import TimeIndex
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops import read as range_read
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
@@ -46,6 +44,8 @@ from jobs.klake_source import KlakeReader
 from jobs.runtime.config import load_config
 from jobs.runtime.embedded_s3 import create_bucket
 from jobs.runtime.job_runner import main
+from kernel.errors import ConfigError
+from kernel.names import TopicPartition
 from layouts.metering import metered
 from layouts.store import StorageOptions, read_bytes
 from layouts.store.bound import Store

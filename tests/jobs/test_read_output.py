@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 
 from engine.catalog.schema import table_to_rows
 from engine.format.batch import V2_HEADER_SIZE, scan_batches
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.read import KAFKA_ARROW_SCHEMA
 from engine.ops.read_output import StagedOutput
 from jobs import read
 from jobs.runtime.job_runner import main
+from kernel.names import TopicPartition
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes, write_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend

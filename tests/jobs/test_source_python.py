@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.spark]
 SCRIPT = textwrap.dedent("""
     import os, sys
     from pyspark.sql import SparkSession
-    from engine.errors import KlakeError
+    from kernel.errors import KlakeError
     from jobs.klake_source import register
     for python in sys.argv[1:]:
         os.environ["PYSPARK_PYTHON"] = python

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from engine.format.batch import scan_batches
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from jobs import import_log
 from jobs.runtime.job_runner import main
+from kernel.names import TopicPartition
 from layouts.kafka_rsm_layout import parse_upload_dir
 from layouts.store import list_objects, read_bytes
 from layouts.store.bound import Store

@@ -35,8 +35,8 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from engine.format.batch import scan_batches
 from engine.log.kafka_files import KafkaFileError, parse_offset_checkpoint
-from engine.names import TopicPartition
 from jobs import compact, import_log
+from kernel.names import TopicPartition
 from layouts.store import read_bytes
 from tests.jobs.test_jobs import Jobs, local_backend
 from tests.kafka.test_broker_to_klake import consumed, klake_records

@@ -16,8 +16,8 @@ from s3fs import S3FileSystem
 from engine.catalog.schema import SegmentState
 from engine.log.append import append_records
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.versions import store_segment_version
+from kernel.names import TopicPartition
 from layouts import extend
 from layouts.extend import S3_MAX_PART_SIZE, S3_MIN_PART_SIZE, put_extending
 from layouts.metering import metered

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.names import (
+from kernel.names import (
     InvalidNameError,
     TopicPartition,
     parse_partition_dir,

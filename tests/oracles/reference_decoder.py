@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from engine.errors import CorruptRecordError
 from engine.format import compression
 from engine.format.batch import ATTR_TIMESTAMP_TYPE, V2_HEADER_SIZE, BatchHeaders
 from engine.format.records import HEADER_TYPE, RecordTable, _utf8
 from engine.format.varint import VARINT_MAX_BYTES, VARLONG_MAX_BYTES
+from kernel.errors import CorruptRecordError
 
 MIN_RECORD_BODY = 6
 _MAX_VIEW_OFFSET = 2**31 - 1

@@ -29,14 +29,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
-from engine.errors import KlakeError
 from engine.format.batch import CREATE_TIME, BatchHeaders, scan_batches
 from engine.format.records import HEADERS_TYPE, decode_records
 from engine.index.checks import check_sidecars
 from engine.log.lookup import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.store import read_bytes
 from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments

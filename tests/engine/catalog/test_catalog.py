@@ -22,7 +22,6 @@ from engine.catalog.schema import (
     rows_to_table,
     table_to_rows,
 )
-from engine.names import TopicPartition
 from engine.ops.catalog_table import (
     TABLE_CONFIGURATION,
     AlreadyCommittedError,
@@ -31,6 +30,7 @@ from engine.ops.catalog_table import (
     CatalogConflictError,
     CatalogNotFoundError,
 )
+from kernel.names import TopicPartition
 from layouts.store import list_objects
 from layouts.store.bound import Store
 from tests.catalog_rows import OffsetBounds, add_segments, make_row, offset_bounds, swap, transition

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table
 from engine.cleaner.selection import SegmentInfo, SegmentZone, log_segments, overlapping, plan_compaction
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from tests.catalog_rows import make_row
 
 NOW = 10_000

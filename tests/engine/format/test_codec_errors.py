@@ -7,10 +7,10 @@ import struct
 import crc32c
 import pytest
 
-from engine.errors import CorruptRecordError, TruncatedBatchError
 from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
 from engine.format.records import decode_records
+from kernel.errors import CorruptRecordError, TruncatedBatchError
 
 SOURCE = "seg.log"
 

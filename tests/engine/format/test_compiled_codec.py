@@ -24,11 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import CorruptRecordError, KlakeError
 from engine.format import compression
 from engine.format.batch import V2_HEADER_SIZE, scan_batches
 from engine.format.builder import encode_batch
 from engine.format.records import decode_records
+from kernel.errors import CorruptRecordError, KlakeError
 from tests.conftest import PROJECT_ROOT
 from tests.engine.format.logs import encode_log
 from tests.oracles.reference_decoder import decode_v2 as reference_decode

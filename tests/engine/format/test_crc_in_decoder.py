@@ -25,12 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import CorruptRecordError
 from engine.format import compression
 from engine.format.batch import V2_CRC_START, scan_batches
 from engine.format.builder import encode_batch
 from engine.format.compiled import codec
 from engine.format.records import decode_checked, decode_records
+from kernel.errors import CorruptRecordError
 from tests.engine.format.logs import encode_log
 
 RECORD = st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.one_of(st.none(), st.binary(max_size=300)),

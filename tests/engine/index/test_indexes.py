@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.errors import InvalidIndexError
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.index.append_rule import SegmentIndexer, TimeIndexAppendRule
 from engine.index.checks import check_indexes
@@ -21,6 +20,7 @@ from engine.index.common import OffsetOverflowError
 from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
 from engine.index.time_index import TimeIndex
+from kernel.errors import InvalidIndexError
 from tests.golden import golden_text
 from tests.index_lookups import batch_for_offset, first_batch_at_or_after_timestamp, position_for_offset
 

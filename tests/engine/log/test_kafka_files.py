@@ -22,7 +22,7 @@ from engine.log.kafka_files import (
     parse_topic_id,
     partition_metadata,
 )
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 
 

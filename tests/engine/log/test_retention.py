@@ -15,7 +15,7 @@ from engine.catalog.schema import SegmentRow, SegmentState, rows_to_table
 from engine.log.retention import PartitionRetention, RetentionAction, RetentionPass, plan_retention
 from engine.log.retention_explain import RetentionExplanation as explain
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from tests.catalog_rows import make_row
 
 DAY, HOUR = 86_400_000, 3_600_000

@@ -17,7 +17,7 @@ from engine.log.roll_plan import RollAction, RollWhy, plan_roll
 from engine.log.roll_rule import ROLL_INDEX_FULL, ROLL_OFFSET_OVERFLOW, RollPolicy
 from engine.log.segment_writer import ActiveSegment, ActiveSegmentState, Append
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from tests.catalog_rows import make_row
 
 NOW = 1_000_000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import ConfigError
 from engine.log.roll_rule import RollPolicy
 from engine.log.topic_config import DEFAULTS, KIP228_MIN_TIMESTAMP, LONG_MAX, TopicConfig, min_timestamp
+from kernel.errors import ConfigError
 
 
 def test_defaults_are_kafkas() -> None:

@@ -20,7 +20,7 @@ import json, resource, sys
 import numpy as np, pyarrow as pa
 from layouts.store.bound import Store
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
+from kernel.names import TopicPartition
 from engine.ops.append import prepare_append
 from engine.ops.run import PartitionInput
 

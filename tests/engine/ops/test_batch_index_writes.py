@@ -22,7 +22,6 @@ from engine.catalog.schema import CATALOG_SCHEMA, PARTITION_COLUMNS, SegmentRow,
 from engine.format.batch import scan_batches
 from engine.index.batch_index import batch_index_bytes
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import TABLE_CONFIGURATION, Catalog
 from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
@@ -32,6 +31,7 @@ from engine.ops.roll import RollPlanner, prepare_roll
 from engine.ops.run import run_single_partition
 from engine.ops.scrub import scrub
 from engine.ops.verify import verify_partition
+from kernel.names import TopicPartition
 from layouts.object_layout import batch_index_key
 from layouts.store import delete_object, list_objects, object_info, read_bytes
 from layouts.store.bound import Store

@@ -18,11 +18,11 @@ from deltalake import DeltaTable, Field, write_deltalake
 
 from engine.catalog.schema import CATALOG_SCHEMA, KEY_COLUMNS, PARTITION_COLUMNS, STORED_SCHEMA
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import TABLE_CONFIGURATION, Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.scrub import scrub
 from jobs.runtime.embedded_s3 import create_bucket
+from kernel.names import TopicPartition
 from layouts.store import delete_object, delete_tree, filesystem, join, list_objects, object_info, read_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend

@@ -16,12 +16,12 @@ import pytest
 from engine.log.kafka_files import derived_topic_id, parse_offset_checkpoint
 from engine.log.lookup import list_offsets
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import stored_segment
 from jobs.cli.inspect import load_partition_dir
+from kernel.names import TopicPartition
 from layouts.store import delete_object, list_objects, read_bytes, write_bytes
 from layouts.store.bound import Store
 from tests.codecs_for_tests import parse_leader_epoch_checkpoint

@@ -21,13 +21,13 @@ from deltalake import DeltaTable
 from kafka.record.memory_records import MemoryRecords
 
 from engine.catalog.schema import COLUMNS, table_to_rows
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import _PartitionImporter, import_log_dir
 from engine.ops.lease import acquire_lease, lease_uri, read_lease
 from engine.ops.versions import segment_object_keys
 from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
+from kernel.names import TopicPartition
 from layouts.store import delete_object, filesystem, list_objects, object_info, read_bytes
 from layouts.store.bound import Store
 from tests.catalog_rows import offset_bounds

@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from engine.names import TopicPartition
 from engine.ops.lease import (
     TAKEOVER_TIMEOUT_MS,
     LeaseHeldError,
@@ -18,6 +17,7 @@ from engine.ops.lease import (
     read_lease,
     release_lease,
 )
+from kernel.names import TopicPartition
 from layouts.store import list_objects, put_if_absent
 
 TP = TopicPartition("orders", 3)

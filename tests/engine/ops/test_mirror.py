@@ -15,12 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.errors import KlakeError
 from engine.format.batch import scan_batches
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
 from engine.log.mirror import NotAReplicaError
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.mirror import (
@@ -30,6 +28,8 @@ from engine.ops.mirror import (
     offset_maps,
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config
+from kernel.errors import KlakeError
+from kernel.names import TopicPartition
 from layouts.store import StorageOptions, delete_object, list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record

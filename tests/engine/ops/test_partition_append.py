@@ -12,10 +12,10 @@ from engine.index.checks import check_sidecars
 from engine.log.lookup import list_offsets
 from engine.log.summary import SegmentSummary, summarize_segment
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.append import prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
+from kernel.names import TopicPartition
 from layouts.store import read_bytes
 from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments

@@ -8,8 +8,8 @@ from kafka.record.memory_records import MemoryRecords
 
 from engine.catalog.schema import first_dirty_offset
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
+from kernel.names import TopicPartition
 from layouts.store import read_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend

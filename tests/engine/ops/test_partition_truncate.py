@@ -9,8 +9,8 @@ import pytest
 from engine.catalog.schema import partition_log_start_offset
 from engine.log.lookup import EARLIEST, list_offsets
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
+from kernel.names import TopicPartition
 from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments
 from tests.conftest import Backend

@@ -21,11 +21,11 @@ import pytest
 
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops import read as range_read
 from engine.ops.catalog_table import Catalog
 from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
+from kernel.names import TopicPartition
 from layouts.store import StorageOptions, list_objects, read_bytes, write_bytes
 from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record

@@ -17,11 +17,11 @@ from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.summary import summarize_segment
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.recover import quarantine_key, recover_partition, verify_partition
 from engine.ops.verify import valid_prefix
 from engine.ops.versions import segment_row, store_segment_version
+from kernel.names import TopicPartition
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import delete_object, list_objects, read_bytes
 from layouts.store.bound import Store

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from engine.catalog.changes import CatalogChange
 from engine.catalog.schema import SegmentState
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.scrub import scrub
 from jobs.cli.main import main as klake
+from kernel.names import TopicPartition
 from layouts.object_layout import object_segment_keys, put_segment_objects
 from layouts.store import delete_object, filesystem, list_objects, object_info
 from layouts.store.bound import Store

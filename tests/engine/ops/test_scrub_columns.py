@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.catalog.schema import SegmentRow, SegmentState
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.scrub import scrub
+from kernel.names import TopicPartition
 from layouts.object_layout import object_segment_keys
 from layouts.store import list_objects
 from layouts.store.bound import Store

@@ -8,8 +8,8 @@ from dataclasses import fields
 from engine.catalog.schema import COLUMNS, Layout, SegmentState
 from engine.format.builder import encode_batch
 from engine.log.summary import SEGMENT_FACTS, SegmentSummary, summarize_segment
-from engine.names import TopicPartition
 from engine.ops.versions import segment_row
+from kernel.names import TopicPartition
 from layouts.object_layout import object_segment_keys
 
 

@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow as pa
 
 from engine.log.topic_config import TopicConfig
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.mirror import mirror_partitions
 from engine.ops.recover import prepare_recovery
 from engine.ops.roll import RollPlanner, prepare_roll
 from engine.ops.run import run_single_partition
+from kernel.names import TopicPartition
 from layouts.store import object_info
 from layouts.store.bound import Store
 from tests.conftest import KAFKA_FIXTURES, Backend

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from engine.catalog.schema import SegmentState
-from engine.errors import CorruptRecordError
 from engine.format.batch import scan_batches
 from engine.format.builder import encode_batch
 from engine.format.records import decode_records
@@ -18,12 +17,13 @@ from engine.log.lookup import list_offsets
 from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import Append, SegmentWriter
 from engine.log.topic_config import TopicConfig, min_timestamp
-from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import import_log_dir
 from engine.ops.paged_index import INDEX_PAGE_BYTES
 from engine.ops.stored_segment import DEFAULT_READ_WINDOW, StoredSegment, lookup_window, stored_segment
 from engine.ops.versions import store_segment_version
+from kernel.errors import CorruptRecordError
+from kernel.names import TopicPartition
 from layouts.metering import metered
 from layouts.object_layout import batch_index_key
 from layouts.store import object_info, read_bytes

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from engine.errors import ConfigError
 from engine.log.topic_config import TopicConfig
-from engine.names import InvalidNameError
 from engine.ops.topic_store import load_topic_config, save_topic_config
+from kernel.errors import ConfigError
+from kernel.names import InvalidNameError
 from layouts.store import list_objects
 from layouts.store.bound import Store
 from tests.conftest import Backend

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 
 TOPIC_MAX_LENGTH = 249
 PARTITION_MAX = 2**31 - 1

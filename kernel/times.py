@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import humanize
 
-from engine.errors import KlakeError
+from kernel.errors import KlakeError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INT64 = range(-(2**63), 2**63)
