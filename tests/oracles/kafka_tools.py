@@ -4,8 +4,9 @@
 with the errors it reports picked out. The tool exits 0 whatever it finds: it prints its findings, so they
 are matched by the phrases its source prints (DumpLogSegments.scala, Kafka 4.1).
 
-`run_java_helper` runs one of the small Java programs of `tests/oracles/jvm/` on kafka-clients, compiled with
-`javac` once per source version into `.cache/jvm-classes/`.
+`run_java_helper` runs one of the small Java programs of `tests/oracles/jvm/` on kafka-clients (or on another
+pinned set: BouncyCastle for `BcWrapKeys`), compiled with `javac` once per source version into
+`.cache/jvm-classes/`.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ JAVA_SOURCES = fetch_jvm.PROJECT_ROOT / "tests" / "oracles" / "jvm"
 CLASSES = fetch_jvm.PROJECT_ROOT / ".cache" / "jvm-classes"
 
 
-def run_java_helper(name: str, *args: str, timeout: int = 300) -> str:
-    """Run `tests/oracles/jvm/<name>.java` with `args` on the `kafka` set; its stdout (fails the test on an error)."""
-    classpath = fetch_jvm.require("kafka")
+def run_java_helper(name: str, *args: str, timeout: int = 300, jvm_set: str = "kafka") -> str:
+    """Run `tests/oracles/jvm/<name>.java` with `args` on the pinned `jvm_set`; its stdout (fails the test on an
+    error)."""
+    classpath = fetch_jvm.require(jvm_set)
     source = JAVA_SOURCES / f"{name}.java"
     out = CLASSES / f"{name}-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}"
     if not (out / f"{name}.class").is_file():
