@@ -5,8 +5,9 @@ with the errors it reports picked out. The tool exits 0 whatever it finds: it pr
 are matched by the phrases its source prints (DumpLogSegments.scala, Kafka 4.1).
 
 `run_java_helper` runs one of the small Java programs of `tests/oracles/jvm/` on kafka-clients (or on another
-pinned set: BouncyCastle for `BcWrapKeys`), compiled with `javac` once per source version into
-`.cache/jvm-classes/`.
+pinned set: BouncyCastle for `BcWrapKeys`), compiled with `javac` into `.cache/jvm-classes/` once per version
+of the directory's sources: a helper may use the classes beside it (`Producers`, the producer set-up the
+producers share), which javac finds on the directory as its -sourcepath.
 """
 
 from __future__ import annotations
@@ -74,11 +75,13 @@ def run_java_helper(name: str, *args: str, timeout: int = 300, jvm_set: str = "k
     error)."""
     classpath = fetch_jvm.require(jvm_set)
     source = JAVA_SOURCES / f"{name}.java"
-    out = CLASSES / f"{name}-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}"
+    sources = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sorted(JAVA_SOURCES.glob("*.java"))))
+    out = CLASSES / f"{name}-{sources.hexdigest()[:16]}"
     if not (out / f"{name}.class").is_file():
         staging = out.with_name(out.name + f".{os.getpid()}")
-        done = subprocess.run(["javac", "-cp", classpath, "-d", str(staging), str(source)],
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        command = ["javac", "-proc:none", "-cp", classpath, "-sourcepath", str(JAVA_SOURCES), "-d", str(staging),
+                   str(source)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         assert done.returncode == 0, f"javac {source.name} failed:\n{done.stdout}{done.stderr}"
         if not out.exists():  # another session may have compiled the same source meanwhile
             os.replace(staging, out)
