@@ -332,14 +332,15 @@ def catalog_partition(uri: str, options: StorageOptions | None) -> tuple[list[St
     if tp is None:
         return None
     try:
-        catalog = Catalog.open(Store(join(root, "_catalog"), options))
+        store = Store(root, options)
+        catalog = Catalog.open(store.at(join(root, "_catalog")))
     except CatalogNotFoundError:
         return None
     rows = catalog.live_segments(tp.topic, tp.partition)
     if not rows:
         raise KlakeError(f"{uri}: the catalog {join(root, '_catalog')} has no live segment of {tp}")
-    config = load_topic_config(Store(root, options), tp.topic)
-    return ([stored_segment(row, options, config) for row in rows], partition_log_start_offset(rows),
+    config = load_topic_config(store, tp.topic)
+    return ([stored_segment(row, store, config) for row in rows], partition_log_start_offset(rows),
             min_timestamp(config))
 
 

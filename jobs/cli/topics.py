@@ -142,12 +142,12 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("utf-8", "backslashreplace")
 
 
-def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: int | None,
-                     options: StorageOptions | None) -> Iterator[dict]:
-    """The topic's records in range, partition after partition in offset order, read lazily item by item."""
-    plan = plan_read(catalog, topic, rng, options, None if partition is None else partition.__eq__)
+def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: int | None) -> Iterator[dict]:
+    """The topic's records in range, partition after partition in offset order, read lazily item by item
+    (through the catalog's store, which reaches the segments the rows name)."""
+    plan = plan_read(catalog, topic, rng, catalog.store, None if partition is None else partition.__eq__)
     for item in plan.items:
-        for batch in read_item(item, options):
+        for batch in read_item(item, catalog.store):
             columns = batch.to_pydict()
             micros = batch.column("timestamp").cast(pa.int64()).to_numpy()
             for i in range(batch.num_rows):
@@ -169,6 +169,6 @@ def run_consume(args: argparse.Namespace) -> int:
     floor = min_timestamp(_settings(config, root, args.topic, options))
     rng = ReadRange(from_ms=value if kind == "time" else None, from_offset=value if kind == "offset" else None,
                     floor=floor)
-    for record in islice(consumed_records(catalog, args.topic, rng, args.partition, options), args.count):
+    for record in islice(consumed_records(catalog, args.topic, rng, args.partition), args.count):
         sys.stdout.write((json.dumps(record) if args.format == "json" else record["value"] or "") + "\n")
     return 0

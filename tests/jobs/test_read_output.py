@@ -122,7 +122,7 @@ def test_a_corrupt_batch_fails_the_read_naming_segment_and_byte_and_commits_noth
 
 def test_a_commit_publishes_the_succeeded_attempts_only(tmp_path: Path) -> None:
     """Attempts that failed or lost (their files are not in the tasks' results) are not published."""
-    output = StagedOutput(str(tmp_path / "out"), "job-1")
+    output = StagedOutput(Store(str(tmp_path / "out")), "job-1")
     table = pa.table({"offset": pa.array([1, 2], pa.int64())})
     Path(output.staging).mkdir(parents=True)
     for task, attempt in ((0, 4), (0, 5), (1, 6)):

@@ -172,7 +172,7 @@ def test_a_range_is_cut_at_batches_with_the_brokers_recovery_indexes(backend, im
     # the exported indexes answer every lookup as the source does (and as brute force over the records)
     segments = load_partition_dir(backend.uri("out", "timeindex_test-0"))
     assert [s.base_offset for s in segments] == [7000, 7729, 15363] and all(not s.index_problems for s in segments)
-    source = [stored_segment(r, backend.options) for r in imported.live_segments("timeindex_test", 0)]
+    source = [stored_segment(r, backend.store()) for r in imported.live_segments("timeindex_test", 0)]
     kept = [e for e in entries if 7000 <= e["offset"] < 16000]
     for target in sorted({e["timestamp"] for e in kept[::97]} | {kept[0]["timestamp"] - 1, kept[-1]["timestamp"]}):
         brute = next(((e["offset"], e["timestamp"]) for e in kept if e["timestamp"] >= target), (-1, -1))

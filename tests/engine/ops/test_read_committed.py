@@ -152,8 +152,8 @@ def build(backend, segments: list[list[Gen]], name: str) -> Catalog:
 def read_offsets(catalog: Catalog, backend, isolation: range_read.IsolationLevel, split_bytes: int = 1 << 30,
                  **bounds) -> list[int]:
     rng = range_read.ReadRange(**{"floor": 0, **bounds})
-    plan = range_read.plan_read(catalog, TOPIC, rng, backend.options, None, split_bytes, isolation=isolation)
-    batches = [b for item in plan.items for b in range_read.read_item(item, backend.options)]
+    plan = range_read.plan_read(catalog, TOPIC, rng, backend.store(), None, split_bytes, isolation=isolation)
+    batches = [b for item in plan.items for b in range_read.read_item(item, backend.store())]
     return pa.Table.from_batches(batches, range_read.KAFKA_ARROW_SCHEMA).column("offset").to_pylist()
 
 
