@@ -103,7 +103,7 @@ def test_export_writes_a_log_dir_kafka_clients_reads_whose_indexes_answer_like_t
         assert java == [(r[0], r[1]) for r in records]
         assert parse_leader_epoch_checkpoint((directory / "leader-epoch-checkpoint").read_bytes(), "e") == []
 
-        segments = load_partition_dir(str(directory))
+        segments = load_partition_dir(Store(str(directory)))
         assert all(s.index_problems == [] for s in segments), [s.index_problems for s in segments]
         for segment in segments:  # every offset through the exported .index lands in the batch holding it
             headers = scan_batches((directory / f"{segment.base_offset:020d}.log").read_bytes()).headers
