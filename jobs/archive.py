@@ -267,7 +267,7 @@ def run(ctx: JobContext) -> None:
     finally:
         cluster.close()
     _report_partitions(ctx, tps, ranges, lag_end)
-    rows = snapshot_groups(ctx.config.root, positions, ctx.now_ms, ctx.options)
+    rows = snapshot_groups(ctx.store, positions, ctx.now_ms)
     ctx.report.results["group_offsets"] = rows
     ctx.report.summary.append(f"archive: {plural(rows, 'committed offset')} of "
                               f"{plural(len({p.group for p in positions}), 'consumer group')} snapshotted")

@@ -28,7 +28,6 @@ from engine.ops.read import IsolationLevel
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from kernel.errors import KlakeError
 from kernel.names import validate_topic
-from layouts.store import check_access
 
 
 def topic_id_argument(text: str) -> tuple[str, str]:
@@ -63,14 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ctx: JobContext) -> None:
     args = ctx.args
     output = check_output(args.output, ctx.config.root, ctx.config.catalog_uri)
-    check_access(output, ctx.options, write=True)
+    destination = ctx.store.at(output)
+    destination.check_access(write=True)
     rng = ExportRange(args.from_offset, args.to_offset, args.from_ms, args.to_ms, args.isolation_level)
     tps = ctx.selected_partitions()
     for topic in sorted({tp.topic for tp in tps}):  # bad input: exit 2 before any work
         check_times(rng, ctx.topic_config(topic), f"topic {topic}")
-    prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(args.topic_ids), options=ctx.options)
+    prepare = partial(prepare_export, source=ctx.store, output=destination, rng=rng, topic_ids=dict(args.topic_ids))
     report = report_of(output, ctx.run_partitions(tps, prepare))
-    report.checkpoints_written = write_checkpoints(output, report.partitions, ctx.options)
+    report.checkpoints_written = write_checkpoints(destination, report.partitions)
     exported = [p for p in report.partitions if p.log_end_offset is not None]
     ctx.report.results["export"] = {"output": output, "partitions": len(exported),
                                     "segments": sum(len(p.segments) for p in exported),

@@ -168,7 +168,7 @@ def test_a_lookup_reads_the_manifest_and_the_chunks_holding_its_answer(
         item = range_read.WorkItem(row, None, row.size_bytes, range_read.ReadRange(from_offset=target,
                                                                                     to_offset=target + 1, floor=0))
         with metered() as meter:
-            (batch,) = list(range_read.read_item(item, backend.options))
+            (batch,) = list(range_read.read_item(item, backend.store()))
         assert batch.column("offset").to_pylist() == [target]
         reads = list(bucket_reads)
         stem = row.log_key.removeprefix("aiven+").removeprefix("file://").removesuffix(".log")
