@@ -49,6 +49,7 @@ from typing import Any
 from engine.log.topic_config import TopicConfig
 from engine.ops.groups_table import GroupOffset, snapshot_groups
 from jobs import append
+from jobs.ingest.source import InputSettings
 from jobs.runtime.config import TopicSettings
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from jobs.runtime.report import plural
@@ -255,13 +256,13 @@ def run(ctx: JobContext) -> None:
         if todo:
             view = f"klake_archive_{uuid.uuid4().hex[:12]}"
             _kafka_frame(ctx, options, todo).createOrReplaceTempView(view)
-            job_id = args.job_id or archive_job_id(args.bootstrap_servers, {tp: r[0] for tp, r in todo.items()})
-            ctx.job_id = ctx.report.job_id = job_id
-            vars(args).update(input=None, table=view, format="kafka", input_options=[], rejects=None,
-                              keep_offsets=True, job_id=job_id, topics=sorted(counts),
-                              input_topics=sorted({tp.topic for tp in todo}), input_by_partition=True,
-                              partition_ids=sorted({tp.partition for tp in todo}) if args.partition_ids else [])
-            append.run(ctx)
+            ctx.job_id = ctx.report.job_id = args.job_id or archive_job_id(
+                args.bootstrap_servers, {tp: r[0] for tp, r in todo.items()})
+            append.append_input(ctx, InputSettings(
+                input=None, table=view, format="kafka", input_options=(), topics=tuple(sorted(counts)),
+                partition_ids=tuple(sorted({tp.partition for tp in todo})) if args.partition_ids else (),
+                keep_offsets=True, rejects=None, known_topics=tuple(sorted({tp.topic for tp in todo})),
+                by_partition=True))
         lag_end = cluster.offsets(tps)[1]
         positions = cluster.group_offsets(set(counts))
     finally:
