@@ -142,7 +142,8 @@ def _read_input(ctx: JobContext, settings: InputSettings) -> tuple[DataFrame, li
         files = df.inputFiles()
     sink = [f for f in df.schema.fields if f.name in INPUT_COLUMNS]
     try:
-        schema = to_arrow_schema(StructType(sink))
+        # a TimestampType column is an instant; Arrow's type needs a zone to name (any: the epoch is the same)
+        schema = to_arrow_schema(StructType(sink), timezone="UTC")
     except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
         raise KlakeError(f"input {settings.input or settings.table}: {exc}") from None
     check_input_schema(schema, settings.where)
