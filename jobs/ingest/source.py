@@ -248,8 +248,13 @@ def with_file_rank(df: DataFrame, order: Sequence[str]) -> DataFrame:
     """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int per row
     instead of a path (issue 14), turned back into the path only for a rejected record or a sticky run's
     seed. Looked up in the JVM (a broadcast join on `_file` as it is: the table has both spellings of a
-    file, so no row's path is rewritten); a file not in `order` fails the job naming it."""
+    file, so no row's path is rewritten); a file not in `order` fails the job naming it. A table's rows
+    (`--table`, the archive's Kafka source: one "file", `""`) all have rank 0, without a join: the join's
+    broadcast job and its per-row probe and copy would cost the archive's benchmark (issue 30) for nothing."""
     from pyspark.sql import functions as F
+
+    if list(order) == [""]:
+        return df.withColumn("_rank", F.lit(0)).drop("_file")
 
     spellings = [(rank, spelling) for rank, name in enumerate(order)
                  for spelling in dict.fromkeys([name, re.sub(_NO_AUTHORITY, r"\1:///", name)])]
