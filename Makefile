@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark bench-kafka dist clean crash-sweep cluster-test
+.PHONY: demo test lint bench bench-spark bench-kafka bench-archive dist clean crash-sweep cluster-test
 
 $(STAMP): pyproject.toml constraints.txt setup.py engine/format/_codec.pyx
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -57,6 +57,11 @@ bench-spark: $(STAMP)
 bench-kafka: $(STAMP)
 	$(VENV)/bin/python tests/oracles/fetch_jvm.py kafka spark-kafka
 	$(VENV)/bin/python benchmarks/kafka_bench.py
+
+# `klake archive` of a live topic (>= 1 GiB) beside Spark's Kafka source writing it as Parquet (issue 30).
+bench-archive: $(STAMP)
+	$(VENV)/bin/python tests/oracles/fetch_jvm.py kafka spark-kafka
+	$(VENV)/bin/python benchmarks/archive_bench.py
 
 # What a cluster needs: the wheel (pip install it, with its pinned dependencies, into the executors'
 # Python) or, where the dependencies are already there, the code alone for `spark-submit --py-files`.

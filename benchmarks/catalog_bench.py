@@ -29,6 +29,7 @@ from engine.catalog.schema import CATALOG_SCHEMA, EXTERNAL_COLUMN, KEY_COLUMNS, 
 from engine.log.topic_config import KAFKA_MIN_TIMESTAMP
 from engine.ops.catalog_table import Catalog, default_root
 from layouts.root_keys import external, stored_keys
+from layouts.store.bound import Store
 
 SEGMENT_MS = 60_000
 EPOCH_MS = 1_700_000_000_000
@@ -69,7 +70,7 @@ def synthetic_slice(start_seq: int, count: int, partitions: list[tuple[str, int]
 def build(uri: str, rows: int, topics: int, partitions: int, commits: int, root: str = "s3://bucket/root") -> int:
     """Create the catalog and load `rows` rows (keys under `root`) in `commits` commits without automatic
     checkpoints."""
-    Catalog.create(uri)
+    Catalog.create(Store(uri))
     tps = [(f"topic-{t:03d}", p) for t in range(topics) for p in range(partitions)]
     per_partition = rows // len(tps)
     per_commit = max(1, per_partition // commits)
@@ -103,9 +104,9 @@ def measure(uri: str, label: str, window: tuple[int, int], repeat: int) -> None:
     frm, to = window
 
     def cold() -> int:
-        return Catalog.open(uri).segments(from_ms=frm, to_ms=to, min_timestamp=KAFKA_MIN_TIMESTAMP).num_rows
+        return Catalog.open(Store(uri)).segments(from_ms=frm, to_ms=to, min_timestamp=KAFKA_MIN_TIMESTAMP).num_rows
 
-    handle = Catalog.open(uri)
+    handle = Catalog.open(Store(uri))
 
     def warm() -> int:
         return handle.segments(from_ms=frm, to_ms=to, min_timestamp=KAFKA_MIN_TIMESTAMP).num_rows
@@ -139,7 +140,7 @@ def main() -> None:
     shutil.rmtree(uri, ignore_errors=True)
     start = time.perf_counter()
     per_partition = build(uri, args.rows, args.topics, args.partitions, args.commits)
-    catalog = Catalog.open(uri)
+    catalog = Catalog.open(Store(uri))
     total = catalog.all_rows().num_rows
     print(f"catalog: {total} rows, {args.topics} topics x {args.partitions} partitions x {per_partition} segments, "
           f"{catalog.version() + 1} versions, built in {time.perf_counter() - start:.1f} s")

@@ -47,6 +47,7 @@ from engine.log.roll_plan import plan_roll  # noqa: E402
 from engine.log.topic_config import TopicConfig  # noqa: E402
 from engine.ops.catalog_table import Catalog  # noqa: E402
 from layouts.object_layout import new_segment_id  # noqa: E402
+from layouts.store.bound import Store
 
 HOUR_MS = 3_600_000
 
@@ -86,7 +87,7 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path) ->
     catalog_uri, root = workdir / "catalog", workdir / "root"
     started = time.perf_counter()
     per_partition = build(str(catalog_uri), rows, topics, partitions, commits)
-    catalog = Catalog.open(str(catalog_uri))
+    catalog = Catalog.open(Store(str(catalog_uri)))
     activated = activate_last_segments(catalog)
     built_s = time.perf_counter() - started
     now = EPOCH_MS + per_partition * SEGMENT_MS

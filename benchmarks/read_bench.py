@@ -45,6 +45,7 @@ from jobs.runtime.config import load_config  # noqa: E402
 from jobs.runtime.job_runner import main  # noqa: E402
 from jobs.runtime.spark_session import spark_session  # noqa: E402
 from layouts.store import read_bytes  # noqa: E402
+from layouts.store.bound import Store
 
 HOUR_MS = 3_600_000
 PRE_CODEC_MB_PER_S = 22.0  # the full scan before the compiled codec (benchmarks/history/2026-11-results-diary.md, 2026-11-22: 316 MB in 13.6 s)
@@ -165,7 +166,7 @@ def _decoder_alone(conf: Path) -> tuple[float, int]:
     """klake's decoder alone, in this one process, over the same segment files: read, frame, check
     the CRCs and decode to Arrow (the reference the full scan's throughput is held against)."""
     config = load_config(conf)
-    rows = table_to_rows(Catalog.open(config.catalog_uri, config.storage).segments(topic="bench"))
+    rows = table_to_rows(Catalog.open(Store(config.catalog_uri, config.storage)).segments(topic="bench"))
     started = time.perf_counter()
     records = 0
     for row in rows:

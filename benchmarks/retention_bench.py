@@ -45,6 +45,7 @@ from catalog_bench import EPOCH_MS, SEGMENT_MS, add_catalog_shape, build  # noqa
 from engine.log.retention import plan_retention  # noqa: E402
 from engine.log.topic_config import TopicConfig  # noqa: E402
 from engine.ops.catalog_table import Catalog  # noqa: E402
+from layouts.store.bound import Store
 
 TARGETS = {"wall_s": 10.0, "driver_rss_mb": 1024.0, "report_mb": 10.0, "plan_s": 1.0}
 PROJECT = Path(__file__).resolve().parent.parent
@@ -90,7 +91,7 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path, re
     started = time.perf_counter()
     per_partition = build(str(catalog_uri), rows, topics, partitions, commits,
                           **({"root": str(root)} if real else {}))
-    catalog = Catalog.open(str(catalog_uri))
+    catalog = Catalog.open(Store(str(catalog_uri)))
     built_s = time.perf_counter() - started
     retention_ms = per_partition // 2 * SEGMENT_MS
     now = EPOCH_MS + per_partition * SEGMENT_MS
@@ -136,7 +137,7 @@ def run(rows: int, commits: int, topics: int, partitions: int, workdir: Path, re
         doomed = set(doomed_ids.to_pylist())
         kept = live.filter(pc.invert(pc.is_in(live["segment_id"], value_set=doomed_ids)))
         present = {str(p) for p in root.glob("topic-*/*") if p.is_file()}  # segment objects, not leases
-        after = Catalog.open(str(catalog_uri)).segments()
+        after = Catalog.open(Store(str(catalog_uri))).segments()
         checks |= {
             "report: deleted half": data["results"]["segments_deleted"] == total // 2,
             "objects of the old half gone, the rest there": present == {

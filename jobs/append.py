@@ -22,7 +22,9 @@ Input: any source Spark reads (`--format parquet|json|csv|orc|delta...` with `--
   rows in input order and streams them through the engine in chunks of `buffer_bytes`, uploading
   each segment as it closes: a task's memory is a chunk plus one open segment, whatever the partition's
   size (a chunk boundary ends a batch, as a produce request does). The staged rows are deleted when
-  the attempt ends (scrub removes those of a killed one).
+  the attempt ends (scrub removes those of a killed one). Input whose splits are each one whole partition
+  in order (the archive's Kafka source, `AppendInput.by_partition`) is appended by its input tasks
+  directly, nothing staged.
 - `--dry-run` writes nothing (no staged rows, segment, lease, rejects file or commit): it reads and
   appends in memory, so every record is checked and every segment encoded, and says what it would
   append and reject; its staged rows travel through the driver, so size the driver for the input.
@@ -51,13 +53,14 @@ import sys
 import uuid
 from collections.abc import Sequence
 
+from engine.errors import KlakeError
 from engine.names import TopicPartition
 from engine.ops.append import PartitionAppendOutcome
 from engine.ops.append_staging import order_pieces
 from engine.ops.lease import leased_partitions
 from engine.ops.rejects import drop_partition_rejects, rejects_dir
 from engine.ops.run import JobRun, PartitionInput, PartitionResult
-from jobs.ingest.append_task import AppendTasks, partition_results, tally
+from jobs.ingest.append_task import RESULT, RESULT_SCHEMA, AppendTasks, partition_results, tally
 from jobs.ingest.assign import tp_names
 from jobs.ingest.source import input_job_id, is_dir, open_input
 from jobs.ingest.stage import STAGE_FLUSH_BYTES, Stager, append_tasks, buffer_bytes, stage_input
@@ -105,6 +108,8 @@ def run(ctx: JobContext) -> None:
     rows: list[dict] = []
 
     def execute(items: Sequence[PartitionInput[None]]) -> list[PartitionResult[PartitionAppendOutcome]]:
+        if source.by_partition:
+            return append_by_partition(items)
         prefix = None if ctx.dry_run else join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
         stager = Stager(counts, ctx.config.jobs.sticky_batch_bytes, source.order,
                         frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.options,
@@ -122,6 +127,20 @@ def run(ctx: JobContext) -> None:
                 delete_tree(prefix, ctx.options)
         return counted_on_the_driver(partition_results(rows))
 
+    def append_by_partition(items: Sequence[PartitionInput[None]]) -> list[PartitionResult[PartitionAppendOutcome]]:
+        """Input whose splits are each one partition's records (`AppendInput.by_partition`): each input task
+        appends its split, nothing staged; two tasks appending one partition fail the run before its commit."""
+        assert source.df is not None
+        task = AppendTasks(names, {item.tp: item for item in items}, frozenset(tps), counts, where, source.order,
+                           ctx.options, prepare_kwargs)
+        frame = source.df.mapInArrow(task.over_input, RESULT_SCHEMA)
+        rows.extend(run_with_progress(ctx.spark, lambda: frame.toArrow().to_pylist(), len(items), ctx.progress()))
+        appended = [(row["topic"], row["partition"]) for row in rows if row["kind"] == RESULT]
+        if len(appended) != len(set(appended)):
+            raise KlakeError(f"input {ctx.args.table or ctx.args.input}: a partition's records came in several "
+                             "input splits")
+        return counted_on_the_driver(partition_results(rows))
+
     run_ = ctx.run_partitions_with(tps, execute, ledger_idle=True)
     _drop_uncommitted_rejects(ctx, run_, where)
     _report(ctx, run_, rows, where)
@@ -133,7 +152,7 @@ def _appended_already(ctx: JobContext, tps: Sequence[TopicPartition]) -> bool:
     goes on, and finishes the others)."""
     if not tps or not ctx.catalogued_partitions() or ctx.catalog.committed_partitions(ctx.job_id, tps) != set(tps):
         return False
-    if leased_partitions(ctx.config.root, tps, ctx.options):  # an attempt killed after its commit left its
+    if leased_partitions(ctx.store, tps):  # an attempt killed after its commit left its
         return False  # leases: the partitions' run takes them over and releases them, as every re-run does
     ctx.report.results.update({"records_appended": 0, "already_committed": True}
                               | ({"records_to_append": 0} if ctx.dry_run else {}))

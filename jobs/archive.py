@@ -6,7 +6,10 @@
   at the start of the run (or the first offset at `--until`); a partition klake does not hold yet starts at
   `--from` (`earliest`, the default, or the first offset at a time). Records are appended by `append` keeping
   their offsets, timestamps, timestamp types, keys, values and headers (`engine.log.kept_offsets`), so an
-  offset means the same record in the archive and in the cluster.
+  offset means the same record in the archive and in the cluster. Each partition is appended by the Spark
+  task that reads it from the cluster (one task per partition, as Spark's Kafka source splits): nothing is
+  staged, so the archive costs about what the Kafka source's own write to Parquet does (issue 30's benchmark,
+  `benchmarks/archive_bench.py`).
 - A topic new to klake is declared with the cluster's partition count and the topic configs the cluster
   reports (Admin DescribeConfigs; those klake knows), unless the config file declares it.
 - `read_committed` by default: a consumer's records carry no producer id, transactional flag or control
@@ -256,6 +259,7 @@ def run(ctx: JobContext) -> None:
             ctx.job_id = ctx.report.job_id = job_id
             vars(args).update(input=None, table=view, format="kafka", input_options=[], rejects=None,
                               keep_offsets=True, job_id=job_id, topics=sorted(counts),
+                              input_topics=sorted({tp.topic for tp in todo}), input_by_partition=True,
                               partition_ids=sorted({tp.partition for tp in todo}) if args.partition_ids else [])
             append.run(ctx)
         lag_end = cluster.offsets(tps)[1]

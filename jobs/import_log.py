@@ -7,7 +7,8 @@ out and re-runs, where a partial import would leave them to be forgotten).
 
 `--layout kafka-rsm` reads a tiered-storage bucket of Kafka's `LocalTieredStorage` instead (`engine.ops.tiered`):
 the uploads are catalogued in place, read-only, in a root outside the bucket; duplicate uploads of a start
-offset are set aside and listed.
+offset are set aside and listed. `--layout aiven` reads a bucket of Aiven's tiered-storage plugin the same
+way, through each upload's manifest (`engine.ops.tiered`).
 
     spark-submit jobs/import_log.py /mnt/kafka-data --copy --conf conf/s3.example.yaml --report out/import.json
 """
@@ -23,19 +24,20 @@ from engine.ops.importer import (
     default_import_job_id,
     import_log_dir,
 )
-from engine.ops.tiered import KAFKA_RSM_SOURCE, check_outside
+from engine.ops.tiered import AIVEN_SOURCE, KAFKA_RSM_SOURCE, check_outside
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from layouts.store import normalize_uri
 
-LAYOUTS = {layout.name: layout for layout in (KAFKA_SOURCE, KAFKA_RSM_SOURCE)}
+LAYOUTS = {layout.name: layout for layout in (KAFKA_SOURCE, KAFKA_RSM_SOURCE, AIVEN_SOURCE)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SRC", help="log dir holding <topic>-<partition> directories (path or s3://)")
     parser.add_argument("--copy", action="store_true", help="copy segments into the object layout under the root")
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="kafka",
-                        help="kafka: a broker's log dir (default); kafka-rsm: a tiered-storage bucket of Kafka's "
-                             "LocalTieredStorage, {topic}-{partition}-{topicId}/{offset}-{uuid}.log, read in place")
+                        help="kafka: a broker's log dir (default); kafka-rsm: Kafka's LocalTieredStorage bucket; "
+                             "aiven: Aiven's tiered-storage bucket with its key.prefix (key ring: "
+                             "KLAKE_AIVEN_KEY_RING). Buckets are read in place")
     parser.add_argument("--index-interval-bytes", type=int,
                         help="index.interval.bytes for rebuilt indexes (default jobs.index_interval_bytes, 4096)")
 
@@ -46,7 +48,7 @@ def run(ctx: JobContext) -> None:
         ctx.job_id = ctx.report.job_id = default_import_job_id(normalize_uri(ctx.args.source), ctx.config.root,
                                                                ctx.args.copy)
     layout = LAYOUTS[ctx.args.layout]
-    if layout is KAFKA_RSM_SOURCE:
+    if layout is not KAFKA_SOURCE:
         check_outside(ctx.args.source, ctx.config.root, ctx.config.catalog_uri)
     log_dir = layout.scan(ctx.args.source, ctx.options)  # bad input fails before the catalog is created
     log_starts = layout.log_start_offsets(ctx.args.source, ctx.options)
@@ -75,6 +77,8 @@ def import_summary(report: ImportReport) -> list[str]:
         lines.append(f"  {part.topic}-{part.partition}: {summary}")
         for uri, why in sorted(part.set_aside.items()):
             lines.append(f"    set aside {uri}: {why}")
+        for uri in part.forgotten:
+            lines.append(f"    forgotten {uri}: gone from the bucket (the broker's remote retention)")
         for s in part.segments:
             if s.sidecars == "rebuilt":
                 lines.append(f"    rebuilt indexes of {s.source}: {'; '.join(s.sidecar_problems)}")

@@ -75,10 +75,10 @@ from engine.ops.read import (
 from engine.ops.topic_store import load_topic_config
 from engine.times import EPOCH, InvalidTimeError, parse_time
 from jobs.klake_stream import KlakeStreamReader, records
-from jobs.read import KAFKA_SCHEMA
 from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
-from jobs.source_options import include_headers, parse_options
+from jobs.source_options import KAFKA_SCHEMA, include_headers, parse_options
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 NAME = "klake"
 _NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
@@ -198,10 +198,10 @@ class KlakeReader(DataSourceReader):
         self.storage = _with_endpoint(storage or StorageOptions.from_env(), self.source.endpoint)
         topics = self.source.subscription.fixed_topics
         if topics is None:
-            catalog = Catalog.open(self.source.catalog, self.storage)
+            catalog = Catalog.open(Store(self.source.catalog, self.storage))
             listed = ((tp.topic, tp.partition) for tp in catalog.partitions())
             topics = tuple(sorted({t for t, _ in self.source.subscription.select(listed)}))
-        self.configs = {t: load_topic_config(self.source.root, t, self.storage) for t in topics}
+        self.configs = {t: load_topic_config(Store(self.source.root, self.storage), t) for t in topics}
         floor = max((min_timestamp(c) for c in self.configs.values()), default=KAFKA_MIN_TIMESTAMP)
         self.range = ReadRange(self._time("startingtimestamp") if self.legacy else None, self._time("endingtimestamp"),
                                self._int("startingoffset"), self._int("endingoffset"), floor=floor)
@@ -259,7 +259,7 @@ class KlakeReader(DataSourceReader):
         """Kafka's offsets per partition (start: `startingOffsets`/`startingTimestamp`/`startingOffsetsByTimestamp`,
         or earliest with `topic`; end: `endingOffsets`, default latest) with the data-loss rule, then only the
         partitions and topics the filters keep, within `self.range`."""
-        catalog = Catalog.open(self.source.catalog, self.storage)
+        catalog = Catalog.open(Store(self.source.catalog, self.storage))
         extents = archive_extents(catalog, self.source, self.storage, self.configs)
         start = ({tp: e.log_start for tp, e in extents.items()} if self.legacy
                  else starting_offsets(catalog, self.source, self.storage, dict(self.configs)))
@@ -267,7 +267,7 @@ class KlakeReader(DataSourceReader):
         tests = list(self.partition_tests)
         kept = {tp: r for tp, r in ranges.items() if (self.topics is None or tp[0] in self.topics)
                 and all(_partition_ok(tp[1], op, v) for op, v in tests)}
-        configs = {t: self.configs.get(t) or load_topic_config(self.source.root, t, self.storage) for t, _ in kept}
+        configs = {t: self.configs.get(t) or load_topic_config(Store(self.source.root, self.storage), t) for t, _ in kept}
         items = plan_ranges(catalog, kept, self.storage, configs, self.split_bytes, self.source.isolation_level,
                             narrow=self.range)
         return [KlakeInputPartition(pack) for pack in pack_items(items, self.pack_bytes, os.cpu_count() or 1)]

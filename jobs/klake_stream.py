@@ -15,12 +15,20 @@ batch ended and an idempotent or transactional sink (Delta) receives each record
 up to them, in batches of `maxOffsetsPerTrigger` if set. How offsets are found, the data-loss rule and the
 planning are `jobs.source_offsets`'; options `jobs.source_options`'; the rows `engine.ops.read.read_item`'s, as
 the batch source's.
+
+Progress: each batch's `sources[].latestOffset` is the archive's latest offsets (`reportLatestOffset`, as Spark's
+Kafka source). Spark's Kafka source also puts `minOffsetsBehindLatest`, `maxOffsetsBehindLatest` and
+`avgOffsetsBehindLatest` in `sources[].metrics` (`ReportsSourceMetrics.metrics`); Spark 4.2's Python streaming
+API has no such hook (its source runner serves initial/latest/reported offsets, partitions, commit and
+AvailableNow, nothing else; `PythonMicroBatchStream` does not implement `ReportsSourceMetrics`), so the metrics of
+a Python source stay empty. `offsets_behind_latest` gives the same three figures from a progress's source entry.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -40,6 +48,7 @@ from jobs.source_offsets import (
     PartitionExtent,
     TopicPartition,
     archive_extents,
+    behind_latest,
     checked_ranges,
     from_json,
     plan_ranges,
@@ -49,6 +58,7 @@ from jobs.source_offsets import (
 )
 from jobs.source_options import SourceOptions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 
 class KlakeStreamPartition(InputPartition):
@@ -60,20 +70,23 @@ class KlakeStreamPartition(InputPartition):
 
 class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark calls it on the driver (offsets, planning) and pickles it to the tasks (`read`): it keeps only
-    options, storage settings and the AvailableNow target, and opens the catalog per call."""
+    options, storage settings, the AvailableNow target and the latest offsets its last `latestOffset` found
+    (reported without a second look at the archive: under read_committed that look scans batch headers), and
+    opens the catalog per call."""
 
     def __init__(self, options: SourceOptions, storage: StorageOptions) -> None:
         self.options = options
         self.storage = storage
         self.target: Offsets | None = None
+        self.latest: Offsets | None = None
         self.configs: dict[str, TopicConfig] = {}
 
     def _catalog(self) -> Catalog:
-        return Catalog.open(self.options.catalog, self.storage)
+        return Catalog.open(Store(self.options.catalog, self.storage))
 
     def _config(self, topic: str) -> TopicConfig:
         if topic not in self.configs:
-            self.configs[topic] = load_topic_config(self.options.root, topic, self.storage)
+            self.configs[topic] = load_topic_config(Store(self.options.root, self.storage), topic)
         return self.configs[topic]
 
     def _latest(self) -> tuple[Offsets, dict[TopicPartition, PartitionExtent]]:
@@ -92,13 +105,15 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802 - Spark's name
         latest, extents = self._latest()
+        self.latest = latest
         until = latest if self.target is None else {tp: min(o, latest.get(tp, o)) for tp, o in self.target.items()}
         if isinstance(limit, ReadMaxRows):
             until = rate_limit(from_json(start), until, extents, limit.max_rows)
         return to_json(until)
 
     def reportLatestOffset(self) -> dict:  # noqa: N802 - Spark's name
-        return to_json(self._latest()[0])
+        """The latest offsets `latestOffset` found for this batch (Spark asks right after it)."""
+        return to_json(self._latest()[0] if self.latest is None else self.latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         catalog = self._catalog()
@@ -124,3 +139,17 @@ def records(items: Sequence[WorkItem], storage: StorageOptions | None, include_h
     for item in items:
         for batch in read_item(item, storage):
             yield batch if include_headers else batch.drop_columns(["headers"])
+
+
+def offsets_behind_latest(source: Mapping[str, object]) -> dict[str, str]:
+    """Spark's Kafka source's progress metrics for one entry of a query progress's `sources` (a
+    `StreamingQueryProgress.sources` item, or its JSON): how far the batch's end offsets are behind the
+    reported latest offsets (`jobs.source_offsets.behind_latest`); empty before the first batch, as Kafka's."""
+    def offsets(name: str) -> dict | None:
+        value = source.get(name)
+        return json.loads(value) if isinstance(value, str) else value  # type: ignore[return-value]
+
+    consumed, latest = offsets("endOffset"), offsets("latestOffset")
+    if not consumed or not latest:
+        return {}
+    return behind_latest(from_json(consumed), from_json(latest))

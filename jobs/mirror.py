@@ -30,6 +30,7 @@ from engine.ops.tiered import refuse_broker_owned
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 from layouts.store import check_access, join, normalize_uri
+from layouts.store.bound import Store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +45,7 @@ def run(ctx: JobContext) -> None:
     check_access(source, ctx.options)
     catalog_uri = normalize_uri(ctx.args.source_catalog or join(source, "_catalog"))
     try:
-        source_catalog = Catalog.open(catalog_uri, ctx.options)
+        source_catalog = Catalog.open(Store(catalog_uri, ctx.options))
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {catalog_uri}: is {source} a klake root?") from None
     tps = source_partitions(source_catalog, ctx.args.topics, ctx.args.partition_ids)

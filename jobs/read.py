@@ -70,14 +70,14 @@ from engine.ops.topic_store import load_topic_config
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
 from jobs.runtime.spark_session import run_with_progress
+from jobs.source_options import KAFKA_SCHEMA
 from layouts.metering import Meter, add_counted, metered
 from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
+from layouts.store.bound import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-                "timestampType int, headers array<struct<key:string,value:binary>>")
 OUTPUT_FORMATS = ("parquet", "json")
 
 
@@ -199,12 +199,12 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
                  isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> DataFrame:
     """The topic's records in range as a DataFrame with `KAFKA_SCHEMA` (see the module docstring)."""
     try:
-        catalog = Catalog.open(config.catalog_uri, config.storage)
+        catalog = Catalog.open(Store(config.catalog_uri, config.storage))
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {config.catalog_uri}") from None
     chosen = None if partitions is None else set(partitions).__contains__
     interval = config.jobs.index_interval_bytes
-    floor = min_timestamp(load_topic_config(config.root, topic, config.storage))
+    floor = min_timestamp(load_topic_config(Store(config.root, config.storage), topic))
     plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset,
                                                floor=floor), config.storage,
                      chosen, split_bytes, interval, isolation)

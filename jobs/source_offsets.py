@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.errors import ConfigError, KlakeError
@@ -29,6 +30,7 @@ from engine.ops.stored_segment import stored_segment
 from engine.ops.topic_store import load_topic_config
 from jobs.source_options import EARLIEST, LATEST, SourceOptions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,27 @@ def rate_limit(start: Offsets, until: Offsets, extents: Mapping[TopicPartition, 
     return out
 
 
+def behind_latest(consumed: Offsets, latest: Offsets) -> dict[str, str]:
+    """`minOffsetsBehindLatest`, `maxOffsetsBehindLatest`, `avgOffsetsBehindLatest` as Spark's Kafka source
+    reports them (`KafkaMicroBatchStream.metrics`): over the partitions of the latest offsets, latest minus
+    consumed (a partition not consumed yet counts from 0); strings as Scala prints a Long and a Double."""
+    behind = [end - consumed.get(tp, 0) for tp, end in latest.items()]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": str(min(behind)), "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": _java_double(sum(behind) / len(behind))}
+
+
+def _java_double(value: float) -> str:
+    """`value` as Java's `Double.toString` writes it: the shortest digits that read back to it, plain from 1e-3
+    to 1e7 ("12.5", "3.0"), else in computerized scientific notation ("1.25E7")."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    sign, digits, exponent = Decimal(repr(float(value))).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
+
+
 def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,
                     configs: dict[str, TopicConfig], *, readable_end: bool = True
                     ) -> dict[TopicPartition, PartitionExtent]:
@@ -94,7 +117,7 @@ def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOp
 def _topic_config(configs: dict[str, TopicConfig], options: SourceOptions, topic: str,
                   storage: StorageOptions | None) -> TopicConfig:
     if topic not in configs:
-        configs[topic] = load_topic_config(options.root, topic, storage)
+        configs[topic] = load_topic_config(Store(options.root, storage), topic)
     return configs[topic]
 
 

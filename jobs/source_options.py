@@ -36,6 +36,11 @@ from layouts.store import join, normalize_uri
 
 EARLIEST = -2
 LATEST = -1
+KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
+                "timestampType int, headers array<struct<key:string,value:binary>>")
+"""Spark's Kafka source's columns, the rows of `format("klake")` and of the `read` job. Here, with the options,
+rather than in `jobs.read`: the Python process Spark starts per streaming query imports the source's modules
+before its first offset, and the `read` job's imports (config, job runner) cost it half a second."""
 Mode = Literal["batch", "stream"]
 
 KLAKE_OPTIONS = {"root", "catalog", "endpoint", "splitbytes", "packbytes"}

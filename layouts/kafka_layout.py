@@ -90,6 +90,9 @@ class KafkaPartitionDir:
     """Objects another layout's rules set aside, with why (a tiered-storage bucket's duplicate uploads)."""
     error: str | None = None
     """What stops this partition's import after its segments (a gap between a bucket's uploads)."""
+    present: frozenset[str] | None = None
+    """The `.log` keys, as rows name them, a tiered-storage bucket still holds for this partition (uploads kept
+    or set aside); None where gone segments are not forgotten (a broker's log dir)."""
 
 
 @dataclass

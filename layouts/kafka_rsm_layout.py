@@ -53,11 +53,13 @@ class Upload:
     start_offset: int
     uuid: str
     files: dict[str, ObjectInfo] = field(default_factory=dict)
+    required: tuple[str, ...] = REQUIRED
+    """The suffixes of a complete upload (another plugin's layout has its own)."""
 
     @property
     def missing(self) -> list[str]:
         """The required files this upload lacks (named as their objects would be)."""
-        return [self.name(suffix) for suffix in REQUIRED if suffix not in self.files]
+        return [self.name(suffix) for suffix in self.required if suffix not in self.files]
 
     def name(self, suffix: str) -> str:
         """The object name of one of its files, as the broker writes it."""
@@ -105,7 +107,7 @@ class Choice:
 
 
 def choose_uploads(part: UploadDir, next_offset: Callable[[Upload], int | None]) -> Choice:
-    """Keep one upload per start offset, in offset order: a complete one (`REQUIRED` files present) whose
+    """Keep one upload per start offset, in offset order: a complete one (its `required` files present) whose
     `next_offset` (the offset after its last batch; None: its `.log` does not read whole) is the next start
     offset, or, for the last start offset, the complete one reaching furthest. A single complete upload is
     kept without reading it (the importer reads it anyway and reports what is wrong with it). The others
@@ -184,5 +186,7 @@ def as_log_dir(root: str, parts: list[UploadDir], choices: dict[TopicPartition, 
         log_dir.partitions.append(KafkaPartitionDir(
             tp=part.tp, uri=part.uri, segments=[u.segment_files() for u in choice.kept],
             other_files={KafkaFileKind.UNKNOWN: part.other_files + others, KafkaFileKind.METADATA: extra},
-            set_aside=dict(choice.set_aside)))
+            set_aside=dict(choice.set_aside),
+            present=frozenset(u.files["log"].uri for uploads in part.uploads.values() for u in uploads
+                              if "log" in u.files)))
     return log_dir

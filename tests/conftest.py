@@ -16,11 +16,15 @@ from pathlib import Path
 import pytest
 
 from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
+from layouts.aiven_manifest import KEY_RING_ENV
 from layouts.store import StorageOptions, filesystem, join
+from layouts.store.bound import Store
 from tests.kafka_broker import KafkaBroker, start_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "kafka"
+SESSION_AIVEN_KEY_RING = "aiven-ring"
+"""The directory (under the session's temporary base) whose key ring the shared Spark session's workers read."""
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +51,10 @@ class Backend:
 
     def uri(self, *parts: str) -> str:
         return join(self.base, *parts)
+
+    def store(self, *parts: str) -> Store:
+        """A `Store` bound at `base` (or a key under it) with the backend's options."""
+        return Store(self.uri(*parts) if parts else self.base, self.options)
 
     def upload_tree(self, local_dir: Path, dest: str, skip_suffixes: tuple[str, ...] = (".jsonl", ".jsonl.gz")) -> str:
         """Copy the files of `local_dir` (recursively) under `dest`, leaving out `skip_suffixes`."""
@@ -105,8 +113,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local[2] Spark session for the whole test session (jobs run in-process reuse it)."""
+def spark(tmp_path_factory: pytest.TempPathFactory):
+    """One local[2] Spark session for the whole test session (jobs run in-process reuse it). Its workers get
+    the environment it starts with: an Aiven key ring's path (`SESSION_AIVEN_KEY_RING`), for a test that
+    writes a ring there and reads encrypted uploads in Spark tasks."""
     from jobs.runtime.config import load_config
     from jobs.runtime.spark_session import spark_session
     from tests.oracles import fetch_jvm
@@ -115,6 +125,7 @@ def spark():
     config = load_config(None, ["storage.root=/tmp/klake-unused", "spark.master=local[2]",
                                 "spark.conf.spark.ui.enabled=false", "spark.conf.spark.sql.shuffle.partitions=4",
                                 *([f"spark.conf.spark.jars={','.join(map(str, kafka_source))}"] if kafka_source else [])])
+    os.environ[KEY_RING_ENV] = str(tmp_path_factory.mktemp(SESSION_AIVEN_KEY_RING) / "keyring.properties")
     session = spark_session(config)
     yield session
     session.stop()

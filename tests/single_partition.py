@@ -27,6 +27,7 @@ from engine.ops.retention import RetentionOutcome, RetentionPlanner, prepare_ret
 from engine.ops.run import Prepare, run_partition_job, run_single_partition, serial_execute
 from engine.ops.truncate import TruncateOutcome, prepare_delete_records, prepare_truncation
 from layouts.store import StorageOptions, normalize_uri
+from layouts.store.bound import Store
 
 _WHOLE_LOG = ExportRange()
 
@@ -39,8 +40,7 @@ def append_to_partition(catalog: Catalog, root: str, tp: TopicPartition, records
     root = normalize_uri(root)
     prepare = partial(prepare_append, records=records, root=root, now_ms=now_ms, options=options,
                       append_id=append_id)
-    run = run_single_partition(catalog, root, tp, config, prepare, operation="append", job_id=append_id,
-                               options=options, ledger_idle=True)
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="append", job_id=append_id, ledger_idle=True)
     if tp in run.committed_earlier:
         return PartitionAppendOutcome(tp.topic, tp.partition, append_id, already_committed=True)
     outcome = run.outcome(tp)
@@ -55,8 +55,7 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
     prepare = partial(prepare_compaction, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    run = run_single_partition(catalog, root, tp, config, prepare, operation="compact", job_id=job_id,
-                               options=options, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="compact", job_id=job_id, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome
@@ -70,9 +69,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
     prepare = partial(prepare_retention, root=root, now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    run = run_single_partition(catalog, root, tp, config, prepare, operation="retention", job_id=job_id,
-                               options=options, mutate=not dry_run, planner=RetentionPlanner(now_ms),
-                               allow_external_deletes=allow_external_deletes)
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="retention", job_id=job_id, mutate=not dry_run, planner=RetentionPlanner(now_ms), allow_external_deletes=allow_external_deletes)
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)
@@ -81,8 +78,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
 
 def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare[TruncateOutcome],
                 operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
-    run = run_single_partition(catalog, root, tp, config, prepare, operation=operation, job_id=job_id,
-                               options=options)
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation=operation, job_id=job_id)
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome
@@ -114,8 +110,7 @@ def export_log_dir(catalog: Catalog, root: str, configs: Mapping[TopicPartition,
     Spark tasks through the same `prepare_export`)."""
     output = check_output(output, root, catalog.uri)
     prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(topic_ids or {}), options=options)
-    run = run_partition_job(catalog, root, configs, serial_execute(prepare), operation="export",
-                            job_id="export", options=options, mutate=False, ledger=False)
+    run = run_partition_job(catalog, Store(root, options), configs, serial_execute(prepare), operation="export", job_id="export", mutate=False, ledger=False)
     report = report_of(output, run)
     report.checkpoints_written = write_checkpoints(output, report.partitions, options)
     return report

@@ -106,3 +106,12 @@ def test_kafka_bench_runs_in_smoke_size() -> None:
     assert re.search(r"^read, counted: klake [\d.]+ MB/s vs Spark's Kafka source [\d.]+ MB/s", out, re.M), out
     assert re.search(r"^ingest: klake append [\d.]+ s vs kafka-clients producer", out, re.M), out
     assert re.search(r"^compaction: klake compact \(local\[1\]\) [\d.]+ MB/s vs the broker's LogCleaner", out, re.M), out
+
+
+def test_archive_bench_runs_in_smoke_size() -> None:
+    """A real broker filled by kafka-clients' producer, Spark's Kafka source to Parquet and `klake archive` of the
+    same topic; the script checks the Parquet row count and the archive against the broker's end offsets."""
+    fetch_jvm.require("kafka")
+    fetch_jvm.require("spark-kafka")
+    out = _bench("archive_bench.py", "--mb", "2", "--partitions", "2", "--rounds", "1", timeout=1200)
+    assert re.search(r"^archive: klake [\d.]+ MB/s \([\d.]+ s\) vs Spark's Kafka source to Parquet", out, re.M), out

@@ -69,6 +69,9 @@ class Layout(StrEnum):
     KAFKA_RSM = "kafka-rsm"
     """A segment a broker's tiered storage uploaded (KIP-405), read in place: the broker owns it, so no job
     changes its partition (`engine.ops.tiered`)."""
+    AIVEN = "aiven"
+    """An upload of Aiven's tiered-storage plugin, read in place through its manifest's chunk index (`aiven+`
+    keys, `layouts.store.aiven_file_io`); broker-owned like `KAFKA_RSM`."""
 
 
 CATALOG_SCHEMA = pa.schema([

@@ -30,7 +30,7 @@ import pyarrow as pa
 from engine.catalog.schema import EXTERNAL_COLUMN, KEY_COLUMNS, Layout
 from layouts.object_layout import batch_index_key
 from layouts.root_keys import external, stored_keys, within_root
-from layouts.store import StorageOptions, list_objects, normalize_uri
+from layouts.store.bound import Store
 
 MIGRATION_COLUMNS = ("topic", "partition", "segment_id", "layout", *KEY_COLUMNS, "size_bytes", "index_size_bytes",
                      "timeindex_size_bytes", "batchindex_size_bytes")
@@ -54,14 +54,14 @@ def earlier_roots(legacy: pa.Table, root: str) -> set[str]:
 class _Listing:
     """The objects of the directories asked about, each listed once: URI -> size."""
 
-    def __init__(self, options: StorageOptions | None) -> None:
-        self.options, self.sizes, self.listed = options, {}, set()
+    def __init__(self, store: Store) -> None:
+        self.store, self.sizes, self.listed = store, {}, set()
 
     def size(self, uri: str) -> int | None:
         directory = uri.rsplit("/", 1)[0]
         if directory not in self.listed:
             self.listed.add(directory)
-            self.sizes.update((info.uri, info.size) for info in list_objects(directory, self.options))
+            self.sizes.update((info.uri, info.size) for info in self.store.list_objects(directory))
         return self.sizes.get(uri)
 
 
@@ -77,11 +77,11 @@ def _re_anchored(uri: str, size: int | None, roots: set[str], root: str, listing
     return uri
 
 
-def migrated_keys(legacy: pa.Table, root: str, options: StorageOptions | None) -> pa.Table:
+def migrated_keys(legacy: pa.Table, store: Store) -> pa.Table:
     """For legacy rows (`MIGRATION_COLUMNS`, keys as stored: absolute), their reference, the keys to store
-    (module docstring) and `external`."""
-    root = normalize_uri(root)
-    roots, listing = earlier_roots(legacy, root), _Listing(options)
+    (module docstring) and `external`, relative to `store`'s root."""
+    root = store.root
+    roots, listing = earlier_roots(legacy, root), _Listing(store)
     batch_sizes = legacy["batchindex_size_bytes"].to_pylist()
     columns = {}
     for column in KEY_COLUMNS:

@@ -55,6 +55,7 @@ from engine.names import TopicPartition, validate_partition, validate_topic
 from engine.ops.catalog_keys import MIGRATION_COLUMNS, migrated_keys
 from layouts.root_keys import external, resolved_keys, stored_keys
 from layouts.store import StorageOptions, is_s3, normalize_uri
+from layouts.store.bound import Store
 
 JOB_LEDGER_RETENTION_DAYS = 30
 """How long the job ledger remembers that a job id finished a partition: a re-run within this window
@@ -157,14 +158,13 @@ class _CommittedRows:
 
 class Catalog:
     """A handle on the catalog table. Not shared between threads: open one per thread or process. `root`: the
-    directory holding it, which its keys are relative to (`default_root`)."""
+    directory holding it, which its keys are relative to (`default_root`); `store`: bound at the table's URI."""
 
-    def __init__(self, table: DeltaTable, uri: str, max_commit_attempts: int = 8,
-                 options: StorageOptions | None = None) -> None:
+    def __init__(self, table: DeltaTable, store: Store, max_commit_attempts: int = 8) -> None:
         self._table = table
-        self.uri = uri
-        self.root = default_root(uri)
-        self.options = options
+        self.store = store
+        self.uri = store.root
+        self.root = default_root(self.uri)
         self.max_commit_attempts = max_commit_attempts
         self._ledgers: dict[str, _KnownLedger] = {}
         self._committed: _CommittedRows | None = None
@@ -173,38 +173,36 @@ class Catalog:
     # --- opening -------------------------------------------------------------------------------
 
     @staticmethod
-    def _storage_options(uri: str, options: StorageOptions | None) -> dict[str, str] | None:
-        if not is_s3(uri):
+    def _storage_options(store: Store) -> dict[str, str] | None:
+        if not is_s3(store.root):
             return None
-        return (options or StorageOptions.from_env()).delta_storage_options()
+        return (store.options or StorageOptions.from_env()).delta_storage_options()
 
     @classmethod
-    def create(cls, uri: str, options: StorageOptions | None = None) -> Catalog:
-        """Create the catalog at `uri` unless it exists (idempotent).
+    def create(cls, store: Store) -> Catalog:
+        """Create the catalog at `store`'s root unless it exists (idempotent).
 
         Creation is a single put-if-absent of log version 0 (no commit retries, which would stack
         a second metadata commit on a racing creator's); losing that race opens the winner's table.
         """
-        uri = normalize_uri(uri)
-        storage_options = cls._storage_options(uri, options)
+        storage_options = cls._storage_options(store)
         try:
-            table = DeltaTable.create(uri, schema=STORED_SCHEMA, mode="ignore", partition_by=PARTITION_COLUMNS,
+            table = DeltaTable.create(store.root, schema=STORED_SCHEMA, mode="ignore", partition_by=PARTITION_COLUMNS,
                                       name="klake_segments", configuration=TABLE_CONFIGURATION,
                                       storage_options=storage_options,
                                       commit_properties=CommitProperties(max_commit_retries=0))
         except CommitFailedError:
-            return cls.open(uri, options)
-        return cls(table, uri, options=options)
+            return cls.open(store)
+        return cls(table, store)
 
     @classmethod
-    def open(cls, uri: str, options: StorageOptions | None = None) -> Catalog:
-        """Open an existing catalog; `CatalogNotFoundError` if there is none at `uri`."""
-        uri = normalize_uri(uri)
+    def open(cls, store: Store) -> Catalog:
+        """Open an existing catalog at `store`'s root; `CatalogNotFoundError` if there is none."""
         try:
-            table = DeltaTable(uri, storage_options=cls._storage_options(uri, options))
+            table = DeltaTable(store.root, storage_options=cls._storage_options(store))
         except TableNotFoundError:
-            raise CatalogNotFoundError(f"no catalog at {uri}") from None
-        return cls(table, uri, options=options)
+            raise CatalogNotFoundError(f"no catalog at {store.root}") from None
+        return cls(table, store)
 
     def version(self) -> int:
         self._table.update_incremental()
@@ -416,7 +414,7 @@ class Catalog:
                             f"WHERE {EXTERNAL_COLUMN} IS NULL").cast(empty_rows(MIGRATION_COLUMNS).schema)
         if not legacy.num_rows:
             return CommitResult(version=None, attempts=attempt)
-        source = migrated_keys(legacy, self.root, self.options)
+        source = migrated_keys(legacy, self.store.at(self.root))
         predicate = (f"t.topic = s.topic AND t.{_quoted('partition')} = s.{_quoted('partition')} "
                      f"AND t.segment_id = s.segment_id AND t.{EXTERNAL_COLUMN} IS NULL")
         updates = {_quoted(c): f"s.{_quoted(c)}" for c in (*KEY_COLUMNS, EXTERNAL_COLUMN)}

@@ -23,7 +23,7 @@ from engine.catalog.schema import SegmentRef
 from engine.ops.catalog_table import Catalog
 from layouts.object_layout import batch_index_keys
 from layouts.root_keys import within_root
-from layouts.store import StorageOptions, delete_objects
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -48,17 +48,16 @@ DELETE_COLUMNS = ("topic", "partition", "segment_id", "state", *_KEYS, "batchind
 left DELETE_STARTED; the batch index size: whether a row has a `.batchindex` beside its `.timeindex`)."""
 
 
-def delete_and_forget(catalog: Catalog, root: str, rows: pa.Table, options: StorageOptions | None,
-                      job_id: str, cleanup: Cleanup, allow_external: bool = False) -> None:
+def delete_and_forget(catalog: Catalog, store: Store, rows: pa.Table, job_id: str, cleanup: Cleanup,
+                      allow_external: bool = False) -> None:
     """Delete the objects of `rows` (DELETE_STARTED catalog rows, as Arrow) that the root owns (all of them
     with `allow_external`), then remove the rows whose deleted objects are all gone; a row with a failed
     delete stays DELETE_STARTED for the next run. A row's objects are Kafka's three files and its
     `.batchindex` if it has one (null key: none)."""
     keys = [rows[k] for k in _KEYS] + [batch_index_keys(rows["timeindex_key"], rows["batchindex_size_bytes"])]
-    mine = [within_root(root, key) for key in keys]  # null where a row has no such key
+    mine = [within_root(store.root, key) for key in keys]  # null where a row has no such key
     owned = [pc.or_(m, pc.is_valid(key)) if allow_external else m for key, m in zip(keys, mine, strict=True)]
-    result = delete_objects(sorted(set(_concat(key.filter(o) for key, o in zip(keys, owned, strict=True)))),
-                            options)
+    result = store.delete_many(sorted(set(_concat(key.filter(o) for key, o in zip(keys, owned, strict=True)))))
     failed = {k: why for k, why in result.failed.items() if "NoSuchKey" not in why and "No such file" not in why}
     outside = set(_concat(key.filter(pc.invert(m)) for key, m in zip(keys, mine, strict=True)))
     cleanup.deleted_objects += result.deleted

@@ -24,7 +24,8 @@ catalog commit. Without `copy` the rows point at the Kafka-layout `.log` objects
 
 Other layouts of Kafka's segments (a tiered-storage bucket: `engine.ops.tiered`) plug in as a `SourceLayout`:
 how the source is listed into partitions of segments, where its log start offsets are, and the layout its
-rows get in place.
+rows get in place. A tiered bucket also says which uploads it still holds (`KafkaPartitionDir.present`): a
+re-import forgets the rows of uploads the broker's remote retention deleted (`remote_retention`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from engine.ops.versions import segment_row
 from layouts.kafka_layout import KafkaLogDir, KafkaPartitionDir, KafkaSegmentFiles, scan_log_dir
 from layouts.object_layout import SegmentKeys, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri, object_info, read_bytes
+from layouts.store.bound import Store
 
 
 @dataclass
@@ -83,6 +85,8 @@ class PartitionOutcome:
     orphan_indexes: list[str] = field(default_factory=list)
     ignored_files: int = 0
     set_aside: dict[str, str] = field(default_factory=dict)
+    forgotten: list[str] = field(default_factory=list)
+    """Catalogued uploads a tiered-storage bucket no longer holds, whose rows this import removed."""
 
     @property
     def failed(self) -> bool:
@@ -289,13 +293,39 @@ def prepare_import(item: PartitionInput[None], parts: Mapping[TopicPartition, Ka
     """Import one partition directory against its live rows; the change is checked here, so a partition
     whose rows conflict with the import fails alone (`CatalogStateError`)."""
     existing = {row.ref: row for row in item.rows}
-    importer = _PartitionImporter(parts[item.tp], root, copy, job_id, index_interval_bytes, existing, options,
+    part = parts[item.tp]
+    importer = _PartitionImporter(part, root, copy, job_id, index_interval_bytes, existing, options,
                                   min_timestamp(item.config), in_place)
     importer.run()
     rows = _with_log_start(importer.rows, existing, (log_start_offsets or {}).get(item.tp))
-    change = CatalogChange(add=tuple(rows), transitions=tuple(_demotions(rows, existing)))
+    in_bucket = [row for row in item.rows if row.layout == in_place] if part.present is not None else []
+    gone, problem = remote_retention(item.tp, in_bucket, part.present or frozenset())
+    importer.outcome.error = importer.outcome.error or problem
+    importer.outcome.forgotten = [row.log_key for row in gone]
+    forgotten = {row.ref for row in gone}
+    kept = {ref: row for ref, row in existing.items() if ref not in forgotten}
+    change = CatalogChange(add=tuple(rows), remove=tuple(row.ref for row in gone),
+                           transitions=tuple(_demotions(rows, kept)))
     plan_change(change, existing)
     return PartitionStep(importer.outcome, change)
+
+
+def remote_retention(tp: TopicPartition, rows: list[SegmentRow], present: frozenset[str]
+                     ) -> tuple[list[SegmentRow], str | None]:
+    """The rows of a tiered partition whose uploads the bucket no longer holds, to forget: the broker's remote
+    retention (KIP-405's `RemoteLogManager` expiring remote segments by `retention.ms`/`retention.bytes`, or
+    below a DeleteRecords) deletes them from the log start on, so those gone rows come before every remaining
+    one. A row gone after a remaining one is no retention but a hole in the log: it is the problem returned
+    (naming the upload), and nothing is forgotten."""
+    ordered = sorted(rows, key=lambda row: row.base_offset)
+    gone = [row for row in ordered if row.log_key not in present]
+    remaining = [row for row in ordered if row.log_key in present]
+    hole = next((row for row in gone if remaining and row.base_offset > remaining[0].base_offset), None)
+    if hole is not None:
+        return [], (f"{tp}: the catalogued upload {hole.log_key} (offsets {hole.base_offset}..{hole.next_offset - 1}) "
+                    "is gone from the bucket while earlier ones remain: not the broker's remote retention, which "
+                    "deletes from the log start; nothing forgotten")
+    return gone, None
 
 
 class InvalidSourceError(KlakeError):
@@ -369,8 +399,8 @@ def import_log_dir(source: str, root: str, catalog: Catalog, copy: bool = False,
     prepare = partial(prepare_import, parts=parts, root=root, copy=copy, job_id=job_id,
                       index_interval_bytes=index_interval_bytes, options=options,
                       log_start_offsets=log_start_offsets, in_place=layout.in_place)
-    run = run_partition_job(catalog, root, dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
-                            operation="import", job_id=job_id, options=options, ledger=False,
+    run = run_partition_job(catalog, Store(root, options), dict.fromkeys(parts, TopicConfig()), serial_execute(prepare),
+                            operation="import", job_id=job_id, ledger=False,
                             lease_ttl_ms=lease_ttl_ms)
     stepped = {result.tp: result.step.outcome for result in run.results if result.step is not None}
     for tp, part in parts.items():

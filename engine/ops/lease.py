@@ -32,15 +32,7 @@ from dataclasses import asdict, dataclass
 from engine.errors import KlakeError
 from engine.names import TopicPartition
 from engine.times import format_duration, format_time
-from layouts.store import (
-    StorageOptions,
-    delete_object,
-    join,
-    list_objects,
-    normalize_uri,
-    put_if_absent,
-    read_bytes,
-)
+from layouts.store.bound import Store
 
 LEASE_DIR = "_leases"
 DEFAULT_LEASE_TTL_MS = 3_600_000
@@ -83,26 +75,25 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def lease_uri(root: str, tp: TopicPartition) -> str:
-    return join(root, LEASE_DIR, f"{tp.dir_name}.lease")
+def lease_uri(store: Store, tp: TopicPartition) -> str:
+    return store.uri(LEASE_DIR, f"{tp.dir_name}.lease")
 
 
-def leased_partitions(root: str, tps: Iterable[TopicPartition], options: StorageOptions | None = None
-                      ) -> set[TopicPartition]:
+def leased_partitions(store: Store, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
     """Which of `tps` have a lease object now, held or left by a killed attempt (one LIST of the lease
     directory, however many partitions)."""
-    present = {info.uri for info in list_objects(join(root, LEASE_DIR), options)}
-    return {tp for tp in tps if lease_uri(root, tp) in present}
+    present = {info.uri for info in store.list_objects(store.uri(LEASE_DIR))}
+    return {tp for tp in tps if lease_uri(store, tp) in present}
 
 
-def read_lease(root: str, tp: TopicPartition, options: StorageOptions | None = None) -> Lease | None:
+def read_lease(store: Store, tp: TopicPartition) -> Lease | None:
     """The lease currently stored for `tp`, or None."""
-    return _read(lease_uri(normalize_uri(root), tp), options)
+    return _read(store, lease_uri(store, tp))
 
 
-def _read(uri: str, options: StorageOptions | None) -> Lease | None:
+def _read(store: Store, uri: str) -> Lease | None:
     try:
-        content = json.loads(read_bytes(uri, options))
+        content = json.loads(store.read(uri))
     except FileNotFoundError:
         return None
     return Lease(uri=uri, **content)
@@ -114,88 +105,88 @@ def _encode(lease: Lease) -> bytes:
     return json.dumps(content, sort_keys=True).encode()
 
 
-def acquire_lease(root: str, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
-                  options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> Lease:
+def acquire_lease(store: Store, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
+                  clock: Callable[[], int] = now_ms) -> Lease:
     """Take the lease on `tp` for `ttl_ms`, taking over an expired one or one of the same `job_id`;
     `LeaseHeldError` if another job holds it."""
     if ttl_ms <= 0:
         raise ValueError(f"lease ttl must be positive, got {ttl_ms} ms")
-    uri = lease_uri(normalize_uri(root), tp)
+    uri = lease_uri(store, tp)
     start = clock()
     mine = Lease(uri=uri, topic=tp.topic, partition=tp.partition, owner=owner, job_id=job_id,
                  token=uuid.uuid4().hex, acquired_at_ms=start, expires_at_ms=start + ttl_ms)
     try:
-        put_if_absent(uri, _encode(mine), options)
+        store.put_if_absent(uri, _encode(mine))
     except FileExistsError:
-        current = _read(uri, options)
+        current = _read(store, uri)
         if current is not None and current.expires_at_ms > clock() and current.job_id != job_id:
             raise LeaseHeldError(current.describe(clock())) from None
         if current is not None:
-            _take_over(current, job_id, options, clock)
+            _take_over(store, current, job_id, clock)
         try:
-            put_if_absent(uri, _encode(mine), options)
+            store.put_if_absent(uri, _encode(mine))
         except FileExistsError:
-            holder = _read(uri, options)
+            holder = _read(store, uri)
             raise LeaseHeldError(holder.describe(clock()) if holder else f"{tp} lease changed hands; retry") from None
-    stored = _read(uri, options)
+    stored = _read(store, uri)
     if stored is None or stored.token != mine.token:
         raise LeaseLostError(f"{tp}: lease written but not ours on re-read")
     return mine
 
 
-def _take_over(expired: Lease, job_id: str, options: StorageOptions | None, clock: Callable[[], int]) -> None:
+def _take_over(store: Store, expired: Lease, job_id: str, clock: Callable[[], int]) -> None:
     """Delete `expired` (or a same-job lease) if we win its takeover marker (as job `job_id`); raise
     `LeaseHeldError` if another taker does."""
     marker = f"{expired.uri}.takeover-{expired.token}"
     busy = LeaseHeldError(f"{expired.topic}-{expired.partition}: the lease of job {expired.job_id!r} is being "
                           "taken over by another job; retry in a minute")
-    if not _claim(marker, job_id, options, clock):
-        if not _is_stale(marker, job_id, options, clock):
+    if not _claim(store, marker, job_id, clock):
+        if not _is_stale(store, marker, job_id, clock):
             raise busy
-        delete_object(marker, options)
-        if not _claim(marker, job_id, options, clock):
+        store.delete(marker)
+        if not _claim(store, marker, job_id, clock):
             raise busy
     try:
-        current = _read(expired.uri, options)
+        current = _read(store, expired.uri)
         if current is not None and current.token == expired.token:
-            delete_object(expired.uri, options)
+            store.delete(expired.uri)
     finally:
-        delete_object(marker, options)
+        store.delete(marker)
 
 
-def _claim(marker: str, job_id: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
+def _claim(store: Store, marker: str, job_id: str, clock: Callable[[], int]) -> bool:
     try:
-        put_if_absent(marker, json.dumps({"claimed_at_ms": clock(), "job_id": job_id}).encode(), options)
+        store.put_if_absent(marker, json.dumps({"claimed_at_ms": clock(), "job_id": job_id}).encode())
     except FileExistsError:
         return False
     return True
 
 
-def _is_stale(marker: str, job_id: str, options: StorageOptions | None, clock: Callable[[], int]) -> bool:
+def _is_stale(store: Store, marker: str, job_id: str, clock: Callable[[], int]) -> bool:
     """A marker left by a taker that died: older than `TAKEOVER_TIMEOUT_MS`, claimed by an attempt of
     `job_id` itself (a marker of an older klake names no job), or already gone."""
     try:
-        claim = json.loads(read_bytes(marker, options))
+        claim = json.loads(store.read(marker))
     except FileNotFoundError:
         return True
     return claim.get("job_id") == job_id or clock() - claim["claimed_at_ms"] >= TAKEOVER_TIMEOUT_MS
 
 
-def check_lease(lease: Lease, options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> None:
+def check_lease(store: Store, lease: Lease, clock: Callable[[], int] = now_ms) -> None:
     """Raise `LeaseLostError` unless `lease` is still stored, ours, and unexpired."""
-    stored = _read(lease.uri, options)
+    stored = _read(store, lease.uri)
     if stored is None or stored.token != lease.token:
         raise LeaseLostError(f"{lease.topic}-{lease.partition}: lease of job {lease.job_id!r} was taken over")
     if stored.expires_at_ms <= clock():
         raise LeaseLostError(f"{lease.topic}-{lease.partition}: lease of job {lease.job_id!r} expired")
 
 
-def release_lease(lease: Lease, options: StorageOptions | None = None, clock: Callable[[], int] = now_ms) -> bool:
+def release_lease(store: Store, lease: Lease, clock: Callable[[], int] = now_ms) -> bool:
     """Delete our lease; True if deleted. An expired lease is left for a taker (see module docs)."""
-    stored = _read(lease.uri, options)
+    stored = _read(store, lease.uri)
     if stored is None or stored.token != lease.token:
         raise LeaseLostError(f"{lease.topic}-{lease.partition}: cannot release, the lease is not ours "
                              f"({stored.describe() if stored else 'no lease stored'})")
     if stored.expires_at_ms - RELEASE_MARGIN_MS <= clock():
         return False
-    return delete_object(lease.uri, options)
+    return store.delete(lease.uri)

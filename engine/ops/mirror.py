@@ -81,6 +81,7 @@ from layouts.store import (
     read_bytes,
     write_bytes,
 )
+from layouts.store.bound import Store
 
 MODES = ("auto", "preserve", "remap")
 MAP_DIR = "_mirror"
@@ -161,11 +162,11 @@ def destination_config(dest_root: str, topic: str, source_config: TopicConfig,
                        options: StorageOptions | None, save: bool = True) -> TopicConfig:
     """A destination topic's settings: its own stored ones, else the source's, stored beside the
     destination's data (a replica is configured as its source) unless not to `save` (a dry run)."""
-    stored = stored_topic_config(dest_root, topic, options)
+    stored = stored_topic_config(Store(dest_root, options), topic)
     if stored is not None:
         return stored
     if save:
-        save_topic_config(dest_root, topic, source_config, options)
+        save_topic_config(Store(dest_root, options), topic, source_config)
     return source_config
 
 
@@ -250,7 +251,7 @@ def _remap(item: PartitionInput[None], source: list[SegmentRow], recorded: int |
                             if source else 0, log_end_offset=log_end, dry_run=dry_run)
     from_offset = 0
     if maps:  # the last committed map says where the previous runs stopped
-        last_map = pq.read_table(io.BytesIO(read_bytes(maps[-1][1], options)))
+        last_map = pq.read_table(pa.BufferReader(read_bytes(maps[-1][1], options)))
         from_offset = int(last_map.column("source_last_offset").to_numpy().max()) + 1
     if source:  # records below the source's log start offset are deleted (KIP-107): not copied
         from_offset = max(from_offset, partition_log_start_offset(source))
@@ -346,7 +347,7 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
         raise KlakeError(f"mirror source and destination are the same root {source_root}")
     job_id = job_id or default_mirror_job_id(source_root, dest_root, mode)
     topics = sorted({tp.topic for tp in tps})
-    source_config = {t: load_topic_config(source_root, t, options) for t in topics}
+    source_config = {t: load_topic_config(Store(source_root, options), t) for t in topics}
     declared = dict(dest_configs or {})
     configs = {t: declared.get(t) or destination_config(dest_root, t, source_config[t], options, save=not dry_run)
                for t in topics}
@@ -354,6 +355,6 @@ def mirror_partitions(source_root: str, source_catalog: Catalog, dest_root: str,
             for tp, found in rows_by_partition(source_catalog, tps).items()}
     prepare = partial(prepare_mirror, source_rows=rows, source_config=source_config, mode=mode, dest_root=dest_root,
                       now_ms=now_ms, options=options, job_id=job_id, dry_run=dry_run)
-    return run_partition_job(dest_catalog, dest_root, {tp: configs[tp.topic] for tp in tps}, execute(prepare),
-                             operation="mirror", job_id=job_id, options=options, mutate=not dry_run, ledger=False,
+    return run_partition_job(dest_catalog, Store(dest_root, options), {tp: configs[tp.topic] for tp in tps}, execute(prepare),
+                             operation="mirror", job_id=job_id, mutate=not dry_run, ledger=False,
                              lease_ttl_ms=lease_ttl_ms, app_ids=lambda tp: [offset_map_app_id(tp)])

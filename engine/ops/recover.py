@@ -71,6 +71,7 @@ from engine.ops.verify import (
 from engine.ops.versions import segment_row
 from layouts.object_layout import SegmentKeys, object_segment_keys
 from layouts.store import StorageOptions, ensure_object, join, normalize_uri
+from layouts.store.bound import Store
 
 __all__ = ["PartitionCheck", "Problem", "RecoveryReport", "SegmentRepair", "derived_segment_id",
            "quarantine_key", "recover_partition", "verify_partition"]
@@ -310,8 +311,8 @@ def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: 
     job_id = job_id or uuid.uuid4().hex
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     prepare = partial(prepare_recovery, root=root, options=options, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
-    run = run_single_partition(catalog, root, tp, config or TopicConfig(), prepare, operation="recover",
-                               job_id=job_id, options=options, mutate=not dry_run)
+    run = run_single_partition(catalog, Store(root, options), tp, config or TopicConfig(), prepare, operation="recover",
+                               job_id=job_id, mutate=not dry_run)
     report = run.outcome(tp)
     if run.commit is not None:
         report.commit_version = run.commit.version

@@ -65,7 +65,7 @@ from engine.ops.lease import (
     release_lease,
 )
 from layouts.metering import metered
-from layouts.store import StorageOptions, normalize_uri
+from layouts.store.bound import Store
 
 PlanT = TypeVar("PlanT")
 
@@ -208,15 +208,15 @@ def lease_owner() -> str:
 class _Leases:
     """The leases a run holds, released on exit; a partition whose lease is held elsewhere is a failure."""
 
-    def __init__(self, root: str, options: StorageOptions | None, job_id: str, ttl_ms: int, strict: bool) -> None:
-        self.root, self.options, self.job_id, self.ttl_ms, self.strict = root, options, job_id, ttl_ms, strict
+    def __init__(self, store: Store, job_id: str, ttl_ms: int, strict: bool) -> None:
+        self.store, self.job_id, self.ttl_ms, self.strict = store, job_id, ttl_ms, strict
         self.held: dict[TopicPartition, Lease] = {}
 
     def take(self, tps: Sequence[TopicPartition], run: JobRun[Any], stack: ExitStack) -> list[TopicPartition]:
         owner = lease_owner()
         for tp in tps:
             try:
-                lease = acquire_lease(self.root, tp, owner, self.job_id, self.ttl_ms, self.options)
+                lease = acquire_lease(self.store, tp, owner, self.job_id, self.ttl_ms)
             except LeaseHeldError as exc:
                 if self.strict:
                     raise
@@ -230,23 +230,23 @@ class _Leases:
         """Release at the end of the run; a lease lost meanwhile is the taker's now, and its partition
         is already reported as not committed."""
         with suppress(LeaseLostError):
-            release_lease(lease, self.options)
+            release_lease(self.store, lease)
 
     def still_ours(self, tp: TopicPartition) -> str | None:
         try:
-            check_lease(self.held[tp], self.options)
+            check_lease(self.store, self.held[tp])
         except KlakeError as exc:
             return str(exc)
         return None
 
 
-def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[TopicPartition, TopicConfig],
-                      execute: Execute[OutcomeT], *, operation: str, job_id: str, options: StorageOptions | None = None,
+def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[TopicPartition, TopicConfig],
+                      execute: Execute[OutcomeT], *, operation: str, job_id: str,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
                       lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
                       app_ids: Callable[[TopicPartition], Sequence[str]] | None = None,
                       allow_external_deletes: bool = False) -> JobRun[OutcomeT]:
-    """Run one operation over the partitions in `configs` (see the module docstring).
+    """Run one operation over the partitions in `configs` of the root `store` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
     catalog (`catalog=None`: a root that has none yet, every partition empty); it skips the partitions the
@@ -263,14 +263,13 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
     migrates a catalog written before keys were relative first (`Catalog.migrate_keys`), so that it plans
     on the root's own objects.
     """
-    root = normalize_uri(root)
     if catalog is None and mutate:
         raise ValueError("a run that commits needs a catalog")
     run: JobRun[OutcomeT] = JobRun(job_id, operation)
     if mutate:
         catalog.migrate_keys()
     with ExitStack() as stack:
-        leases = _Leases(root, options, job_id, lease_ttl_ms, strict)
+        leases = _Leases(store, job_id, lease_ttl_ms, strict)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
             columns = COLUMNS if planner is None else (
@@ -279,7 +278,7 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
             if catalog is None:
                 live = empty_rows(columns)
             elif mutate:  # one read under the leases: the earlier run's unfinished deletes and the live rows
-                live = _live_after_earlier_deletes(catalog, root, tps, columns, options, run, allow_external_deletes)
+                live = _live_after_earlier_deletes(catalog, store, tps, columns, run, allow_external_deletes)
                 if ledger and (done := catalog.committed_partitions(job_id, tps)):
                     run.committed_earlier = sorted(done)
                     tps = [tp for tp in tps if tp not in done]
@@ -313,19 +312,19 @@ def run_partition_job(catalog: Catalog | None, root: str, configs: Mapping[Topic
             run.bytes.update(result.bytes)
         if mutate:
             with _driver_io(run):
-                _commit(catalog, root, run, leases, options, ledger, ledger_idle, allow_external_deletes)
+                _commit(catalog, store, run, leases, ledger, ledger_idle, allow_external_deletes)
     return run
 
 
-def run_single_partition(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare[OutcomeT],
-                         *, operation: str, job_id: str, options: StorageOptions | None = None, mutate: bool = True,
+def run_single_partition(catalog: Catalog, store: Store, tp: TopicPartition, config: TopicConfig, prepare: Prepare[OutcomeT],
+                         *, operation: str, job_id: str, mutate: bool = True,
                          ledger_idle: bool = False, planner: Planner | None = None,
                          allow_external_deletes: bool = False) -> JobRun[OutcomeT]:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
-    return run_partition_job(catalog, root, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
-                             job_id=job_id, options=options, mutate=mutate, strict=True, ledger_idle=ledger_idle,
-                             planner=planner, allow_external_deletes=allow_external_deletes)
+    return run_partition_job(catalog, store, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
+                             job_id=job_id, mutate=mutate, strict=True, ledger_idle=ledger_idle, planner=planner,
+                             allow_external_deletes=allow_external_deletes)
 
 
 @contextmanager
@@ -364,29 +363,29 @@ def _partition_slices(live: pa.Table) -> dict[TopicPartition, pa.Table]:
             for t, p, a, b in zip(topics, partitions, starts, ends, strict=True)}
 
 
-def _live_after_earlier_deletes(catalog: Catalog, root: str, tps: Sequence[TopicPartition], columns: Sequence[str],
-                                options: StorageOptions | None, run: JobRun[Any], allow_external: bool) -> pa.Table:
+def _live_after_earlier_deletes(catalog: Catalog, store: Store, tps: Sequence[TopicPartition], columns: Sequence[str],
+                                run: JobRun[Any], allow_external: bool) -> pa.Table:
     """Read every row of `tps`, finish the deletes an earlier run left (DELETE_STARTED rows) and return the
     live rows: only they outlive this read (the table of every row is a copy the run must not keep)."""
     every = catalog.rows_table([(tp.topic, tp.partition) for tp in tps], columns=columns)
     state = every["state"]
-    _finish_earlier_deletes(catalog, root, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))), options, run,
+    _finish_earlier_deletes(catalog, store, every.filter(pc.equal(state, str(SegmentState.DELETE_STARTED))), run,
                             allow_external)
     return every.filter(pc.is_in(state, pa.array([str(s) for s in LIVE_STATES])))
 
 
-def _finish_earlier_deletes(catalog: Catalog, root: str, table: pa.Table, options: StorageOptions | None,
-                            run: JobRun[Any], allow_external: bool) -> None:
+def _finish_earlier_deletes(catalog: Catalog, store: Store, table: pa.Table, run: JobRun[Any],
+                            allow_external: bool) -> None:
     if table.num_rows:
-        delete_and_forget(catalog, root, table, options, run.job_id, run.cleanup, allow_external)
+        delete_and_forget(catalog, store, table, run.job_id, run.cleanup, allow_external)
         counts = table.group_by(["topic", "partition"], use_threads=False).aggregate([("segment_id", "count")])
         run.finished_from_earlier_run = {
             f"{t}-{p}": n for t, p, n in zip(*(counts[c].to_pylist() for c in ("topic", "partition", "segment_id_count")),
                                             strict=True)}
 
 
-def _commit(catalog: Catalog, root: str, run: JobRun[Any], leases: _Leases, options: StorageOptions | None,
-            ledger: bool, ledger_idle: bool, allow_external: bool) -> None:
+def _commit(catalog: Catalog, store: Store, run: JobRun[Any], leases: _Leases, ledger: bool, ledger_idle: bool,
+            allow_external: bool) -> None:
     """One commit for every partition that prepared a change (or transaction identifiers) and still holds
     its lease, entering the partitions it finishes in the job ledger; then the deletes."""
     adds, removes, transitions, retire, finished = [], [], [], [], []
@@ -420,4 +419,4 @@ def _commit(catalog: Catalog, root: str, run: JobRun[Any], leases: _Leases, opti
         return
     run.cleanup.committed(run.commit.version)
     if retire:
-        delete_and_forget(catalog, root, pa.concat_tables(retire), options, run.job_id, run.cleanup, allow_external)
+        delete_and_forget(catalog, store, pa.concat_tables(retire), run.job_id, run.cleanup, allow_external)

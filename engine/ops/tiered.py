@@ -9,12 +9,17 @@ so a job that would change such a partition's log (append, roll, retention, comp
 delete-records, recover, a mirror into it) refuses before any work (`refuse_broker_owned`). The log start
 offset of a tiered partition lives in the broker's metadata topic, not in the bucket: the catalog's is the
 first upload's start offset.
+
+`import --layout aiven` does the same for a bucket of Aiven's tiered-storage plugin (`layouts.aiven_layout`):
+rows of layout `aiven` whose keys are `aiven+` names, read through each upload's manifest and chunk index
+(`layouts.store.aiven_file_io`), only the chunks a read needs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.catalog.schema import LIVE_STATES, Layout
@@ -24,8 +29,10 @@ from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from engine.ops.importer import InvalidSourceError, SourceLayout
+from layouts import aiven_layout
+from layouts.aiven_manifest import AivenObjectError
 from layouts.kafka_layout import KafkaLogDir
-from layouts.kafka_rsm_layout import Upload, as_log_dir, choose_uploads, scan_bucket
+from layouts.kafka_rsm_layout import Upload, UploadDir, as_log_dir, choose_uploads, scan_bucket
 from layouts.store import StorageOptions, normalize_uri, read_bytes
 
 
@@ -72,18 +79,49 @@ KAFKA_RSM_SOURCE = SourceLayout("kafka-rsm", scan_rsm_source, lambda source, opt
 """Kafka's `LocalTieredStorage` directory (or an S3 prefix holding a copy of one)."""
 
 
+def _manifest_next_offset(part: UploadDir, upload: Upload, options: StorageOptions | None) -> int | None:
+    """The offset after an Aiven upload's last record, as its manifest records it (the broker's
+    `remoteLogSegmentMetadata.endOffset`); None if the manifest does not read or records none."""
+    try:
+        manifest = aiven_layout.read_manifest(part, upload, options)
+    except AivenObjectError:
+        return None
+    return None if manifest.end_offset is None else manifest.end_offset + 1
+
+
+def scan_aiven_source(source: str, options: StorageOptions | None = None) -> KafkaLogDir:
+    """The bucket's partitions with one upload per start offset (`choose_uploads`, by the end offsets the
+    manifests record), as `aiven+` names the importer reads through the chunk index."""
+    root, parts, skipped = aiven_layout.scan_bucket(source, options)
+    if not parts:
+        raise InvalidSourceError(f"import source {root}: no {{topic}}-{{topicId}}/{{partition}} directories of "
+                                 "Aiven tiered-storage uploads there (give the bucket URI with the plugin's "
+                                 "key.prefix)")
+    choices = {part.tp: choose_uploads(part, lambda upload, part=part: _manifest_next_offset(part, upload, options))
+               for part in parts}
+    return aiven_layout.as_log_dir(root, parts, choices, skipped, options)
+
+
+AIVEN_SOURCE = SourceLayout("aiven", scan_aiven_source, lambda source, options: {}, Layout.AIVEN)
+"""A bucket (with the plugin's `key.prefix`) of Aiven's tiered-storage plugin for Apache Kafka."""
+TIERED_LAYOUTS = (Layout.KAFKA_RSM, Layout.AIVEN)
+"""The layouts of segments a broker's tiered storage owns."""
+
+
 class BrokerOwnedError(KlakeError):
     """A job would change partitions whose segments a broker's tiered storage owns."""
 
 
 def refuse_broker_owned(catalog: Catalog, tps: Iterable[TopicPartition], job: str) -> None:
-    """Refuse, naming the partitions, a job that would change the log of partitions holding `kafka-rsm` rows."""
+    """Refuse, naming the partitions, a job that would change the log of partitions holding rows of a tiered
+    layout (`TIERED_LAYOUTS`)."""
     wanted = sorted({(tp.topic, tp.partition) for tp in tps})
     rows = catalog.rows_table(wanted, states=LIVE_STATES, columns=("topic", "partition", "layout"))
-    owned = rows.filter(pc.equal(rows["layout"], str(Layout.KAFKA_RSM)))
+    owned = rows.filter(pc.is_in(rows["layout"], pa.array([str(layout) for layout in TIERED_LAYOUTS])))
     if owned.num_rows:
         names = sorted({f"{t}-{p}" for t, p in zip(owned["topic"].to_pylist(), owned["partition"].to_pylist(),
                                                    strict=True)})
+        layouts = " or ".join(sorted(set(owned["layout"].to_pylist())))
         raise BrokerOwnedError(
             f"{job} would change {', '.join(names)}, whose segments a broker's tiered storage owns (imported with "
-            "--layout kafka-rsm, read-only): read, export or mirror them instead")
+            f"--layout {layouts}, read-only): read, export or mirror them instead")

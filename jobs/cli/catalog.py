@@ -33,6 +33,7 @@ from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import add_command, check_partitions, check_range, time_argument
 from jobs.runtime.report import plural
 from layouts.store import StorageOptions, join, normalize_uri
+from layouts.store.bound import Store
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
                   "base_timestamp", "largest_timestamp", "state", "log_key")
@@ -86,7 +87,7 @@ def run_segments(args: argparse.Namespace) -> int:
     config, uri, root, options = catalog_location(args)
     check_reachable([uri], options)
     try:
-        catalog = Catalog.open(uri, options)
+        catalog = Catalog.open(Store(uri, options))
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
     if args.topic is not None:
@@ -121,7 +122,7 @@ def run_segments(args: argparse.Namespace) -> int:
 
 def _topic_config(root: str | None, topic: str, options: StorageOptions) -> TopicConfig:
     """The topic's stored settings; Kafka's defaults when no storage root is known."""
-    return TopicConfig() if root is None else load_topic_config(root, topic, options)
+    return TopicConfig() if root is None else load_topic_config(Store(root, options), topic)
 
 
 def _show(row: dict, field: str, floor: int) -> str:

@@ -45,6 +45,7 @@ from layouts.store import (
     object_info,
     read_bytes,
 )
+from layouts.store.bound import Store
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
 
@@ -331,13 +332,13 @@ def catalog_partition(uri: str, options: StorageOptions | None) -> tuple[list[St
     if tp is None:
         return None
     try:
-        catalog = Catalog.open(join(root, "_catalog"), options)
+        catalog = Catalog.open(Store(join(root, "_catalog"), options))
     except CatalogNotFoundError:
         return None
     rows = catalog.live_segments(tp.topic, tp.partition)
     if not rows:
         raise KlakeError(f"{uri}: the catalog {join(root, '_catalog')} has no live segment of {tp}")
-    config = load_topic_config(root, tp.topic, options)
+    config = load_topic_config(Store(root, options), tp.topic)
     return ([stored_segment(row, options, config) for row in rows], partition_log_start_offset(rows),
             min_timestamp(config))
 

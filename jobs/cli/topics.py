@@ -32,6 +32,7 @@ from jobs.cli.storage import check_reachable
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import add_command, at_least, check_partitions
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -72,7 +73,7 @@ def _open(args: argparse.Namespace) -> tuple[KlakeConfig | None, Catalog, str | 
     config, uri, root, options = catalog_location(args)
     check_reachable([uri], options)
     try:
-        return config, Catalog.open(uri, options), root, options
+        return config, Catalog.open(Store(uri, options)), root, options
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
 
@@ -83,7 +84,7 @@ def _settings(config: KlakeConfig | None, root: str | None, topic: str, options:
     declared = config.topic(topic) if config is not None else None
     if declared is not None:
         return declared.config
-    return TopicConfig() if root is None else load_topic_config(root, topic, options)
+    return TopicConfig() if root is None else load_topic_config(Store(root, options), topic)
 
 
 # ------------------------------------------------------------------------------------------ topics
@@ -153,7 +154,7 @@ def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: in
                 yield {"topic": topic, "partition": columns["partition"][i], "offset": columns["offset"][i],
                        "timestamp": int(micros[i]) // 1000, "key": _text(columns["key"][i]),
                        "value": _text(columns["value"][i]),
-                       "headers": [[h["key"], _text(h["value"])] for h in columns["headers"][i]]}
+                       "headers": [[h["key"], _text(h["value"])] for h in columns["headers"][i] or ()]}
 
 
 def run_consume(args: argparse.Namespace) -> int:

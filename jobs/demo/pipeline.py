@@ -34,6 +34,7 @@ from jobs.runtime.config import KlakeConfig
 from jobs.runtime.embedded_s3 import create_bucket, embedded_s3_environment
 from jobs.runtime.job_runner import JobSpec
 from layouts.store import join
+from layouts.store.bound import Store
 
 BUCKET = "klake-demo"
 
@@ -188,7 +189,7 @@ class Snapshots:
 
 
 def live_rows(config: KlakeConfig) -> list[SegmentRow]:
-    return table_to_rows(Catalog.open(config.catalog_uri, config.storage).segments())
+    return table_to_rows(Catalog.open(Store(config.catalog_uri, config.storage)).segments())
 
 
 def run_pipeline(pipeline: Pipeline, batches: Sequence[BatchFile], plan: DemoPlan, config: KlakeConfig,

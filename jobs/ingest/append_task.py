@@ -16,11 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.errors import KlakeError
 from engine.names import TopicPartition
 from engine.ops.append import PartitionAppendOutcome, prepare_append
 from engine.ops.append_staging import staged_batches
 from engine.ops.rejects import rejected, store_partition_rejects, with_provenance, write_unplaced
 from engine.ops.run import JobRun, PartitionInput, PartitionResult, run_prepare
+from jobs.ingest.assign import topic_index, with_tp
 from jobs.ingest.stage import buffer_bytes
 from layouts.store import StorageOptions
 
@@ -29,6 +31,7 @@ APPEND_CHUNK_BYTES = 32 * 1024**2  # most input a task hands the engine at a tim
 UNKNOWN_PARTITION = "UNKNOWN_PARTITION"
 NOT_SELECTED = "PARTITION_NOT_SELECTED"
 RESULT, UNPLACED, HELD = "result", "unplaced", "held"  # a task's result row: appended, rejected whole, not appended
+RESULT_SCHEMA = "topic string, partition int, kind string, result binary"  # (`_result_row`)
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,29 @@ class AppendTasks:
         batches = staged_batches(numbered[1], self.options)
         return [row for out in self._stream(batches) for row in out.to_pylist()]
 
-    def _stream(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+    def over_input(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One Spark task over input whose splits each hold one topic-partition's records in order
+        (`AppendInput.by_partition`): its rows appended as they come, nothing staged (staging would write
+        and read back every row to bring a partition's rows together, which they already are); its result
+        rows (`RESULT_SCHEMA`). A second run of rows in one task breaks the input's promise: the task fails."""
+        seen: set[int] = set()
+
+        def runs() -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                if batch.num_rows:
+                    staged = with_tp(batch, self.counts, topic_index(batch, self.counts, self.files))
+                    yield staged.drop_columns(["topic", "_block"])
+
+        for out in self._stream(runs(), seen):
+            yield from out.to_batches()
+
+    def _stream(self, batches: Iterator[pa.RecordBatch], seen: set[int] | None = None) -> Iterator[pa.Table]:
         for tp_index, chunks in _Runs(batches, buffer_bytes(APPEND_CHUNK_BYTES, self.items.values())):
+            if seen is not None:
+                if tp_index in seen:
+                    topic, partition = self.names[tp_index]
+                    raise KlakeError(f"input: the records of {topic}-{partition} are not in one run of one split")
+                seen.add(tp_index)
             topic, partition = self.names[tp_index]
             if partition is None:  # partitions the topic lacks, all in one run: a rejects file for each
                 table = pa.concat_tables(list(chunks))

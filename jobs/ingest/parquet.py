@@ -34,7 +34,11 @@ def check_footers(files: Sequence[ObjectInfo], options: StorageOptions | None, t
     named, and so is one whose columns are not Spark's Kafka sink columns. Returns the topics of the
     `topic` column (each with a file holding it), read column-only, None if the input has no such column
     (nulls in it only if a --topic is named: `topic_named`); each file (in path order) with its footer;
-    and the first file's schema."""
+    and the first file's schema.
+
+    The `topic` column is read without Arrow's thread pool: its threads reading through a Python file object
+    (`open_ranged`) can outlive a bad-input exit and abort the process in Python's finalization (exit -6
+    instead of 2, seen in CI; apache/arrow#50482)."""
     found: dict[str, str] = {}
     with_topic: dict[bool, str] = {}
     checked: list[tuple[ObjectInfo, pq.FileMetaData]] = []
@@ -52,7 +56,7 @@ def check_footers(files: Sequence[ObjectInfo], options: StorageOptions | None, t
         if len(with_topic) > 1:
             raise KlakeError(f"input {with_topic[True]} has a `topic` column but {with_topic[False]} has none")
         for group in range(parquet.num_row_groups if "topic" in schema.names else 0):
-            column = parquet.read_row_group(group, columns=["topic"]).column(0)
+            column = parquet.read_row_group(group, columns=["topic"], use_threads=False).column(0)
             for topic in pc.unique(column.combine_chunks()).to_pylist():
                 found.setdefault(topic, info.uri)
     if None in found and not topic_named:

@@ -44,6 +44,10 @@ class AppendInput:
     df: DataFrame | None
     keep_offsets: bool
     """Whether the records keep the input's offsets (`jobs.ingest.kept_offsets`)."""
+    by_partition: bool = False
+    """Whether each of the DataFrame's splits holds exactly one topic-partition's records, in order, and no
+    two splits the same one (Spark's Kafka source over whole partitions, the archive's): its tasks append
+    directly, nothing staged (`jobs.ingest.append_task.AppendTasks.over_input`)."""
 
 
 def open_input(ctx: JobContext) -> AppendInput:
@@ -59,16 +63,26 @@ def open_input(ctx: JobContext) -> AppendInput:
         return AppendInput(topics, counts, [info.uri for info, _ in files], ParquetInput(files, schema, topics[0]),
                            None, keeps_offsets(schema.names, args.keep_offsets, args.input))
     df, names = _read_input(ctx)
-    found = ({r["topic"]: args.input or f"table {args.table}"
-              for r in df.select("topic").distinct().collect() if r["topic"] is not None}
-             if "topic" in df.columns else None)
-    topics = selected_topics(found, args.topics)
+    where = args.input or f"table {args.table}"
+    topics = selected_topics(_found_topics(df, getattr(args, "input_topics", None), where), args.topics)
     counts = partition_counts(ctx.config, ctx.catalogued_partitions(), topics)
     if "topic" not in df.columns:
         df = df.withColumn("topic", F.lit(topics[0]))
     order = file_order(names)
-    keep = keeps_offsets(df.columns, args.keep_offsets, args.input or f"table {args.table}")
-    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep)
+    keep = keeps_offsets(df.columns, args.keep_offsets, where)
+    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep,
+                       bool(getattr(args, "input_by_partition", False)))
+
+
+def _found_topics(df: DataFrame, known: Sequence[str] | None, where: str) -> dict[str, str] | None:
+    """The topics of the input's `topic` column (None without one), each with where it was found. `known`:
+    the caller knows them without a scan, as the archive does (its Kafka source reads exactly those topics;
+    a scan of the column would read every record from the cluster once more, issue 30's benchmark)."""
+    if known is not None:
+        return dict.fromkeys(known, where)
+    if "topic" not in df.columns:
+        return None
+    return {r["topic"]: where for r in df.select("topic").distinct().collect() if r["topic"] is not None}
 
 
 def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:

@@ -62,7 +62,7 @@ class Stager:
                 stager = RowStager(self.prefix, self.options, self.flush_bytes)
                 for batch in batches:
                     if self.topics is not None:
-                        batch = batch.filter(pc.is_in(batch.column("topic"), pa.array(sorted(self.topics), pa.string())))
+                        batch = _of_topics(batch, self.topics)
                     if batch.num_rows:
                         topics = topic_index(batch, self.counts, self.files)
                         staged = with_tp(assign_partitions(batch, self.counts, sticky, topics), self.counts, topics)
@@ -89,6 +89,13 @@ class Stager:
     def spark_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """A Spark task over any other input (`mapInArrow` over its rows, input order per split)."""
         yield self.stage(batches)
+
+
+def _of_topics(batch: pa.RecordBatch, topics: frozenset[str]) -> pa.RecordBatch:
+    """The rows of `batch` whose topic is one of `topics`: `batch` itself when all are (a filter copies every
+    column even then; an archive's batches are all of its topics)."""
+    keep = pc.is_in(batch.column("topic"), pa.array(sorted(topics), pa.string()))
+    return batch if pc.all(keep).as_py() else batch.filter(keep)
 
 
 def staged_pieces(table: pa.Table) -> pa.Table:

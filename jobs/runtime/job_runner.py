@@ -50,7 +50,8 @@ from jobs.runtime.progress import job_progress
 from jobs.runtime.report import RunReport
 from jobs.runtime.spark_session import spark_execute, spark_session
 from layouts.metering import metered
-from layouts.store import StorageOptions, check_access, describe_error, normalize_uri
+from layouts.store import StorageOptions, describe_error, normalize_uri
+from layouts.store.bound import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -168,6 +169,9 @@ class JobContext:
         self._topic_configs: dict[str, TopicConfig] = {}
         self._catalog: Catalog | None = None
         self._spark = spark
+        self.store = Store(config.root, config.storage)
+        """The root, bound to its storage once for the run: the ops and the tasks take it, not (root, options)."""
+        self.catalog_store = self.store.at(config.catalog_uri)
 
     @property
     def options(self) -> StorageOptions:
@@ -178,7 +182,7 @@ class JobContext:
         """The catalog, opened once."""
         if self._catalog is None:
             try:
-                self._catalog = Catalog.open(self.config.catalog_uri, self.options)
+                self._catalog = Catalog.open(self.catalog_store)
             except CatalogNotFoundError:
                 raise KlakeError(f"no catalog at {self.config.catalog_uri}: import or append to create it") from None
         return self._catalog
@@ -187,7 +191,7 @@ class JobContext:
         try:
             return self.catalog
         except KlakeError:
-            self._catalog = Catalog.create(self.config.catalog_uri, self.options)
+            self._catalog = Catalog.create(self.catalog_store)
             return self._catalog
 
     @property
@@ -255,11 +259,11 @@ class JobContext:
 
     def _resolve_topic_config(self, topic: str) -> TopicConfig:
         declared = self.config.topic(topic)
-        stored = load_topic_config(self.config.root, topic, self.options)
+        stored = load_topic_config(self.store, topic)
         if declared is None:
             return stored
         if declared.config != stored and self.spec.mutates and not self.dry_run:
-            save_topic_config(self.config.root, topic, declared.config, self.options)
+            save_topic_config(self.store, topic, declared.config)
         return declared.config
 
     def run_partitions(self, tps: Iterable[TopicPartition], prepare: Prepare[OutcomeT]) -> JobRun[OutcomeT]:
@@ -276,8 +280,8 @@ class JobContext:
         mutate = self.spec.mutates and not self.dry_run
         kwargs.setdefault("ledger", self.spec.mutates)
         catalog = self.catalog_or_create() if mutate else self.catalog if self.catalogued_partitions() else None
-        run = run_partition_job(catalog, self.config.root, by_tp, execute,
-                                operation=self.spec.name, job_id=self.job_id, options=self.options,
+        run = run_partition_job(catalog, self.store, by_tp, execute,
+                                operation=self.spec.name, job_id=self.job_id,
                                 mutate=mutate,
                                 lease_ttl_ms=self.config.jobs.lease_ttl_ms,
                                 allow_external_deletes=self.allow_external_deletes, **kwargs)
@@ -327,9 +331,9 @@ def check_before_work(ctx: JobContext) -> None:
             raise KlakeError(f"--topic: {exc}") from None
     check_range(ctx.args)
     write = ctx.spec.mutates and not ctx.dry_run
-    check_access(ctx.config.root, ctx.options, write)
+    ctx.store.check_access(write)
     if not ctx.config.catalog_uri.startswith(ctx.config.root + "/"):
-        check_access(ctx.config.catalog_uri, ctx.options, write)
+        ctx.catalog_store.check_access(write)
 
 
 def run_job(spec: JobSpec, args: argparse.Namespace) -> int:

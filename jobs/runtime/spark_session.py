@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.ops.run import Execute, OutcomeT, PartitionInput, PartitionResult, Prepare, run_prepare
 from jobs.runtime.config import KlakeConfig
+from layouts.aiven_manifest import KEY_RING_ENV
 from layouts.metering import add_counted
 
 if TYPE_CHECKING:
@@ -56,7 +57,12 @@ def spark_session(config: KlakeConfig, master: str | None = None, verbose: bool 
                 # `spark_execute`) started its workers cold again after its SQL stage, seconds per worker. With
                 # it in every task's environment both stages share warm workers (and RDD tasks get the same
                 # short tracebacks as SQL's)
-                "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1", **config.spark_conf}
+                "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
+                # the tasks read encrypted Aiven tiered-storage uploads with the key ring the driver's
+                # environment names (a path: on a cluster the file must be there too); never in the config
+                **({f"spark.executorEnv.{KEY_RING_ENV}": os.environ[KEY_RING_ENV]} if os.environ.get(KEY_RING_ENV)
+                   else {}),
+                **config.spark_conf}
     if not under_spark_submit():
         builder = builder.master(master)
         logging = (f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} "  # read by the JVM this process

@@ -3,7 +3,8 @@
 `file_io(uri, options)` chooses a `FileIO` by URI scheme, as pyiceberg's `load_file_io` does, each kind in a
 module of its own: `LocalFileIO` (`local`) for paths and `file://`, `S3FileIO` (`s3`) for `s3://`/`s3a://`,
 `FsspecFileIO` (`fsspec_file_io`: read, list, replace, delete; no put-if-absent) for any other fsspec
-protocol. The functions here are the API callers use; each resolves its `FileIO`, which meters the
+protocol, and `AivenFileIO` (`aiven_file_io`, read-only) for `aiven+` names of an Aiven tiered-storage
+bucket's uploads read as Kafka segment files. The functions here are the API callers use; each resolves its `FileIO`, which meters the
 request (`layouts.metering`).
 
 Credentials follow the standard AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
@@ -27,6 +28,8 @@ from typing import BinaryIO
 
 import fsspec
 
+from layouts.store.aiven_file_io import SCHEME as AIVEN_SCHEME
+from layouts.store.aiven_file_io import AivenFileIO, bucket_uri
 from layouts.store.errors import ObjectConflictError, StorageAccessError, describe_error
 from layouts.store.file_io import DeleteResult, FileIO, ObjectInfo, merge_deletes
 from layouts.store.fsspec_file_io import FsspecFileIO
@@ -52,6 +55,8 @@ def file_io(uri: str, options: StorageOptions | None = None) -> FileIO:
     Nothing is cached here: fsspec caches its filesystems itself and drops them after a fork, which
     Spark's Python workers are, so a cache of ours would hand a forked worker its parent's event loop.
     """
+    if uri.startswith(AIVEN_SCHEME):
+        return AivenFileIO(file_io(bucket_uri(uri), options))
     if is_s3(uri):
         return S3FileIO(fsspec.filesystem("s3", **(options or StorageOptions.from_env()).s3fs_kwargs()))
     if is_local(uri):

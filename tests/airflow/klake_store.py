@@ -27,6 +27,7 @@ from engine.ops.lease import acquire_lease
 from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import StorageOptions, filesystem
+from layouts.store.bound import Store
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -39,7 +40,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
     fs, _ = filesystem(f"s3://{bucket}", options)
     if not fs.exists(bucket):
         fs.call_s3("create_bucket", Bucket=bucket)
-    catalog = Catalog.create(catalog_uri, options)
+    catalog = Catalog.create(Store(catalog_uri, options))
     rows = []
     for partition in range(partitions):
         tp = TopicPartition(topic, partition)
@@ -63,7 +64,7 @@ def seed(root: str, catalog_uri: str, topic: str, partitions: int, days: int, t0
 
 
 def state(catalog_uri: str, topic: str) -> dict:
-    catalog = Catalog.open(catalog_uri, StorageOptions.from_env())
+    catalog = Catalog.open(Store(catalog_uri, StorageOptions.from_env()))
     out = {}
     for tp in catalog.partitions():
         if tp.topic != topic:
@@ -78,8 +79,7 @@ def state(catalog_uri: str, topic: str) -> dict:
 
 
 def hold_lease(root: str, topic: str, partition: int) -> dict:
-    lease = acquire_lease(root, TopicPartition(topic, partition), owner="another-job", job_id="another-job",
-                          ttl_ms=HOUR, options=StorageOptions.from_env())
+    lease = acquire_lease(Store(root, StorageOptions.from_env()), TopicPartition(topic, partition), owner="another-job", job_id="another-job", ttl_ms=HOUR)
     return {"lease": lease.uri}
 
 

@@ -37,6 +37,7 @@ from engine.ops.stored_segment import StoredSegment
 from jobs.cli.main import main as klake_in_process
 from layouts.object_layout import batch_index_key
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes
+from layouts.store.bound import Store as BoundStore
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
 from tests.scrub_findings import scrub_findings
@@ -161,13 +162,13 @@ def _foreign_lease(store: Store) -> None:
     """Another job holds orders-2 for an hour: this attempt commits the other partitions only."""
     from engine.ops.lease import acquire_lease
 
-    acquire_lease(store.root, TopicPartition("orders", 2), "elsewhere:1", "another-job", HOUR, store.backend.options)
+    acquire_lease(BoundStore(store.root, store.backend.options), TopicPartition("orders", 2), "elsewhere:1", "another-job", HOUR)
 
 
 def _lease_freed(store: Store) -> None:
     from engine.ops.lease import lease_uri
 
-    fs, path = filesystem(lease_uri(store.root, TopicPartition("orders", 2)), store.backend.options)
+    fs, path = filesystem(lease_uri(BoundStore(store.root), TopicPartition("orders", 2)), store.backend.options)
     if json.loads(fs.cat_file(path))["job_id"] == "another-job":
         fs.rm_file(path)
 
@@ -202,7 +203,7 @@ def _dead_attempt(store: Store) -> None:
     from engine.ops.lease import acquire_lease
 
     for partition in range(2):
-        acquire_lease(store.root, TopicPartition("logs", partition), "dead:1", "retention-1", HOUR, store.backend.options)
+        acquire_lease(BoundStore(store.root, store.backend.options), TopicPartition("logs", partition), "dead:1", "retention-1", HOUR)
 
 
 def _clear_output(store: Store) -> None:
@@ -268,7 +269,7 @@ def state(store: Store, output: str | None = None) -> dict:
     """Everything a user can observe, without object names or ids (they differ from run to run); with
     `output`, every file the job wrote there (name and bytes)."""
     options = store.backend.options
-    catalog = Catalog.open(f"{store.root}/_catalog", options)
+    catalog = Catalog.open(BoundStore(f"{store.root}/_catalog", options))
     rows = table_to_rows(catalog.all_rows())
     facts = [(r.topic, r.partition, r.base_offset, r.last_offset, r.next_offset, r.record_count, r.batch_count,
               r.size_bytes, r.first_batch_timestamp, r.base_timestamp, r.largest_timestamp,

@@ -28,6 +28,7 @@ import pytest
 from engine.ops.catalog_table import Catalog
 from jobs.runtime.embedded_s3 import create_bucket, free_port
 from layouts.store import StorageOptions, describe_error, filesystem, list_objects
+from layouts.store.bound import Store as BoundStore
 from tests.conftest import KAFKA_FIXTURES, PROJECT_ROOT
 
 PARTITION_DIR = "timeindex_test-0"  # the broker fixture the stores are seeded with (4 segments)
@@ -76,7 +77,7 @@ class Store:
 
     @property
     def catalog_version(self) -> int:
-        return Catalog.open(f"{self.root}/_catalog", self.options).version()
+        return Catalog.open(BoundStore(f"{self.root}/_catalog", self.options)).version()
 
 
 def seed(store: Store, tmp: Path) -> Store:
@@ -434,7 +435,7 @@ def test_wrong_s3_credentials_are_one_line_exit_2(checking_moto: str, tmp_path: 
 def test_a_delta_rs_error_chain_is_one_line(moto_server: str) -> None:
     """What delta-rs raises for a missing bucket (ANSI-coloured `↳` lines ending in S3's XML) as one line."""
     with pytest.raises(OSError) as raised:
-        Catalog.open("s3://klake-no-such-bucket/_catalog", StorageOptions.from_env())
+        Catalog.open(BoundStore("s3://klake-no-such-bucket/_catalog", StorageOptions.from_env()))
     assert "\x1b[" in str(raised.value) and "<?xml" in str(raised.value)  # what a user saw before
     line = describe_error(raised.value)
     assert "\n" not in line and "\x1b" not in line and "<" not in line and "↳" not in line
@@ -454,8 +455,8 @@ def test_import_lists_the_directories_it_refuses_and_imports_nothing(tmp_path: P
     for name in ("lost+found", "a b-0"):
         (source / name).mkdir()
         (source / name / "00000000000000000000.log").write_bytes(b"")
-    version = Catalog.open(f"{root}/_catalog", StorageOptions()).version()
+    version = Catalog.open(BoundStore(f"{root}/_catalog", StorageOptions())).version()
     done = klake("import", str(source), "--root", str(root))
     check_one_line_exit_2(done, ["'a b-0'", "'lost+found'"])
-    assert Catalog.open(f"{root}/_catalog", StorageOptions()).version() == version
+    assert Catalog.open(BoundStore(f"{root}/_catalog", StorageOptions())).version() == version
 

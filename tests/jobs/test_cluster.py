@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from engine.ops.catalog_table import Catalog
+from layouts.store.bound import Store
 from tests.conftest import PROJECT_ROOT
 from tests.oracles.kafka_python import read_with_kafka_python
 
@@ -110,7 +111,7 @@ def test_an_append_runs_on_a_standalone_cluster_from_the_wheel_alone(cluster: st
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     report = json.loads((run / "append.json").read_text())
     assert report["status"] == "succeeded" and report["results"]["records_appended"] == n
-    catalog = Catalog.open(str(run / "store" / "_catalog"))
+    catalog = Catalog.open(Store(str(run / "store" / "_catalog")))
     values = sorted(r[3] for p in range(2) for row in catalog.live_segments("events", p)
                     for r in read_with_kafka_python(Path(row.log_key).read_bytes())[0])
     assert values == [b"v%04d" % i for i in range(n)]

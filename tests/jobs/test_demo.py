@@ -29,6 +29,7 @@ from engine.ops.catalog_table import Catalog
 from jobs.cli.inspect import load_partition_dir
 from jobs.cli.main import main
 from jobs.runtime.config import KlakeConfig, load_config
+from layouts.store.bound import Store
 from tests.engine.format import test_kafka_clients_oracle as jvm_oracle
 from tests.jobs.test_export_job import java_file_records
 
@@ -68,7 +69,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, spark) -> DemoRun:  # no
 
 
 def live_rows(run: DemoRun) -> list[dict[str, Any]]:
-    return Catalog.open(run.config.catalog_uri).segments().to_pylist()
+    return Catalog.open(Store(run.config.catalog_uri)).segments().to_pylist()
 
 
 # --- the brute force -------------------------------------------------------------------------------

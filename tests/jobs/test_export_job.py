@@ -28,6 +28,7 @@ from engine.ops.stored_segment import stored_segment
 from jobs import append, compact, export
 from jobs import truncate as truncate_job
 from jobs.cli.inspect import load_partition_dir
+from layouts.store.bound import Store
 from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 from tests.engine.format import test_kafka_clients_oracle as jvm_oracle
 from tests.engine.ops.test_import import facts
@@ -121,7 +122,7 @@ def test_export_writes_a_log_dir_kafka_clients_reads_whose_indexes_answer_like_t
 
     # klake import of the export gives back the source's rows: offsets, counts, sizes, timestamps, states, and
     # the log start offset inside c-1's first segment (from log-start-offset-checkpoint)
-    again = Catalog.create(str(tmp_path / "again" / "_catalog"))
+    again = Catalog.create(Store(str(tmp_path / "again" / "_catalog")))
     assert not import_log_dir(str(out), str(tmp_path / "again"), again).failed
     for tp in partitions:
         source_rows = [r for r in jobs.rows(tp.topic, tp.partition) if r.next_offset > starts[tp]]

@@ -21,6 +21,7 @@ from kafka.record.memory_records import MemoryRecords
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from jobs.cli import main as cli
+from layouts.store.bound import Store
 from tests.conftest import KAFKA_FIXTURES, PROJECT_ROOT
 from tests.single_partition import delete_records
 
@@ -93,7 +94,7 @@ class Root:
 
     @cached_property
     def catalog(self) -> Catalog:
-        return Catalog.open(str(self.path / "_catalog"))
+        return Catalog.open(Store(str(self.path / "_catalog")))
 
     def run(self, capsys: pytest.CaptureFixture, *argv: str) -> list[str]:
         assert cli.main(list(argv)) == 0

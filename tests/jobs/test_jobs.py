@@ -48,6 +48,7 @@ from jobs.cli.main import main as klake
 from jobs.klake_source import KlakeReader
 from jobs.runtime.job_runner import JobSpec, main
 from layouts.store import StorageOptions, list_objects, object_info, read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import kafka_time_retention, offset_bounds
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -90,7 +91,7 @@ class Jobs:
 
     @property
     def catalog(self) -> Catalog:
-        return Catalog.open(f"{self.root}/_catalog", self.backend.options)
+        return Catalog.open(Store(f"{self.root}/_catalog", self.backend.options))
 
     def rows(self, topic: str, partition: int) -> list[SegmentRow]:
         return self.catalog.live_segments(topic, partition)
@@ -269,13 +270,13 @@ def test_one_job_or_three_give_the_same_log_and_a_killed_append_rerun_loses_and_
     assert split.run(append.SPEC, "--input", str(parts[0]))[0] == 0
     with monkeypatch.context() as patch:
         patch.setattr(Catalog, "apply", killing("append"))
-        patch.setattr(engine.ops.run, "release_lease", lambda lease, options=None: False)
+        patch.setattr(engine.ops.run, "release_lease", lambda store, lease: False)
         code, report = split.run(append.SPEC, "--input", str(parts[1]))
     assert code == 1 and report["status"] == "failed"
     assert "driver killed" in report["failures"][0]["error"]
     assert len(split.records("orders", 0)) + len(split.records("orders", 1)) + len(split.records("orders", 2)) == 90
     killed_job = report["job_id"]
-    held = {json.loads(read_bytes(lease_uri(split.root, TopicPartition("orders", p))))["job_id"] for p in range(3)}
+    held = {json.loads(read_bytes(lease_uri(Store(split.root), TopicPartition("orders", p))))["job_id"] for p in range(3)}
     assert held == {killed_job}  # the killed job's leases are still there
     code, report = split.run(append.SPEC, "--input", str(parts[1]), "--job-id", "someone-else")
     assert code == 1 and len(report["failures"]) == 3, report["failures"]

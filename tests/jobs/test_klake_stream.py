@@ -2,13 +2,20 @@
 
 Truth: the records the `append` job was given (each value unique), and a Delta table (deltalake) written by
 an idempotent `foreachBatch` sink (Delta's app transactions, keyed by Spark's batch id), read back by
-deltalake: every appended record exactly once, across AvailableNow runs, appends in between and a run that
-fails mid-batch.
+deltalake: every appended record exactly once, across AvailableNow runs, appends in between, a run that
+fails mid-batch and a run whose processes are killed by SIGKILL mid-batch (this module run as a script is that
+run's child: `python -m tests.jobs.test_klake_stream ROOT DELTA CHECKPOINT BATCH MARKER`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +24,11 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from engine.errors import ConfigError
 from engine.ops.read import IsolationLevel
 from jobs import append, retention
-from jobs.klake_source import KlakeReader
-from jobs.klake_stream import KlakeStreamReader
+from jobs.klake_source import KlakeReader, register
+from jobs.klake_stream import KlakeStreamReader, offsets_behind_latest
 from jobs.source_options import parse_options
 from layouts.store import StorageOptions
+from tests.conftest import PROJECT_ROOT
 from tests.jobs.test_jobs import HOUR, NOW, Jobs, input_table, local_backend, write_parquet
 
 pytestmark = pytest.mark.spark
@@ -41,11 +49,10 @@ def add(jobs: Jobs, n: int, tag: str, start_ts: int) -> list[str]:
     return [v.decode() for v in table.column("value").to_pylist()]
 
 
-def run(spark, jobs: Jobs, delta: Path, checkpoint: Path, crash_at: int | None = None, **options: str) -> list[int]:
-    """One AvailableNow run into the Delta table; the ids of the batches it wrote. With `crash_at`, the sink
-    writes batch `crash_at` and then fails, as a run killed after its sink committed and before Spark did."""
-    written: list[int] = []
-
+def delta_sink(delta: Path, after: Callable[[int, bool], None]) -> Callable:
+    """A `foreachBatch` sink appending each batch to the Delta table once: the batch id is the commit's app
+    transaction version, and a batch id the table already holds (a batch run again after a crash) is skipped.
+    `after(batch_id, wrote)` runs once the batch is in the table, before Spark's commit."""
     def sink(frame, batch_id: int) -> None:  # noqa: ANN001 - Spark's DataFrame
         app = "klake-stream-test"
         if delta.exists() and (DeltaTable(str(delta)).transaction_version(app) or -1) >= batch_id:
@@ -54,15 +61,31 @@ def run(spark, jobs: Jobs, delta: Path, checkpoint: Path, crash_at: int | None =
         if table.num_rows:
             write_deltalake(str(delta), table, mode="append",
                             commit_properties=CommitProperties(app_transactions=[Transaction(app, batch_id)]))
-            written.append(batch_id)
-        if batch_id == crash_at:
-            raise Crash(f"batch {batch_id}")
+        after(batch_id, table.num_rows > 0)
+    return sink
 
-    stream = (spark.readStream.format("klake").option("root", jobs.root).option("subscribe", TOPIC)
+
+def available_now(spark, root: str, sink: Callable, checkpoint: Path, **options: str) -> None:
+    """One AvailableNow run of the topic from earliest into `sink`."""
+    stream = (spark.readStream.format("klake").option("root", root).option("subscribe", TOPIC)
               .option("startingOffsets", "earliest").options(**options).load())
     query = (stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     query.awaitTermination()
+
+
+def run(spark, jobs: Jobs, delta: Path, checkpoint: Path, crash_at: int | None = None, **options: str) -> list[int]:
+    """One AvailableNow run into the Delta table; the ids of the batches it wrote. With `crash_at`, the sink
+    writes batch `crash_at` and then fails, as a run that failed after its sink committed and before Spark did."""
+    written: list[int] = []
+
+    def after(batch_id: int, wrote: bool) -> None:
+        if wrote:
+            written.append(batch_id)
+        if batch_id == crash_at:
+            raise Crash(f"batch {batch_id}")
+
+    available_now(spark, jobs.root, delta_sink(delta, after), checkpoint, **options)
     return written
 
 
@@ -90,6 +113,38 @@ def test_available_now_runs_write_each_record_once_across_appends_and_a_failed_r
     assert run(klake_source, jobs, delta, checkpoint) == []  # nothing new: no batch
 
 
+def test_a_run_killed_by_sigkill_mid_batch_and_run_again_writes_each_record_once(klake_source, tmp_path: Path) -> None:
+    """A child process (its own driver, JVM and Python workers, in one process group) runs AvailableNow in
+    batches of 50; its sink writes batch 1 into Delta and blocks; the group is SIGKILLed there, so batch 1 is in
+    Spark's offset log and in Delta but not in Spark's commit log. Run again on the checkpoint, the query redoes
+    batch 1 (the sink skips it) and reads on: the Delta table holds every record of the root exactly once
+    (kafka-python's decode of the segments is the truth)."""
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    add(jobs, 160, "kill", NOW - HOUR)
+    truth = [r[3].decode() for p in (0, 1) for r in jobs.records(TOPIC, p)]
+    delta, checkpoint, marker = tmp_path / "delta", tmp_path / "checkpoint", tmp_path / "written"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYTHONPATH": str(PROJECT_ROOT)}
+    with open(tmp_path / "child.log", "w") as log:
+        child = subprocess.Popen([sys.executable, "-m", "tests.jobs.test_klake_stream", jobs.root, str(delta),
+                                  str(checkpoint), "1", str(marker)], cwd=PROJECT_ROOT, env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert marker.exists(), (tmp_path / "child.log").read_text()[-3000:]
+    assert DeltaTable(str(delta)).transaction_version("klake-stream-test") == 1
+    assert {p.name for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()} == {"0", "1"}
+    assert {p.name for p in (checkpoint / "commits").iterdir() if p.name.isdigit()} == {"0"}
+
+    assert run(klake_source, jobs, delta, checkpoint, maxOffsetsPerTrigger="50") == [2, 3]
+    assert sorted(delta_values(delta)) == sorted(truth) and len(truth) == 160
+
+
 def test_max_offsets_per_trigger_splits_the_run_into_batches(klake_source, tmp_path: Path) -> None:
     jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
     appended = add(jobs, 200, "m", NOW - HOUR)
@@ -97,6 +152,31 @@ def test_max_offsets_per_trigger_splits_the_run_into_batches(klake_source, tmp_p
     batches = run(klake_source, jobs, delta, tmp_path / "checkpoint", maxOffsetsPerTrigger="30")
     assert len(batches) == -(-200 // 30)  # 30 a batch, split over the two partitions by what each holds
     assert sorted(delta_values(delta)) == sorted(appended)
+
+
+def test_progress_reports_the_latest_offsets_and_how_far_each_batch_is_behind_them(klake_source, tmp_path: Path) -> None:
+    """Every batch's progress names the archive's latest offsets (kafka-python's decode of the segments is the
+    truth), and `offsets_behind_latest` gives Spark's Kafka source's three metrics from it: latest minus the
+    batch's end offset per partition, min, max and mean, as strings."""
+    jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
+    add(jobs, 200, "p", NOW - HOUR)
+    latest = {str(p): jobs.records(TOPIC, p)[-1][0] + 1 for p in (0, 1)}
+    query = (klake_source.readStream.format("klake").option("root", jobs.root).option("subscribe", TOPIC)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "70").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    sources = [progress.sources[0] for progress in query.recentProgress]
+    assert len(sources) == 3  # 200 records, 70 a batch
+    for source in sources:
+        assert json.loads(source.latestOffset) == {TOPIC: latest}
+        consumed = json.loads(source.endOffset)[TOPIC]
+        behind = [latest[p] - consumed[p] for p in ("0", "1")]
+        assert offsets_behind_latest(source) == {
+            "minOffsetsBehindLatest": str(min(behind)), "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": str(sum(behind) / 2)}
+    assert max(int(offsets_behind_latest(s)["maxOffsetsBehindLatest"]) for s in sources[:2]) > 0
+    assert offsets_behind_latest(sources[-1])["maxOffsetsBehindLatest"] == "0"
 
 
 def test_retention_between_runs_fails_the_query_or_skips_what_is_gone(klake_source, tmp_path: Path) -> None:
@@ -170,3 +250,23 @@ def test_starting_offsets_by_timestamp_are_kafkas_list_offsets_answers(spark, tm
         reader(startingOffsetsByTimestamp=by_partition).initialOffset()
     latest = reader(startingOffsetsByTimestamp=by_partition, startingOffsetsByTimestampStrategy="latest")
     assert latest.initialOffset() == {TOPIC: {"0": first["0"], "1": records[1][-1][0] + 1}}
+
+
+def killed_run(root: str, delta: str, checkpoint: str, block_at: str, marker: str) -> None:
+    """The child of the SIGKILL test: an AvailableNow run in batches of 50 whose sink, once batch `block_at` is
+    in the Delta table, writes `marker` and waits to be killed."""
+    from pyspark.sql import SparkSession
+
+    def after(batch_id: int, wrote: bool) -> None:
+        if batch_id == int(block_at):
+            Path(marker).write_text(str(batch_id))
+            time.sleep(3600)
+
+    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "1").getOrCreate())
+    register(spark)
+    available_now(spark, root, delta_sink(Path(delta), after), Path(checkpoint), maxOffsetsPerTrigger="50")
+
+
+if __name__ == "__main__":
+    killed_run(*sys.argv[1:])

@@ -20,6 +20,7 @@ from engine.ops.topic_store import save_topic_config
 from jobs import mirror
 from jobs.runtime.job_runner import main
 from layouts.store import list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.jobs.test_jobs import NOW, input_table, killing
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -32,7 +33,7 @@ TPS = [TopicPartition("events", 0), TopicPartition("events", 1)]
 
 
 def _records(root: str, tp: TopicPartition, options) -> list[tuple]:
-    catalog = Catalog.open(f"{root}/_catalog", options)
+    catalog = Catalog.open(Store(f"{root}/_catalog", options))
     out = []
     for row in catalog.live_segments(tp.topic, tp.partition):
         out += read_with_kafka_python(read_bytes(row.log_key, options))[0]
@@ -51,8 +52,8 @@ def test_mirror_job_local_to_s3_and_back_finishes_a_killed_run(spark, tmp_path: 
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     options = s3_backend.options
     a, b, c = str(tmp_path / "a"), s3_backend.uri("b"), str(tmp_path / "c")
-    source = Catalog.create(f"{a}/_catalog", options)
-    save_topic_config(a, "events", CONFIG, options)
+    source = Catalog.create(Store(f"{a}/_catalog", options))
+    save_topic_config(Store(a, options), "events", CONFIG)
     for i, tp in enumerate(TPS):
         append_to_partition(source, a, tp, input_table(120, seed=i), CONFIG, NOW, options)
     truth = {tp: _records(a, tp, options) for tp in TPS}
@@ -79,7 +80,7 @@ def test_mirror_job_local_to_s3_and_back_finishes_a_killed_run(spark, tmp_path: 
     for tp in TPS:
         assert _records(c, tp, options) == truth[tp]
     assert report["results"]["mirror"]["segments_written"] == sum(
-        len(Catalog.open(f"{b}/_catalog", options).live_segments(tp.topic, tp.partition)) for tp in TPS)
+        len(Catalog.open(Store(f"{b}/_catalog", options)).live_segments(tp.topic, tp.partition)) for tp in TPS)
 
     code, report = _run(tmp_path, a, str(tmp_path / "d"), "--topic", "nope")
     assert code == 2 and "nope" in report["failures"][0]["error"]
@@ -88,8 +89,8 @@ def test_mirror_job_local_to_s3_and_back_finishes_a_killed_run(spark, tmp_path: 
 
 def test_mirror_dry_run_reports_each_partition_and_writes_nothing(spark, tmp_path: Path) -> None:
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    source = Catalog.create(f"{a}/_catalog", None)
-    save_topic_config(a, "events", CONFIG, None)
+    source = Catalog.create(Store(f"{a}/_catalog"))
+    save_topic_config(Store(a), "events", CONFIG)
     for i, tp in enumerate(TPS):
         append_to_partition(source, a, tp, input_table(80, seed=i), CONFIG, NOW, None)
     code, report = _run(tmp_path, a, b, "--offsets", "remap", "--dry-run")

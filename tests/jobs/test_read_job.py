@@ -48,6 +48,7 @@ from jobs.runtime.embedded_s3 import create_bucket
 from jobs.runtime.job_runner import main
 from layouts.metering import metered
 from layouts.store import StorageOptions, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.single_partition import append_to_partition, delete_records
 
@@ -76,7 +77,7 @@ def _records(rnd: random.Random, n: int, start_ms: int) -> pa.Table:
 def _build(backend: Backend, kafka_fixtures: Path) -> str:
     """Write the store under `root` (catalog at root/_catalog) and return the root."""
     root = backend.uri("root")
-    catalog = Catalog.create(f"{root}/_catalog", backend.options)
+    catalog = Catalog.create(Store(f"{root}/_catalog", backend.options))
     rnd = random.Random(7)
     for partition in range(3):
         for step in range(3):
@@ -105,7 +106,7 @@ def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         request.getfixturevalue("moto_server")
         backend = Backend("s3", create_bucket(f"klake-read-{uuid.uuid4().hex[:8]}"), StorageOptions.from_env())
     root = _build(backend, kafka_fixtures)
-    catalog = Catalog.open(f"{root}/_catalog", backend.options)
+    catalog = Catalog.open(Store(f"{root}/_catalog", backend.options))
     return backend, root, catalog, brute_force(catalog, backend)
 
 
@@ -314,7 +315,7 @@ def test_seeks_through_a_brokers_own_indexes(tmp_path: Path, kafka_fixtures: Pat
     just after time-index entries, and at indexed offsets, read what the brute force selects."""
     backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     root = backend.uri("root")
-    catalog = Catalog.create(f"{root}/_catalog", backend.options)
+    catalog = Catalog.create(Store(f"{root}/_catalog", backend.options))
     import_log_dir(str(kafka_fixtures / "broker"), root, catalog, options=backend.options)
     topic = "timeindex_test"
     everything = [r for r in brute_force(catalog, backend) if r[0] == topic]

@@ -23,6 +23,7 @@ from engine.ops.read_output import StagedOutput
 from jobs import read
 from jobs.runtime.job_runner import main
 from layouts.store import StorageOptions, filesystem, list_objects, read_bytes, write_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.jobs.test_read_job import EVENTS_CONFIG, NOW, _records, as_records, brute_force, expected
 from tests.single_partition import append_to_partition
@@ -32,13 +33,13 @@ TOPIC = "events"
 
 def _store(backend: Backend) -> tuple[str, Catalog]:
     root = backend.uri("root")
-    catalog = Catalog.create(f"{root}/_catalog", backend.options)
+    catalog = Catalog.create(Store(f"{root}/_catalog", backend.options))
     rnd = random.Random(3)
     for partition in range(2):
         for step in range(2):
             append_to_partition(catalog, root, TopicPartition(TOPIC, partition),
                                 _records(rnd, 50, NOW - 300_000 + step * 100_000), EVENTS_CONFIG, NOW, backend.options)
-    return root, Catalog.open(f"{root}/_catalog", backend.options)
+    return root, Catalog.open(Store(f"{root}/_catalog", backend.options))
 
 
 def _run(root: str, tmp_path: Path, *args: str) -> tuple[int, dict]:

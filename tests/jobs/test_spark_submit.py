@@ -20,6 +20,7 @@ from kafka.partitioner.default import murmur2
 from engine.catalog.schema import table_to_rows
 from engine.ops.catalog_table import Catalog
 from layouts.store import object_info, read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import kafka_time_retention
 from tests.conftest import PROJECT_ROOT, Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -70,7 +71,7 @@ def test_spark_submit_append_then_retention_on_s3(s3_backend: Backend, conf: Pat
     assert report["rejected"]["count"] == 0 and report["commit"]["version"] >= 1
     assert f"append: {n} of {n} record(s) appended" in done.stdout
 
-    catalog = Catalog.open(s3_backend.uri("logs", "_catalog"), s3_backend.options)
+    catalog = Catalog.open(Store(s3_backend.uri("logs", "_catalog"), s3_backend.options))
     before = {p: catalog.live_segments("clicks", p) for p in range(PARTITIONS)}
     for p in range(PARTITIONS):  # kafka-python decodes what landed where its partitioner sends each key
         records = [r for row in before[p] for r in read_with_kafka_python(read_bytes(row.log_key, s3_backend.options))[0]]

@@ -16,6 +16,7 @@ from engine.ops.catalog_table import Catalog
 from jobs.cli.main import JOBS
 from jobs.cli.submit import job_command, quiet_driver, submit_environment
 from layouts.store import read_bytes
+from layouts.store.bound import Store
 from tests.oracles.kafka_python import read_with_kafka_python
 
 KLAKE = Path(sys.executable).parent / "klake"
@@ -61,6 +62,6 @@ def test_submit_appends_from_a_bare_environment(tmp_path: Path) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert f"append: {n} of {n} record(s) appended" in done.stdout
     assert " INFO " not in done.stderr
-    rows = Catalog.open(str(root / "_catalog")).live_segments("t", 0)
+    rows = Catalog.open(Store(str(root / "_catalog"))).live_segments("t", 0)
     records = [r for row in rows for r in read_with_kafka_python(read_bytes(row.log_key))[0]]
     assert [r[3] for r in records] == values and [r[0] for r in records] == list(range(n))

@@ -24,6 +24,7 @@ from jobs import import_log
 from jobs.runtime.job_runner import main
 from layouts.kafka_rsm_layout import parse_upload_dir
 from layouts.store import list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 
 TOPIC_ID = "p59PN4qkR8y176nhuDDPPA"
@@ -90,7 +91,7 @@ def test_uploads_are_catalogued_in_place_and_duplicates_set_aside(kafka_fixtures
     assert ends_early == [f"ends before offset {int(headers.last_offset[len(headers.size) // 2 - 1]) + 1}, "
                           "the next upload starts at 15363"]
     assert [why for uri, why in aside.items() if "AAAA" not in uri] == ["duplicate upload of the same start offset"]
-    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == [0, 7729, 15363, 22964] and rows[-1].next_offset == 30565
     assert [r.next_offset for r in rows[:-1]] == [7729, 15363, 22964]
     assert all(r.layout == "kafka-rsm" and r.log_key.startswith(str(bucket)) for r in rows)
@@ -184,9 +185,42 @@ def test_a_copied_import_is_a_root_of_its_own_that_jobs_may_change(kafka_fixture
     root = str(tmp_path / "klake")
     before = state(bucket)
     assert run_import(tmp_path / "report.json", str(bucket), "--root", root, "--copy")[0] == 0
-    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments("timeindex_test", 0)
     assert [r.base_offset for r in rows] == [0, 7729, 15363, 22964]
     assert {r.layout for r in rows} == {"object"} and all(r.log_key.startswith(root) for r in rows)
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
         assert main(retention.SPEC, ["--root", root, "--dry-run", "--no-progress"]) == 0
     assert state(bucket) == before
+
+
+def test_a_reimport_forgets_the_uploads_remote_retention_deleted_and_refuses_a_hole(kafka_fixtures: Path,
+                                                                                    tmp_path: Path) -> None:
+    from jobs.cli.main import main as klake_main
+
+    bucket = make_bucket(kafka_fixtures, tmp_path / "bucket")
+    part = next((bucket / "kafka-tiered-storage").iterdir())
+    root = str(tmp_path / "klake")
+    assert run_import(tmp_path / "first.json", str(bucket), "--root", root)[0] == 0
+    first = sorted(part.glob("00000000000000000000-*"))
+    for f in first:  # the broker's remote retention deleted the oldest upload
+        f.unlink()
+    code, err, report = run_import(tmp_path / "second.json", str(bucket), "--root", root)
+    assert code == 0, err
+    outcome, = report["results"]["import"]["partitions"]
+    assert outcome["forgotten"] == [str(next(f for f in first if f.suffix == ".log"))]
+    rows = Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)
+    assert [r.base_offset for r in rows] == [7729, 15363, 22964]
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert klake_main(["topics", "--root", root, "--json"]) == 0
+    assert json.loads(out.getvalue().splitlines()[0])["log_start_offset"] == 7729
+
+    middle = sorted(part.glob("*15363-*"))
+    for f in middle:  # a hole is no retention: reported, nothing forgotten
+        f.unlink()
+    code, err, report = run_import(tmp_path / "third.json", str(bucket), "--root", root)
+    assert code == 1
+    error = report["failures"][0]["error"]
+    assert "15363" in error and "gone from the bucket while earlier ones remain" in error and "\n" not in error
+    assert [r.base_offset for r in Catalog.open(f"{root}/_catalog").live_segments("timeindex_test", 0)] == [
+        7729, 15363, 22964]

@@ -49,8 +49,10 @@ def imported_topic(kafka_broker: KafkaBroker, tmp: Path, prefix: str,
     return topic, root, t0
 
 
-def available_now(spark, fmt: str, options: dict[str, str], checkpoint: Path) -> dict[int, list[dict]]:
-    """One AvailableNow run of `fmt` with `options`: each batch's rows (as dicts, in partition and offset order)."""
+def available_now(spark, fmt: str, options: dict[str, str], checkpoint: Path, sources: list | None = None
+                  ) -> dict[int, list[dict]]:
+    """One AvailableNow run of `fmt` with `options`: each batch's rows (as dicts, in partition and offset order);
+    each progress's source entry (offsets, metrics) appended to `sources` if given."""
     batches: dict[int, list[dict]] = {}
 
     def sink(frame, batch_id: int) -> None:  # noqa: ANN001 - Spark's DataFrame
@@ -59,6 +61,8 @@ def available_now(spark, fmt: str, options: dict[str, str], checkpoint: Path) ->
     query = (spark.readStream.format(fmt).options(**options).load().writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     query.awaitTermination()
+    if sources is not None:
+        sources += [progress.sources[0] for progress in query.recentProgress]
     return batches
 
 

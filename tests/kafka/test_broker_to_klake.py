@@ -31,6 +31,7 @@ from kafka.protocol.consumer.offsets import OffsetSpec
 from engine.format.batch import scan_batches
 from engine.ops.catalog_table import Catalog
 from jobs import import_log, offsets_for_times, read
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.kafka.runs import run_job
 from tests.kafka_broker import KafkaBroker
@@ -171,7 +172,7 @@ def segment_facts(dump: Dump) -> list[tuple[int, int, int, int, int, int, int]]:
 
 
 def catalog_facts(root: str, topic: str) -> list[tuple[int, int, int, int, int, int, int]]:
-    rows = Catalog.open(f"{root}/_catalog").live_segments(topic, 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments(topic, 0)
     return [(r.base_offset, r.last_offset, r.record_count, r.batch_count, r.size_bytes, r.largest_timestamp,
              r.first_batch_timestamp) for r in rows if r.size_bytes]
 

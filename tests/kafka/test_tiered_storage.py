@@ -36,6 +36,7 @@ from jobs import export, import_log, klake_source, mirror, retention, truncate
 from jobs.cli.main import main as klake_main
 from jobs.runtime.job_runner import main
 from layouts.store import StorageOptions, list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.kafka.runs import run_job
 from tests.kafka.test_broker_to_klake import (
@@ -172,7 +173,7 @@ def test_a_tiered_storage_bucket_imported_in_place_reads_and_answers_like_the_br
     document = run_job(import_log.SPEC, tmp_path, bucket, "--layout", "kafka-rsm", "--root", root)
     part, = document["results"]["import"]["partitions"]
     assert part["topic"] == topic and part["error"] is None and part["set_aside"] == {}
-    rows = Catalog.open(f"{root}/_catalog").live_segments(topic, 0)
+    rows = Catalog.open(Store(f"{root}/_catalog")).live_segments(topic, 0)
     assert len(rows) >= 10 and {r.layout for r in rows} == {"kafka-rsm"}
     assert all(r.log_key.startswith(bucket + "/") for r in rows)  # in place: the bucket's own objects
     end = rows[-1].next_offset
@@ -212,5 +213,5 @@ def test_a_tiered_storage_bucket_imported_in_place_reads_and_answers_like_the_br
 
     assert bucket_state(bucket, options) == before  # nothing written into the bucket, nothing touched
     run_job(import_log.SPEC, tmp_path, bucket, "--layout", "kafka-rsm", "--root", root)  # a re-run adds nothing
-    assert len(Catalog.open(f"{root}/_catalog").live_segments(topic, 0)) == len(rows)
+    assert len(Catalog.open(Store(f"{root}/_catalog")).live_segments(topic, 0)) == len(rows)
     assert json.dumps(bucket_state(bucket, options)) == json.dumps(before)

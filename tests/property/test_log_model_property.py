@@ -38,6 +38,7 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from layouts.store import read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments
 from tests.oracles.varint import varint_size
 from tests.single_partition import (
@@ -350,7 +351,7 @@ class LogModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="klake-model-")
-        self.catalog = Catalog.create(f"{self.dir}/catalog")
+        self.catalog = Catalog.create(Store(f"{self.dir}/catalog"))
         self.root = f"{self.dir}/root"
         self.cfg = TopicConfig()
         self.now = T0
@@ -594,7 +595,7 @@ def test_truncating_a_partition_without_segments_keeps_its_log_end_offset(tmp_pa
     """Spec 6: `truncateTo(target)` with target >= LEO is a no-op, so truncation never moves the log end
     forward. A partition without segments has LEO 0 (an append to it starts at offset 0), so truncating
     it to 5 must not start its log at 5."""
-    catalog, root = Catalog.create(str(tmp_path / "catalog")), str(tmp_path / "root")
+    catalog, root = Catalog.create(Store(str(tmp_path / "catalog"))), str(tmp_path / "root")
     truncate_partition(catalog, root, TP, 5, TopicConfig(), T0)
     out = append_to_partition(catalog, root, TP, one_record(T0), TopicConfig(), T0)
     assert out.log_end_offset == 1, "the first record of the partition gets offset 0"
@@ -606,7 +607,7 @@ def test_the_first_append_after_a_truncation_gets_no_index_entry(tmp_path: Path)
     """Spec 6 step 8 (`LogSegment.truncateTo`): bytesSinceLastIndexEntry = 0 after a truncation, so an
     append right after it gets no offset-index entry (spec 2.5: the counter is checked before it counts
     the append). An extra entry also fills a small index sooner and so moves index-full rolls (spec 3)."""
-    catalog, root = Catalog.create(str(tmp_path / "catalog")), str(tmp_path / "root")
+    catalog, root = Catalog.create(Store(str(tmp_path / "catalog"))), str(tmp_path / "root")
     config = TopicConfig.from_mapping({"index.interval.bytes": 100})
     for i in range(5):  # one 79-byte batch per append: entries at offsets 2 (byte 158) and 4 (byte 316)
         append_to_partition(catalog, root, TP, one_record(T0 + i), config, T0)
@@ -623,7 +624,7 @@ def test_truncating_into_an_offset_gap_left_by_compaction_ends_the_log_at_the_ta
     leaves offset gaps: segment [0, 2) keeps only offset 1 (key a, superseded at offset 0). Truncating to 1
     cuts that batch away; the emptied segment's row then says LEO = its base offset 0, so the next append
     reuses offset 0, below the offsets 1 and 2 readers have already seen."""
-    catalog, root = Catalog.create(str(tmp_path / "catalog")), str(tmp_path / "root")
+    catalog, root = Catalog.create(Store(str(tmp_path / "catalog"))), str(tmp_path / "root")
     config = TopicConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 200})  # two batches a segment
     for key in (b"a", b"a", b"b"):
         append_to_partition(catalog, root, TP, one_record(T0, key), config, T0)

@@ -32,12 +32,13 @@ from engine.ops.catalog_table import (
     CatalogNotFoundError,
 )
 from layouts.store import list_objects
+from layouts.store.bound import Store
 from tests.catalog_rows import OffsetBounds, add_segments, make_row, offset_bounds, swap, transition
 
 
 @pytest.fixture
 def catalog(backend) -> Catalog:
-    return Catalog.create(backend.uri("catalog"), backend.options)
+    return Catalog.create(Store(backend.uri("catalog"), backend.options))
 
 
 def test_row_dataclass_follows_the_schema() -> None:
@@ -46,12 +47,12 @@ def test_row_dataclass_follows_the_schema() -> None:
 
 def test_open_requires_an_existing_catalog_and_create_is_idempotent(backend) -> None:
     with pytest.raises(CatalogNotFoundError):
-        Catalog.open(backend.uri("nope"), backend.options)
-    first = Catalog.create(backend.uri("cat"), backend.options)
+        Catalog.open(Store(backend.uri("nope"), backend.options))
+    first = Catalog.create(Store(backend.uri("cat"), backend.options))
     add_segments(first, [make_row("t", 0, 0, 10)])
-    again = Catalog.create(backend.uri("cat"), backend.options)
+    again = Catalog.create(Store(backend.uri("cat"), backend.options))
     assert again.version() == 1
-    assert [r.segment_id for r in Catalog.open(backend.uri("cat"), backend.options).live_segments("t", 0)] == ["s0p0"]
+    assert [r.segment_id for r in Catalog.open(Store(backend.uri("cat"), backend.options)).live_segments("t", 0)] == ["s0p0"]
 
 
 def test_racing_creators_share_one_catalog(backend) -> None:
@@ -62,7 +63,7 @@ def test_racing_creators_share_one_catalog(backend) -> None:
     def create() -> None:
         barrier.wait()
         try:
-            outcomes.append(Catalog.create(uri, backend.options).version())
+            outcomes.append(Catalog.create(Store(uri, backend.options)).version())
         except Exception as exc:  # the outcome under test
             outcomes.append(exc)
 
@@ -134,7 +135,7 @@ def test_swap_removes_and_adds_in_one_commit(catalog: Catalog, backend) -> None:
     assert result.version == before + 1 and (result.removed, result.added) == (2, 1)
     assert catalog.live_segments("t", 0) == [merged]
     assert catalog.live_segments("u", 0) == [other_topic]
-    last = DeltaTable(catalog.uri, storage_options=Catalog._storage_options(catalog.uri, backend.options)).history(1)[0]
+    last = DeltaTable(catalog.uri, storage_options=Catalog._storage_options(Store(catalog.uri, backend.options))).history(1)[0]
     assert (last["operation"], last["klake.operation"], last["klake.job_id"]) == ("MERGE", "swap", "compaction-1")
     assert swap(catalog, [r.ref for r in small], [merged]).version is None
     with pytest.raises(CatalogStateError, match="no longer in the catalog"):
@@ -199,11 +200,11 @@ def test_checkpoint_optimize_and_vacuum_keep_the_rows(catalog: Catalog, backend)
     version = catalog.create_checkpoint()
     log = [o.name for o in list_objects(backend.uri("catalog", "_delta_log"), backend.options)]
     assert f"{version:020d}.checkpoint.parquet" in log
-    reopened = Catalog.open(backend.uri("catalog"), backend.options)
+    reopened = Catalog.open(Store(backend.uri("catalog"), backend.options))
     assert table_to_rows(reopened.all_rows()) == expected
     catalog.optimize()
     catalog.vacuum(retention_hours=0)
-    assert table_to_rows(Catalog.open(backend.uri("catalog"), backend.options).all_rows()) == expected
+    assert table_to_rows(Catalog.open(Store(backend.uri("catalog"), backend.options)).all_rows()) == expected
     data_files = [o for o in list_objects(backend.uri("catalog"), backend.options) if o.name.endswith(".parquet")
                   and "_delta_log" not in o.uri]
     assert len(data_files) == 2  # one per topic after compaction
@@ -215,7 +216,7 @@ def _race(workers: list, catalog_uri: str, options) -> list[object]:
     outcomes: list[object] = [None] * len(workers)
 
     def run(i: int) -> None:
-        catalog = Catalog.open(catalog_uri, options)
+        catalog = Catalog.open(Store(catalog_uri, options))
         barrier.wait()
         try:
             outcomes[i] = workers[i](catalog)
@@ -274,7 +275,7 @@ def _interfere_after_first_read(catalog: Catalog, interfere) -> None:
 
 
 def test_a_commit_conflict_is_retried_on_a_fresh_read(catalog: Catalog, backend) -> None:
-    other = Catalog.open(catalog.uri, backend.options)
+    other = Catalog.open(Store(catalog.uri, backend.options))
     theirs = make_row("t", 0, 100, 110, segment_id="zzz")
     _interfere_after_first_read(catalog, lambda: add_segments(other, [theirs]))
     mine = make_row("t", 0, 0, 10)
@@ -284,7 +285,7 @@ def test_a_commit_conflict_is_retried_on_a_fresh_read(catalog: Catalog, backend)
 
 
 def test_a_conflict_that_invalidates_the_change_fails_clearly(catalog: Catalog, backend) -> None:
-    other = Catalog.open(catalog.uri, backend.options)
+    other = Catalog.open(Store(catalog.uri, backend.options))
     _interfere_after_first_read(catalog, lambda: add_segments(other, [make_row("t", 0, 0, 20, segment_id="zzz")]))
     with pytest.raises(CatalogStateError, match="overlap live segment t-0/zzz"):
         add_segments(catalog, [make_row("t", 0, 10, 30)])
@@ -292,7 +293,7 @@ def test_a_conflict_that_invalidates_the_change_fails_clearly(catalog: Catalog, 
 
 
 def test_conflicts_beyond_the_retry_budget_raise(catalog: Catalog, backend) -> None:
-    other = Catalog.open(catalog.uri, backend.options)
+    other = Catalog.open(Store(catalog.uri, backend.options))
     catalog.max_commit_attempts = 1
     _interfere_after_first_read(catalog, lambda: add_segments(other, [make_row("t", 0, 100, 110, segment_id="zzz")]))
     with pytest.raises(CatalogConflictError, match="still conflicted after 1 attempts"):
@@ -314,9 +315,9 @@ def test_the_job_ledger_commits_with_the_rows_and_refuses_a_second_attempt(catal
         catalog.apply(CatalogChange(add=(make_row("orders", 0, 10, 20),)), job_id="job-1", finished=[orders0])
     assert [r.base_offset for r in catalog.live_segments("orders", 0)] == [0]
     assert catalog.version() == version + 2
-    reopened = Catalog.open(catalog.uri, backend.options)
+    reopened = Catalog.open(Store(catalog.uri, backend.options))
     reopened.create_checkpoint()
-    assert Catalog.open(catalog.uri, backend.options).committed_partitions("job-1", [orders0, orders1]) == {orders0, orders1}
+    assert Catalog.open(Store(catalog.uri, backend.options)).committed_partitions("job-1", [orders0, orders1]) == {orders0, orders1}
 
 
 def test_app_transactions_commit_with_the_rows_and_a_permanent_one_outlives_the_ledger_retention(backend) -> None:
@@ -327,8 +328,8 @@ def test_app_transactions_commit_with_the_rows_and_a_permanent_one_outlives_the_
     table = DeltaTable.create(uri, schema=STORED_SCHEMA, partition_by=PARTITION_COLUMNS,
                               configuration={**TABLE_CONFIGURATION,
                                              "delta.setTransactionRetentionDuration": "interval 1 seconds"},
-                              storage_options=Catalog._storage_options(uri, backend.options))
-    catalog = Catalog(table, uri)
+                              storage_options=Catalog._storage_options(Store(uri, backend.options)))
+    catalog = Catalog(table, Store(uri, backend.options))
     orders0 = TopicPartition("orders", 0)
     done = catalog.apply(CatalogChange(add=(make_row("orders", 0, 0, 10),)), job_id="job-1", finished=[orders0],
                          app_transactions={"progress": AppTransaction(11, permanent=True), "fleeting": AppTransaction(3)})
@@ -336,7 +337,7 @@ def test_app_transactions_commit_with_the_rows_and_a_permanent_one_outlives_the_
     assert catalog.transaction_versions(["progress", "fleeting", "nope"]) == {"progress": 11, "fleeting": 3}
     assert catalog.committed_partitions("job-1", [orders0]) == {orders0}
     time.sleep(1.5)
-    reopened = Catalog.open(uri, backend.options)
+    reopened = Catalog.open(Store(uri, backend.options))
     assert reopened.transaction_versions(["progress", "fleeting"]) == {"progress": 11}
     assert reopened.committed_partitions("job-1", [orders0]) == set()
     again = reopened.apply(CatalogChange(), app_transactions={"progress": AppTransaction(7, permanent=True)})
@@ -351,13 +352,13 @@ def test_a_catalog_written_before_the_sidecar_size_columns_reads_them_as_unknown
     commit adds both columns (nullable) and leaves every other column as it was, old rows still null."""
     uri = backend.uri("old-catalog")
     old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name not in SIDECAR_SIZE_COLUMNS])
-    storage = Catalog._storage_options(uri, backend.options)
+    storage = Catalog._storage_options(Store(uri, backend.options))
     DeltaTable.create(uri, schema=old_schema, partition_by=PARTITION_COLUMNS, name="klake_segments",
                       configuration=TABLE_CONFIGURATION, storage_options=storage)
     old_rows = [make_row("orders", 0, 0, 10), make_row("orders", 0, 10, 20, state=SegmentState.ACTIVE)]
     write_deltalake(uri, rows_to_table(old_rows).select(old_schema.names).cast(old_schema), mode="append",
                     storage_options=storage)
-    catalog = Catalog.open(uri, backend.options)
+    catalog = Catalog.open(Store(uri, backend.options))
     assert catalog.live_segments("orders", 0) == old_rows
     assert catalog.rows_table([("orders", 0)], columns=["segment_id", "timeindex_size_bytes"]).to_pylist() == [
         {"segment_id": "s0p0", "timeindex_size_bytes": None}, {"segment_id": "sap0", "timeindex_size_bytes": None}]
@@ -368,7 +369,7 @@ def test_a_catalog_written_before_the_sidecar_size_columns_reads_them_as_unknown
     change = CatalogChange(add=(new_row,), transitions=((old_rows[1].ref, SegmentState.ROLLED),))
     assert catalog.apply(change, job_id="job-1", finished=[TopicPartition("orders", 0)]).added == 1
     rolled = replace(old_rows[1], state=str(SegmentState.ROLLED))
-    assert Catalog.open(uri, backend.options).live_segments("orders", 0) == [old_rows[0], rolled, new_row]
+    assert Catalog.open(Store(uri, backend.options)).live_segments("orders", 0) == [old_rows[0], rolled, new_row]
     table = DeltaTable(uri, storage_options=storage)
     assert table.version() == version + 3  # the columns, the keys' migration (engine.ops.catalog_keys), the change
     stored = {f.name: f for f in table.schema().fields}
@@ -382,8 +383,8 @@ def test_writers_racing_on_an_older_catalog_add_the_columns_once_and_all_commit(
     uri = backend.uri("old-raced")
     old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name not in SIDECAR_SIZE_COLUMNS])
     DeltaTable.create(uri, schema=old_schema, partition_by=PARTITION_COLUMNS, configuration=TABLE_CONFIGURATION,
-                      storage_options=Catalog._storage_options(uri, backend.options))
-    catalogs = [Catalog.open(uri, backend.options) for _ in range(3)]
+                      storage_options=Catalog._storage_options(Store(uri, backend.options)))
+    catalogs = [Catalog.open(Store(uri, backend.options)) for _ in range(3)]
     barrier = threading.Barrier(len(catalogs))
     outcomes: list[object] = []
 
@@ -401,10 +402,9 @@ def test_writers_racing_on_an_older_catalog_add_the_columns_once_and_all_commit(
     for t in threads:
         t.join()
     assert outcomes == [1] * len(catalogs)
-    table = Catalog.open(uri, backend.options).all_rows()
+    table = Catalog.open(Store(uri, backend.options)).all_rows()
     assert table["timeindex_size_bytes"].to_pylist() == [12 * i for i in range(len(catalogs))]
-    operations = [h["operation"] for h in DeltaTable(uri, storage_options=Catalog._storage_options(
-        uri, backend.options)).history()]
+    operations = [h["operation"] for h in DeltaTable(uri, storage_options=Catalog._storage_options(Store(uri, backend.options))).history()]
     assert operations.count("ADD COLUMN") == 1 and operations.count("MERGE") == len(catalogs)
 
 
@@ -426,7 +426,7 @@ def test_a_commit_looks_the_ledger_up_once_and_sees_another_attempts_commit(cata
     made since (one history read): no lookup per partition while none of them is tagged with the job id;
     another attempt of the job committing a partition in between is still seen and refused."""
     tps = [TopicPartition("orders", p) for p in range(6)]
-    other = Catalog.open(catalog.uri, backend.options)
+    other = Catalog.open(Store(catalog.uri, backend.options))
     assert catalog.committed_partitions("job-1", tps) == set()
     add_segments(other, [make_row("audit", 0, 0, 10)], job_id="job-2")  # another job's commit meanwhile
     lookups = _counting(catalog._table, "transaction_version")
@@ -453,7 +453,7 @@ def test_the_second_commit_of_a_two_phase_delete_reads_no_row_unless_another_com
     with pytest.raises(CatalogStateError, match="t-0/.* is ROLLED; only DELETE_STARTED rows may be removed"):
         catalog.remove_deleted([rows[3].ref])
     assert reads == []
-    add_segments(Catalog.open(catalog.uri, backend.options), [make_row("u", 0, 10, 20)])
+    add_segments(Catalog.open(Store(catalog.uri, backend.options)), [make_row("u", 0, 10, 20)])
     assert catalog.remove_deleted([rows[2].ref]).removed == 1 and reads == [1]
     assert sorted(r.base_offset for r in catalog.live_segments("t", 0)) == [30, 40]
     assert [(r.topic, r.base_offset) for r in table_to_rows(catalog.all_rows())] == [

@@ -34,6 +34,7 @@ from engine.ops.scrub import scrub
 from engine.ops.verify import verify_partition
 from layouts.object_layout import batch_index_key
 from layouts.store import delete_object, list_objects, object_info, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.single_partition import (
     append_to_partition,
@@ -99,7 +100,7 @@ def _live_batch_indexes(catalog: Catalog, tp: TopicPartition = TP) -> set[str]:
 
 
 def _appended(backend: Backend, config: TopicConfig, n: int = 1500) -> tuple[Catalog, str]:
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     root = backend.uri("root")
     append_to_partition(catalog, root, TP, _records(n, NOW - 3 * DAY), config, NOW - 3 * DAY, backend.options)
     return catalog, root
@@ -114,18 +115,13 @@ def test_every_writer_writes_the_batch_index_where_it_pays(backend: Backend) -> 
     extended = [r for r in catalog.live_segments(TP.topic, TP.partition) if r.base_offset == active.base_offset]
     assert extended[0].size_bytes > active.size_bytes and extended[0].batchindex_size_bytes is not None
     _check(catalog, backend)
-    run_single_partition(catalog, root, TP, SMALL, partial(prepare_roll, root=root, now_ms=NOW - DAY,
-                                                           options=backend.options, job_id="roll"),
-                         operation="roll", job_id="roll", options=backend.options, planner=RollPlanner(NOW - DAY))
+    run_single_partition(catalog, Store(root, backend.options), TP, SMALL, partial(prepare_roll, root=root, now_ms=NOW - DAY, options=backend.options, job_id="roll"), operation="roll", job_id="roll", planner=RollPlanner(NOW - DAY))
     _check(catalog, backend)
     append_to_partition(catalog, root, TP, _records(600, NOW - DAY, seed=2), SMALL, NOW - DAY, backend.options)
     assert compact_partition(catalog, root, TP, SMALL, NOW, backend.options, force=True).cleaned
     assert _check(catalog, backend) >= 2
     _deleted_together(catalog, backend, "root")
-    rebuilt = run_single_partition(
-        catalog, root, TP, SMALL, partial(prepare_recovery, root=root, options=backend.options, job_id="recover",
-                                          now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover",
-        options=backend.options)
+    rebuilt = run_single_partition(catalog, Store(root, backend.options), TP, SMALL, partial(prepare_recovery, root=root, options=backend.options, job_id="recover", now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover")
     repairs = rebuilt.outcome(TP).repairs
     assert repairs
     # the .log stays in place; the rebuilt sidecars are new objects, each .batchindex beside its .timeindex
@@ -139,7 +135,7 @@ def test_every_writer_writes_the_batch_index_where_it_pays(backend: Backend) -> 
     _check(catalog, backend)
     _deleted_together(catalog, backend, "root")
     for mode in ("preserve", "remap"):
-        dest = Catalog.create(backend.uri(f"{mode}-cat"), backend.options)
+        dest = Catalog.create(Store(backend.uri(f"{mode}-cat"), backend.options))
         run = mirror_partitions(root, catalog, backend.uri(mode), dest, [TP], mode=mode, now_ms=NOW,
                                 dest_configs={TP.topic: SMALL}, options=backend.options)
         assert run.failures == {}
@@ -166,7 +162,7 @@ def test_imports_get_a_batch_index_in_place_ones_beside_copied_sidecars_and_expo
     exported = sorted(os.listdir(os.path.join(out, TP.dir_name)))
     assert exported and not [name for name in exported if name.endswith(".batchindex")]
     for copy in (True, False):
-        imported = Catalog.create(backend.uri(f"cat-{copy}"), backend.options)
+        imported = Catalog.create(Store(backend.uri(f"cat-{copy}"), backend.options))
         done = import_log_dir(out, backend.uri(f"klake-{copy}"), imported, copy=copy, options=backend.options)
         assert not done.failed
         assert _check(imported, backend) >= 3
@@ -234,7 +230,7 @@ def test_an_older_catalog_without_the_column_gains_it(backend: Backend) -> None:
     commit adds the column, and the new rows carry it."""
     uri = backend.uri("old-cat")
     old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name != "batchindex_size_bytes"])
-    storage = Catalog._storage_options(uri, backend.options)
+    storage = Catalog._storage_options(Store(uri, backend.options))
     DeltaTable.create(uri, schema=old_schema, partition_by=PARTITION_COLUMNS, name="klake_segments",
                       configuration=TABLE_CONFIGURATION, storage_options=storage)
     seed, root = _appended(backend, SMALL, n=400)
@@ -242,10 +238,10 @@ def test_an_older_catalog_without_the_column_gains_it(backend: Backend) -> None:
     assert any(r.batchindex_size_bytes is not None for r in rows)
     write_deltalake(uri, rows_to_table(rows).select(old_schema.names).cast(old_schema), mode="append",
                     storage_options=storage)
-    catalog = Catalog.open(uri, backend.options)
+    catalog = Catalog.open(Store(uri, backend.options))
     assert {r.batchindex_size_bytes for r in catalog.live_segments(TP.topic, TP.partition)} == {None}
     append_to_partition(catalog, root, TP, _records(800, NOW - 2 * DAY, seed=3), SMALL, NOW - 2 * DAY,
                         backend.options)
-    reopened = Catalog.open(uri, backend.options)
+    reopened = Catalog.open(Store(uri, backend.options))
     assert "batchindex_size_bytes" in {f.name for f in DeltaTable(uri, storage_options=storage).schema().fields}
     assert any(r.batchindex_size_bytes is not None for r in reopened.live_segments(TP.topic, TP.partition))

@@ -25,6 +25,7 @@ from engine.ops.catalog_table import Catalog
 from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import create_bucket
 from layouts.store import StorageOptions
+from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, make_row, transition
 from tests.conftest import PROJECT_ROOT
 from tests.oracles import fetch_jvm
@@ -48,7 +49,7 @@ def catalog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     else:
         request.getfixturevalue("moto_server")
         root, options = f"{create_bucket(f'delta-spark-{uuid.uuid4().hex[:8]}')}/root", StorageOptions.from_env()
-    catalog = Catalog.create(f"{root}/_catalog", options)
+    catalog = Catalog.create(Store(f"{root}/_catalog", options))
     rnd = random.Random(7)
     rows = []
     for topic, partition in (("orders", 0), ("orders", 1), ("clicks", 0)):

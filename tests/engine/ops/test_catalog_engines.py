@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 
 from engine.catalog.schema import SegmentState
 from engine.ops.catalog_table import Catalog
+from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, make_row, transition
 
 HOUR = 3_600_000
@@ -34,7 +35,7 @@ def _delta_extension() -> str:
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     """Hourly segments of three partitions over four days, in several commits, a few of them retired."""
-    catalog = Catalog.create(str(tmp_path_factory.mktemp("engines") / "catalog"))
+    catalog = Catalog.create(Store(str(tmp_path_factory.mktemp("engines") / "catalog")))
     rnd = random.Random(5)
     rows = []
     for topic, partition in (("orders", 0), ("orders", 1), ("clicks", 0)):

@@ -24,6 +24,7 @@ from engine.ops.importer import import_log_dir
 from engine.ops.scrub import scrub
 from jobs.runtime.embedded_s3 import create_bucket
 from layouts.store import delete_object, delete_tree, filesystem, join, list_objects, object_info, read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_compact import CONFIG as COMPACT
 from tests.engine.ops.test_partition_compact import _expected, _updates
@@ -48,7 +49,7 @@ def _events(n: int) -> pa.Table:
 def _build(backend: Backend, root: str, broker: str) -> Catalog:
     """A root with appended partitions (compacted and time-retained topics) and a partition imported in place
     from a broker's log dir outside it (external rows), its catalog at its default place."""
-    catalog = Catalog.create(join(root, "_catalog"), backend.options)
+    catalog = Catalog.create(Store(join(root, "_catalog"), backend.options))
     append_to_partition(catalog, root, ORDERS, ORDER_UPDATES, COMPACT, NOW, backend.options)
     append_to_partition(catalog, root, EVENTS, _events(300), RETAIN, NOW - 3 * DAY, backend.options)
     import_log_dir(broker, root, catalog, options=backend.options)
@@ -87,7 +88,7 @@ def _snapshot(uri: str, backend: Backend) -> dict[str, bytes]:
 
 def _answers(root: str, backend: Backend) -> list[dict]:
     """Every row of the root's catalog, read afresh."""
-    return Catalog.open(join(root, "_catalog"), backend.options).all_rows().to_pylist()
+    return Catalog.open(Store(join(root, "_catalog"), backend.options)).all_rows().to_pylist()
 
 
 def _records(catalog: Catalog, tp: TopicPartition, backend: Backend) -> list[tuple]:
@@ -100,7 +101,7 @@ def _records(catalog: Catalog, tp: TopicPartition, backend: Backend) -> list[tup
 
 def _stored(catalog_uri: str, backend: Backend) -> list[dict]:
     """The catalog's rows as stored (what DuckDB or Polars see), by delta-rs."""
-    storage = Catalog._storage_options(catalog_uri, backend.options)
+    storage = Catalog._storage_options(Store(catalog_uri, backend.options))
     return DeltaTable(catalog_uri, storage_options=storage).to_pyarrow_table().to_pylist()
 
 
@@ -109,7 +110,7 @@ def test_jobs_on_a_copied_root_never_touch_the_original(backend: Backend, broker
     _build(backend, a, broker)
     _copy_root(backend, a, b)
     objects, answers, broker_objects = _snapshot(a, backend), _answers(a, backend), _snapshot(broker, backend)
-    copy = Catalog.open(join(b, "_catalog"), backend.options)
+    copy = Catalog.open(Store(join(b, "_catalog"), backend.options))
     assert all(r[k].startswith(b + "/") for r in copy.all_rows().to_pylist() for k in KEY_COLUMNS
                if not r[k].startswith(broker))  # the copy reads its own objects
     assert {r["log_key"].startswith(broker) for r in copy.all_rows().to_pylist() if r["topic"] == IMPORTED.topic} \
@@ -143,7 +144,7 @@ def test_jobs_on_a_copied_root_never_touch_the_original(backend: Backend, broker
 def _write_legacy_catalog(catalog_uri: str, rows: pa.Table, backend: Backend) -> None:
     """Rewrite a catalog the way klake wrote it before keys were relative: absolute keys, no `external`."""
     delete_tree(catalog_uri, backend.options)
-    storage = Catalog._storage_options(catalog_uri, backend.options)
+    storage = Catalog._storage_options(Store(catalog_uri, backend.options))
     DeltaTable.create(catalog_uri, schema=CATALOG_SCHEMA, partition_by=PARTITION_COLUMNS, name="klake_segments",
                       configuration=TABLE_CONFIGURATION, storage_options=storage)
     write_deltalake(catalog_uri, rows.cast(CATALOG_SCHEMA), mode="append", storage_options=storage)
@@ -155,14 +156,14 @@ def test_an_absolute_key_catalog_migrates_on_its_first_write_keeping_its_answers
     catalog_uri = join(a, "_catalog")
     rows = _build(backend, a, broker).all_rows()
     _write_legacy_catalog(catalog_uri, rows, backend)
-    legacy = Catalog.open(catalog_uri, backend.options)
+    legacy = Catalog.open(Store(catalog_uri, backend.options))
     assert legacy.all_rows() == rows  # read as written: absolute keys resolve to themselves
     version = legacy.version()
-    DeltaTable(catalog_uri, storage_options=Catalog._storage_options(catalog_uri, backend.options)).alter.add_columns(
+    DeltaTable(catalog_uri, storage_options=Catalog._storage_options(Store(catalog_uri, backend.options))).alter.add_columns(
         [Field.from_arrow(STORED_SCHEMA.field("external"))])  # a migration killed after its first commit
 
     assert legacy.migrate_keys().version == version + 2  # the `external` column, then the keys
-    assert Catalog.open(catalog_uri, backend.options).all_rows() == rows  # the same answers
+    assert Catalog.open(Store(catalog_uri, backend.options)).all_rows() == rows  # the same answers
     stored, objects = _stored(catalog_uri, backend), _snapshot(a, backend)
     for row in stored:
         assert row["external"] == (row["topic"] == IMPORTED.topic)
@@ -170,7 +171,7 @@ def test_an_absolute_key_catalog_migrates_on_its_first_write_keeping_its_answers
             assert row["log_key"] == next(r["log_key"] for r in rows.to_pylist() if r["segment_id"] == row["segment_id"])
         else:
             assert all(not row[k].startswith(("/", "s3://")) and join(a, row[k]) in objects for k in KEY_COLUMNS)
-    again = Catalog.open(catalog_uri, backend.options)  # a re-run (or one after a crash) finds nothing to do
+    again = Catalog.open(Store(catalog_uri, backend.options))  # a re-run (or one after a crash) finds nothing to do
     assert again.migrate_keys().version is None and again.version() == version + 2
     assert _stored(catalog_uri, backend) == stored
 
@@ -183,7 +184,7 @@ def test_a_copied_root_with_an_absolute_key_catalog_re_anchors_only_what_it_hold
     rows = _build(backend, a, broker).all_rows()
     _write_legacy_catalog(join(a, "_catalog"), rows, backend)
     _copy_root(backend, a, b)
-    copy = Catalog.open(join(b, "_catalog"), backend.options)
+    copy = Catalog.open(Store(join(b, "_catalog"), backend.options))
     events = copy.live_segments(EVENTS.topic, EVENTS.partition)
     lost = events[0].log_key  # the original's key; its copy under B goes missing (a partial sync)
     assert lost.startswith(a + "/")
@@ -205,7 +206,7 @@ def test_a_copied_root_with_an_absolute_key_catalog_re_anchors_only_what_it_hold
             assert mine["external"] and row["log_key"].startswith(broker)
         else:
             assert not mine["external"] and all(row[k].startswith(b + "/") for k in KEY_COLUMNS)
-    original = Catalog.open(join(a, "_catalog"), backend.options)
+    original = Catalog.open(Store(join(a, "_catalog"), backend.options))
     assert _records(copy, ORDERS, backend) == _records(original, ORDERS, backend)  # now read from the copy's objects
 
 
@@ -214,7 +215,7 @@ def test_an_external_object_is_deleted_only_with_the_runs_opt_in(backend: Backen
     root = backend.uri("R")
     backend.upload_tree(kafka_fixtures / "broker" / "docker-connect-status-0",
                         backend.uri("broker", "docker-connect-status-0"))
-    catalog = Catalog.create(join(root, "_catalog"), backend.options)
+    catalog = Catalog.create(Store(join(root, "_catalog"), backend.options))
     import_log_dir(broker, root, catalog, options=backend.options)
     kept_logs = [r.log_key for r in catalog.live_segments(IMPORTED.topic, IMPORTED.partition)]
     gone_logs = [r.log_key for r in catalog.live_segments("docker-connect-status", 0)]

@@ -23,6 +23,7 @@ from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import stored_segment
 from jobs.cli.inspect import load_partition_dir
 from layouts.store import delete_object, list_objects, read_bytes, write_bytes
+from layouts.store.bound import Store
 from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 from tests.engine.ops.test_import import BROKER_PARTITIONS, facts
 from tests.golden import golden_text
@@ -56,7 +57,7 @@ def as_records(entries: list[dict]) -> list[tuple]:
 @pytest.fixture
 def imported(backend, kafka_fixtures) -> Catalog:
     source = backend.upload_tree(kafka_fixtures / "broker", backend.uri("src"))
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     assert not import_log_dir(source, backend.uri("root"), catalog, options=backend.options).failed
     return catalog
 
@@ -95,7 +96,7 @@ def test_an_imported_broker_dir_exports_as_the_brokers_bytes_and_imports_back_th
         assert parse_offset_checkpoint(read_bytes(uri, backend.options), uri) == expected
 
     # klake import of the export reproduces the source catalog, row for row
-    again = Catalog.create(backend.uri("catalog2"), backend.options)
+    again = Catalog.create(Store(backend.uri("catalog2"), backend.options))
     assert not import_log_dir(out, backend.uri("root2"), again, options=backend.options).failed
     for tp in imported.partitions():
         source = imported.live_segments(tp.topic, tp.partition)
@@ -215,7 +216,7 @@ def test_a_partition_with_an_aborted_transaction_gets_kafkas_txnindex_and_a_reco
     records = kafka_fixtures / "kafka-clients"  # producer 42's transaction at 200-202, its marker at 203
     for dir_name, name in (("aborted-0", "txn-abort.records"), ("committed-0", "txn-commit.records")):
         write_bytes(backend.uri("src", dir_name, f"{200:020d}.log"), (records / name).read_bytes(), backend.options)
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     assert not import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options).failed
     report = export_log_dir(catalog, backend.uri("root"), configs(catalog), backend.uri("out"),
                             options=backend.options)

@@ -29,6 +29,7 @@ from engine.ops.versions import segment_object_keys
 from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
 from layouts.store import delete_object, filesystem, list_objects, object_info, read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import offset_bounds
 from tests.golden import golden_text
 
@@ -113,7 +114,7 @@ def run_klake(capsys, *argv: str) -> tuple[int, str]:
 def test_import_in_place_registers_every_segment_exactly(backend, broker_src, kafka_fixtures) -> None:
     backend.put(backend.uri("src", "timeindex_test-0.0123456789abcdef0123456789abcdef-delete",
                             "00000000000000000000.log"), b"not imported")
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     report = import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options)
     assert not report.failed and report.rows_added == 7 and report.commit_version == 1
     assert report.skipped_dirs == {"timeindex_test-0.0123456789abcdef0123456789abcdef-delete":
@@ -147,7 +148,7 @@ def test_import_in_place_registers_every_segment_exactly(backend, broker_src, ka
 
 
 def test_other_engines_read_the_same_rows(backend, broker_src, tmp_path) -> None:
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options)
     catalog.create_checkpoint()
     home = catalog.root + "/"  # keys are stored relative to the catalog's directory (issue 26), absolute outside it
@@ -176,7 +177,7 @@ def test_other_engines_read_the_same_rows(backend, broker_src, tmp_path) -> None
 
 
 def test_import_with_copy_writes_the_object_layout(backend, broker_src, kafka_fixtures) -> None:
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     report = import_log_dir(broker_src, backend.uri("root"), catalog, copy=True, options=backend.options)
     assert not report.failed and report.rows_added == 7
     rows = table_to_rows(catalog.segments())
@@ -238,7 +239,7 @@ def test_a_corrupt_segment_stops_its_partition_and_keeps_what_precedes(backend, 
     assert [(s["base_offset"], s["status"]) for s in part["segments"]] == [(0, "registered"), (7729, "corrupt")]
     assert part["segments"][1]["byte_position"] == bad_batch
 
-    catalog = Catalog.open(backend.uri("catalog"), backend.options)
+    catalog = Catalog.open(Store(backend.uri("catalog"), backend.options))
     rows = catalog.live_segments("timeindex_test", 0)
     assert facts(rows[0]) == expected_segment(part_dir / "00000000000000000000.log")
     if copy:
@@ -265,7 +266,7 @@ def test_missing_and_invalid_indexes_are_rebuilt_without_touching_the_source(bac
     backend.put(f"{src}/00000000000000000000.index", bytes(index0))
     before = {o.uri: read_bytes(o.uri, backend.options) for o in list_objects(src, backend.options)}
 
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
     outcomes = {s.base_offset: s for s in report.partitions[0].segments}
     assert {b: outcomes[b].sidecars for b in TIMEINDEX_BASES} == {
@@ -296,7 +297,7 @@ def test_reimport_after_the_broker_rolled_adds_the_new_segment(backend, kafka_fi
     for base in TIMEINDEX_BASES[:2]:
         backend.put(backend.uri("src", "timeindex_test-0", f"{base:020d}.log"),
                     (part_dir / f"{base:020d}.log").read_bytes())
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
     assert [r.state for r in catalog.live_segments("timeindex_test", 0)] == ["ROLLED", "ACTIVE"]
     backend.put(backend.uri("src", "timeindex_test-0", "00000000000000015363.log"),
@@ -310,12 +311,12 @@ def test_reimport_after_the_broker_rolled_adds_the_new_segment(backend, kafka_fi
 
 def test_two_concurrent_imports_register_each_segment_once(backend, broker_src, kafka_fixtures) -> None:
     catalog_uri = backend.uri("catalog")
-    Catalog.create(catalog_uri, backend.options)
+    Catalog.create(Store(catalog_uri, backend.options))
     barrier = threading.Barrier(2)
     reports = [None, None]
 
     def run(i: int) -> None:
-        catalog = Catalog.open(catalog_uri, backend.options)
+        catalog = Catalog.open(Store(catalog_uri, backend.options))
         barrier.wait()
         reports[i] = import_log_dir(broker_src, backend.uri("root"), catalog, options=backend.options,
                                     job_id=f"import-{i}")
@@ -334,7 +335,7 @@ def test_two_concurrent_imports_register_each_segment_once(backend, broker_src, 
         loser = outcomes[1 - outcomes.index(registered[0])]
         assert ("is leased by job 'import-" in (loser.error or "")
                 or {s.status for s in loser.segments} == {"already-registered"}), loser
-    rows = table_to_rows(Catalog.open(catalog_uri, backend.options).all_rows())
+    rows = table_to_rows(Catalog.open(Store(catalog_uri, backend.options)).all_rows())
     assert len(rows) == 7 == len({(r.topic, r.partition, r.base_offset) for r in rows})
     assert list_objects(backend.uri("root", "_leases"), backend.options) == []
 
@@ -379,7 +380,7 @@ def test_an_empty_active_segment_with_preallocated_indexes_is_registered(backend
     backend.put(backend.uri("src", "status-0", "00000000000000000135.log"), b"")
     backend.put(backend.uri("src", "status-0", "00000000000000000135.index"), b"\x00" * 8 * 1000)
     backend.put(backend.uri("src", "status-0", "00000000000000000135.timeindex"), b"\x00" * 12 * 1000)
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, options=backend.options)
     empty = report.partitions[0].segments[1]
     assert (empty.status, empty.sidecars) == ("registered", "rebuilt")
@@ -402,14 +403,14 @@ def test_a_partition_whose_lease_was_taken_over_is_not_committed(backend, kafka_
     def run_then_lose_the_lease(self) -> None:
         import_partition(self)
         if self.part.tp.topic == "_confluent-command":  # another job takes the lease over meanwhile
-            assert delete_object(lease_uri(root, self.part.tp), backend.options)
-            acquire_lease(root, self.part.tp, "thief", "job-x", 60_000, backend.options)
+            assert delete_object(lease_uri(Store(root), self.part.tp), backend.options)
+            acquire_lease(Store(root, backend.options), self.part.tp, "thief", "job-x", 60_000)
 
     monkeypatch.setattr(_PartitionImporter, "run", run_then_lose_the_lease)
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     report = import_log_dir(backend.uri("src"), root, catalog, options=backend.options)
     command = next(p for p in report.partitions if p.topic == "_confluent-command")
     assert report.failed and "taken over" in command.error and "not committed" in command.error
     assert catalog.live_segments("_confluent-command", 0) == []
     assert len(catalog.live_segments("docker-connect-status", 0)) == 1
-    assert read_lease(root, TopicPartition("_confluent-command", 0), backend.options).owner == "thief"
+    assert read_lease(Store(root, backend.options), TopicPartition("_confluent-command", 0)).owner == "thief"

@@ -31,6 +31,7 @@ from engine.ops.mirror import (
 )
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from layouts.store import StorageOptions, delete_object, list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
 from tests.oracles.kafka_python import read_with_kafka_python
@@ -85,8 +86,8 @@ def _copied(run) -> int:
 def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Path, s3_backend: Backend) -> None:
     options = s3_backend.options
     roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
-    cats = {name: Catalog.create(f"{root}/_catalog", options) for name, root in roots.items()}
-    save_topic_config(roots["a"], TP.topic, CONFIG, options)
+    cats = {name: Catalog.create(Store(f"{root}/_catalog", options)) for name, root in roots.items()}
+    save_topic_config(Store(roots["a"], options), TP.topic, CONFIG)
     append_to_partition(cats["a"], roots["a"], TP, _records(300), CONFIG, NOW, options)
     source = _replica_facts(cats["a"], TP, options)
     assert len(source) >= 4
@@ -98,7 +99,7 @@ def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Pa
     assert first.failures == {} and _copied(first) == len(source)
     assert all(r.step.outcome.mode == "preserve" for r in first.results)
     assert _replica_facts(cats["b"], TP, options) == source
-    assert load_topic_config(roots["b"], TP.topic, options) == CONFIG  # a replica is configured as its source
+    assert load_topic_config(Store(roots["b"], options), TP.topic) == CONFIG  # a replica is configured as its source
 
     # the source's active segment grows (a new version of it) and rolls: only those versions are copied
     append_to_partition(cats["a"], roots["a"], TP, _records(120, first=300), CONFIG, NOW + 1, options)
@@ -118,7 +119,7 @@ def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Pa
 def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(backend: Backend) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     append_to_partition(cat_a, a, TP, _records(50), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(10, first=500), CONFIG, NOW, options)
     before = cat_b.version
@@ -128,8 +129,8 @@ def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(ba
     assert cat_b.version == before
     lat = TopicConfig.from_mapping({"message.timestamp.type": "LogAppendTime"})
     c = backend.uri("c")
-    save_topic_config(c, TP.topic, lat, options)
-    run = mirror_partitions(a, cat_a, c, Catalog.create(f"{c}/_catalog", options), [TP], mode="preserve",
+    save_topic_config(Store(c, options), TP.topic, lat)
+    run = mirror_partitions(a, cat_a, c, Catalog.create(Store(f"{c}/_catalog", options)), [TP], mode="preserve",
                             now_ms=NOW, options=options)
     assert "message.timestamp.type" in run.failures[str(TP)] and run.commit is None
 
@@ -141,9 +142,8 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     ROLLED (the same version, a state change), and the replica follows with a transition and one copy."""
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
-    save_topic_config(a, TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact",
-                                                             "message.timestamp.type": kind}), options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
+    save_topic_config(Store(a, options), TP.topic, TopicConfig.from_mapping({"cleanup.policy": "compact", "message.timestamp.type": kind}))
     broker = _compacted_log_dir(tmp_path / "broker")
     later = broker / TP.dir_name / f"{20:020d}.log"
     held = later.read_bytes()
@@ -174,7 +174,7 @@ def _killing(self, change, operation="change", job_id="", finished=(), **more): 
 def test_a_replica_follows_delete_records_and_stays_a_replica_when_the_source_is_truncated(backend: Backend) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     append_to_partition(cat_a, a, TP, _records(200), CONFIG, NOW, options)
     mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
     rows = cat_a.live_segments(TP.topic, TP.partition)
@@ -248,13 +248,13 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
                                                                                 s3_backend: Backend) -> None:
     options = s3_backend.options
     roots = {"a": str(tmp_path / "a"), "b": s3_backend.uri("b"), "c": str(tmp_path / "c")}
-    cats = {name: Catalog.create(f"{root}/_catalog", options) for name, root in roots.items()}
+    cats = {name: Catalog.create(Store(f"{root}/_catalog", options)) for name, root in roots.items()}
     compacted = TopicConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 400,
                                           "index.interval.bytes": 100})
-    save_topic_config(roots["a"], TP.topic, compacted, options)
+    save_topic_config(Store(roots["a"], options), TP.topic, compacted)
     import_log_dir(str(_compacted_log_dir(tmp_path / "broker")), roots["a"], cats["a"], copy=True, options=options)
     # B already holds records of its own: the mirror appends after them, with new offsets
-    save_topic_config(roots["b"], TP.topic, compacted, options)
+    save_topic_config(Store(roots["b"], options), TP.topic, compacted)
     append_to_partition(cats["b"], roots["b"], TP, _records(13).filter(pa.array([i % 7 != 3 for i in range(13)])),
                         compacted, NOW, options)
     own, _ = _read(roots["b"], cats["b"], TP, options)
@@ -295,12 +295,12 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
 def test_log_append_time_destination_restamps_monotonically(backend: Backend) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
-    save_topic_config(a, TP.topic, CONFIG, options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
+    save_topic_config(Store(a, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
     lat = TopicConfig.from_mapping({**CONFIG.to_mapping(), "message.timestamp.type": "LogAppendTime",
                                     "klake.log.append.time.monotonic": "true"})
-    save_topic_config(b, TP.topic, lat, options)
+    save_topic_config(Store(b, options), TP.topic, lat)
     run = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW + 5_000, options=options)
     assert run.results[0].step.outcome.mode == "remap"  # auto: a LogAppendTime destination re-stamps
     source, _ = _read(a, cat_a, TP, options)
@@ -318,7 +318,7 @@ def test_log_append_time_destination_restamps_monotonically(backend: Backend) ->
 
 def test_unknown_topic_and_bad_mode_are_bad_input(backend: Backend) -> None:
     a, b = backend.uri("a"), backend.uri("b")
-    cat = Catalog.create(f"{a}/_catalog", backend.options)
+    cat = Catalog.create(Store(f"{a}/_catalog", backend.options))
     with pytest.raises(KlakeError, match="offsets mode"):
         mirror_partitions(a, cat, b, cat, [TP], mode="keep", now_ms=NOW, options=backend.options)
     with pytest.raises(KlakeError, match="same root"):
@@ -334,7 +334,7 @@ def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtu
     part.mkdir(parents=True)
     (part / f"{1000:020d}.log").write_bytes((kafka_fixtures / "kafka-clients" / "m1-none.records").read_bytes())
     a, b, c = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")
-    cat_a, cat_b, cat_c = (Catalog.create(f"{root}/_catalog", options) for root in (a, b, c))
+    cat_a, cat_b, cat_c = (Catalog.create(Store(f"{root}/_catalog", options)) for root in (a, b, c))
     import_log_dir(str(tmp_path / "broker"), a, cat_a, copy=True, options=options)
     replica = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
     assert replica.failures == {} and _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
@@ -351,9 +351,9 @@ def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicate
     only the catalog's record says it never committed, and the re-run copies those batches (once)."""
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
-    save_topic_config(a, TP.topic, CONFIG, options)
-    save_topic_config(b, TP.topic, CONFIG, options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
+    save_topic_config(Store(a, options), TP.topic, CONFIG)
+    save_topic_config(Store(b, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(60), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(5, first=1000), CONFIG, NOW, options)  # B's own records
     if earlier_runs:
@@ -388,7 +388,7 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     A batch exactly at the limit moves."""
     options = backend.options
     a = backend.uri("a")
-    cat_a = Catalog.create(f"{a}/_catalog", options)
+    cat_a = Catalog.create(Store(f"{a}/_catalog", options))
     roomy = TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": 1200})
     append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)  # batches of at most 400 bytes
     append_to_partition(cat_a, a, TP, _records(60, first=150), roomy, NOW, options)
@@ -403,8 +403,8 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     assert largest > 400 and segment != rows[0].log_key
 
     b = backend.uri("b")
-    cat_b = Catalog.create(f"{b}/_catalog", options)
-    save_topic_config(b, TP.topic, CONFIG, options)
+    cat_b = Catalog.create(Store(f"{b}/_catalog", options))
+    save_topic_config(Store(b, options), TP.topic, CONFIG)
     refused = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
     reason = refused.failures[str(TP)]
     assert segment in reason and f"offset {offset} is a {size}-byte batch" in reason
@@ -413,9 +413,8 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     assert cat_b.live_segments(TP.topic, TP.partition) == [] and offset_maps(b, TP, options) == []
 
     c = backend.uri("c")
-    cat_c = Catalog.create(f"{c}/_catalog", options)
-    save_topic_config(c, TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}),
-                      options)
+    cat_c = Catalog.create(Store(f"{c}/_catalog", options))
+    save_topic_config(Store(c, options), TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}))
     fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
     assert fits.failures == {} and _read(c, cat_c, TP, options)[0] == _read(a, cat_a, TP, options)[0]
 
@@ -424,8 +423,8 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
 def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend, mode: str) -> None:
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a = Catalog.create(f"{a}/_catalog", options)
-    save_topic_config(a, TP.topic, CONFIG, options)
+    cat_a = Catalog.create(Store(f"{a}/_catalog", options))
+    save_topic_config(Store(a, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(150), CONFIG, NOW, options)
     source, batches = _read(a, cat_a, TP, options)
     sizes = [len(read_bytes(r.log_key, options)) for r in cat_a.live_segments(TP.topic, TP.partition)]
@@ -438,7 +437,7 @@ def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend,
     assert would.batches_copied == len(batches) and would.bytes_copied == sum(sizes)
     assert would.log_end_offset == source[-1][0] + 1
 
-    cat_b = Catalog.create(f"{b}/_catalog", options)
+    cat_b = Catalog.create(Store(f"{b}/_catalog", options))
     done = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options).results[0].step.outcome
     assert {k: v for k, v in done.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")} == {
         k: v for k, v in would.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")}
@@ -454,9 +453,9 @@ def test_a_recorded_map_that_is_missing_fails_the_partition(backend: Backend) ->
     partition fails naming it rather than copying its batches again."""
     options = backend.options
     a, b = backend.uri("a"), backend.uri("b")
-    cat_a, cat_b = Catalog.create(f"{a}/_catalog", options), Catalog.create(f"{b}/_catalog", options)
+    cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     for root in (a, b):
-        save_topic_config(root, TP.topic, CONFIG, options)
+        save_topic_config(Store(root, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(10, first=1000), CONFIG, NOW, options)
     assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}

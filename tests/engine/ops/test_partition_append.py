@@ -17,6 +17,7 @@ from engine.ops.append import prepare_append
 from engine.ops.catalog_table import Catalog
 from engine.ops.run import PartitionInput
 from layouts.store import read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
 from tests.single_partition import append_to_partition
@@ -56,10 +57,10 @@ def test_one_job_or_three_give_the_same_segments_indexes_and_records(backend: Ba
     """max.message.bytes fits one record per batch, so every split is a produce-request boundary and
     the logs must be byte-identical (Kafka's roll and index rules carried across jobs)."""
     records = _records(300)
-    whole = Catalog.create(backend.uri("whole"), backend.options)
+    whole = Catalog.create(Store(backend.uri("whole"), backend.options))
     out = append_to_partition(whole, backend.uri("root-whole"), TP, records, CONFIG, NOW, backend.options)
     assert out.counters.records_accepted == 300 and out.log_end_offset == 300
-    split = Catalog.create(backend.uri("split"), backend.options)
+    split = Catalog.create(Store(backend.uri("split"), backend.options))
     for start, stop in ((0, 70), (70, 71), (71, 300)):
         append_to_partition(split, backend.uri("root-split"), TP, records.slice(start, stop - start), CONFIG, NOW,
                             backend.options)
@@ -76,7 +77,7 @@ def test_rejects_are_reported_and_accepted_records_unaffected(backend: Backend) 
     ts = records["timestamp"].to_pylist()
     ts[5] = NOW + 3_600_000  # beyond message.timestamp.after.max.ms
     records = records.set_column(2, "timestamp", pa.array(ts, pa.int64()))
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     out = append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
     assert out.counters.records_accepted == 19 and out.rejects.num_rows == 1
     assert out.rejects["row"].to_pylist() == [5] and out.rejects["reason"].to_pylist() == ["INVALID_TIMESTAMP"]
@@ -86,7 +87,7 @@ def test_rejects_are_reported_and_accepted_records_unaffected(backend: Backend) 
 
 
 def test_rerun_of_a_committed_append_adds_nothing_and_a_crash_before_commit_loses_nothing(backend: Backend) -> None:
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     first, second = _records(40, 1), _records(40, 2)
     append_to_partition(catalog, backend.uri("root"), TP, first, CONFIG, NOW, backend.options, append_id="job-1")
     again = append_to_partition(catalog, backend.uri("root"), TP, first, CONFIG, NOW, backend.options,
@@ -103,7 +104,7 @@ def test_rerun_of_a_committed_append_adds_nothing_and_a_crash_before_commit_lose
 
 def test_lookups_over_appended_data_equal_brute_force(backend: Backend) -> None:
     records = _records(200)
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
     ts = np.asarray(records["timestamp"].to_pylist())
     segments = partition_segments(catalog, TP.topic, TP.partition, backend.options)
@@ -117,7 +118,7 @@ def test_lookups_over_appended_data_equal_brute_force(backend: Backend) -> None:
 def test_an_append_never_decodes_what_it_wrote_and_its_rows_equal_a_decode(backend: Backend, monkeypatch) -> None:
     """The rows' facts come from the encoder's arrays (issue 13): with the decoder disabled, appends
     (fresh, resumed, rolling) still commit, and their rows equal what decoding the objects gives."""
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     root = backend.uri("root")
 
     def no_decoding(*_args, **_kwargs):
@@ -147,9 +148,9 @@ def test_a_streamed_append_keeps_records_offsets_and_rejects_of_one_append(backe
     config = TopicConfig.from_mapping({"segment.bytes": 6000, "index.interval.bytes": 500,
                                        "max.message.bytes": 400, "message.timestamp.before.max.ms": 86_400_000})
     records = records.set_column(2, "timestamp", pa.array(late, pa.int64()))
-    whole = Catalog.create(backend.uri("whole"), backend.options)
+    whole = Catalog.create(Store(backend.uri("whole"), backend.options))
     one = append_to_partition(whole, backend.uri("root-whole"), TP, records, config, NOW, backend.options)
-    streamed = Catalog.create(backend.uri("streamed"), backend.options)
+    streamed = Catalog.create(Store(backend.uri("streamed"), backend.options))
     cuts = [0, 90, 91, 250, 400]
     chunks = (records.slice(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False))
     step = prepare_append(PartitionInput(TP, (), config), records=chunks, root=backend.uri("root-streamed"),

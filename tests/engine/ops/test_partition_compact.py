@@ -11,6 +11,7 @@ from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
 from layouts.store import read_bytes
+from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_append import _log
 from tests.single_partition import append_to_partition, compact_partition
@@ -44,7 +45,7 @@ def _expected(records: pa.Table, active_base: int, expired_below: int = 0) -> li
 
 
 def test_compaction_keeps_latest_per_key_and_drops_tombstones_after_the_horizon(backend: Backend) -> None:
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     records = _updates(400, 25, seed=3)
     append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
     rows = catalog.live_segments(TP.topic, TP.partition)
@@ -77,7 +78,7 @@ def test_compaction_keeps_latest_per_key_and_drops_tombstones_after_the_horizon(
 
 
 def test_dry_run_and_below_ratio_change_nothing(backend: Backend) -> None:
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     append_to_partition(catalog, backend.uri("root"), TP, _updates(200, 200, seed=1), CONFIG, NOW, backend.options)
     version = catalog.version()
     dry = compact_partition(catalog, backend.uri("root"), TP, CONFIG, NOW, backend.options, dry_run=True)

@@ -16,6 +16,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.versions import segment_row
 from layouts.object_layout import new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import filesystem, object_info
+from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, all_segments, transition
 from tests.conftest import Backend
 from tests.single_partition import apply_retention
@@ -49,7 +50,7 @@ def _build(backend: Backend, catalog: Catalog, days: int = 6) -> list:
 
 @pytest.fixture
 def setup(backend: Backend):
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     return backend, catalog, _build(backend, catalog)
 
 
@@ -109,7 +110,7 @@ def test_a_key_s3_refuses_in_a_bulk_delete_keeps_its_row_delete_started(s3_backe
     DeleteObjects (an object-locked version is refused only when the request names its version id, and
     klake names none), so the refusal is put into moto's answer, as S3 returns it (`Errors`)."""
     backend = s3_backend
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     rows = _build(backend, catalog)
     refused = rows[1].index_key
     fs, _ = filesystem(backend.base, backend.options)

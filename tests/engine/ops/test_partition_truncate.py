@@ -11,6 +11,7 @@ from engine.log.lookup import EARLIEST, list_offsets
 from engine.log.topic_config import TopicConfig
 from engine.names import TopicPartition
 from engine.ops.catalog_table import Catalog
+from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_append import _log
@@ -30,7 +31,7 @@ def _records(n: int) -> pa.Table:
 
 @pytest.fixture
 def appended(backend: Backend):
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     records = _records(200)
     append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
     return catalog, backend, records

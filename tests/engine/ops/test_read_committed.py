@@ -27,6 +27,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
 from layouts.store import StorageOptions, list_objects, read_bytes, write_bytes
+from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
 from tests.single_partition import export_log_dir
@@ -143,7 +144,7 @@ def build(backend, segments: list[list[Gen]], name: str) -> Catalog:
     for batches in segments:
         write_bytes(backend.uri(name, f"{TOPIC}-0", f"{batches[0].base:020d}.log"),
                     b"".join(b.blob for b in batches), backend.options)
-    catalog = Catalog.create(backend.uri(f"{name}-root", "_catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri(f"{name}-root", "_catalog"), backend.options))
     assert not import_log_dir(backend.uri(name), backend.uri(f"{name}-root"), catalog,
                               options=backend.options).failed
     return catalog

@@ -24,6 +24,7 @@ from engine.ops.verify import valid_prefix
 from engine.ops.versions import segment_row, store_segment_version
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, put_segment_objects
 from layouts.store import delete_object, list_objects, read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, all_segments
 from tests.conftest import Backend
 
@@ -138,7 +139,7 @@ def _plant(backend: Backend, rows: list[SegmentRow]) -> Planted:
 
 @pytest.fixture
 def planted(backend: Backend):
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     rows = _build(backend, catalog)
     before = _readable(backend, catalog)
     return backend, catalog, before, _plant(backend, rows)
@@ -216,7 +217,7 @@ def test_a_crash_before_the_commit_is_redone_identically(planted, monkeypatch) -
 
 
 def test_an_empty_valid_prefix_leaves_the_log_and_an_active_one_stays_empty(backend: Backend) -> None:
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     rows = _build(backend, catalog, n_segments=3)
     root = backend.uri("root")
     for row in (rows[1], rows[2]):  # break the first batch's CRC: nothing of the segment is valid
@@ -236,7 +237,7 @@ def test_an_empty_valid_prefix_leaves_the_log_and_an_active_one_stays_empty(back
 
 
 def test_a_kafka_layout_row_keeps_its_log_and_missing_objects_are_left_for_the_operator(backend: Backend) -> None:
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     root = backend.uri("root")
     segments = _segments(2)
     broker = [backend.uri("broker", TP.dir_name, f"{s.base_offset:020d}") for s in segments]
@@ -306,7 +307,7 @@ def test_a_sidecar_of_another_size_than_its_row_says_is_reported_and_rebuilt_wit
     holds an entry more than it does is a `size` problem, recovery rebuilds the sidecars and the new row
     records the sizes of the new objects; a row without the sizes (an older catalog's) has nothing to
     disagree with."""
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     root = backend.uri("root")
     rows = []
     for i, seg in enumerate(_segments(3)):

@@ -15,6 +15,7 @@ from engine.ops.scrub import scrub
 from jobs.cli.main import main as klake
 from layouts.object_layout import object_segment_keys, put_segment_objects
 from layouts.store import delete_object, filesystem, list_objects, object_info
+from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, make_row, transition
 from tests.scrub_findings import scrub_findings
 
@@ -24,7 +25,7 @@ SMALL_PARTITIONS = ("_confluent-command-0", "docker-connect-status-0")
 def _imported(backend, kafka_fixtures, copy: bool, catalog_at: str = "catalog") -> Catalog:
     for name in SMALL_PARTITIONS:
         backend.upload_tree(kafka_fixtures / "broker" / name, backend.uri("src", name))
-    catalog = Catalog.create(backend.uri(catalog_at), backend.options)
+    catalog = Catalog.create(Store(backend.uri(catalog_at), backend.options))
     report = import_log_dir(backend.uri("src"), backend.uri("root"), catalog, copy=copy, options=backend.options)
     assert report.rows_added == 2
     return catalog
@@ -121,7 +122,7 @@ def test_young_orphans_are_kept_for_the_grace_period(backend, kafka_fixtures) ->
     later = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now + 7_200_000)
     assert sorted(later.deleted) == sorted(stray.all())
     assert _listing(backend) == {uri: size for uri, size in before.items() if uri not in stray.all()}
-    assert Catalog.open(backend.uri("root", "_catalog"), backend.options).all_rows().num_rows == 2
+    assert Catalog.open(Store(backend.uri("root", "_catalog"), backend.options)).all_rows().num_rows == 2
 
 
 def test_scrub_checks_rows_that_point_outside_the_root_and_never_deletes_there(backend, kafka_fixtures) -> None:

@@ -17,6 +17,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.scrub import scrub
 from layouts.object_layout import object_segment_keys
 from layouts.store import list_objects
+from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, make_row, transition
 
 FUTURE = 2**62  # every object is past any grace period
@@ -61,7 +62,7 @@ def brute_force(rows: list[tuple[SegmentRow, str, bool]], root: str) -> dict[str
 def test_scrub_matches_a_per_row_brute_force(rows: list[tuple[SegmentRow, str, bool]], strays: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = str(Path(tmp) / "root")
-        catalog = Catalog.create(str(Path(tmp) / "catalog"))
+        catalog = Catalog.create(Store(str(Path(tmp) / "catalog")))
         placed = []
         for row, stored, live in rows:
             keys = object_segment_keys(root, TopicPartition(row.topic, row.partition), row.base_offset, row.segment_id)

@@ -18,6 +18,7 @@ from engine.ops.recover import prepare_recovery
 from engine.ops.roll import RollPlanner, prepare_roll
 from engine.ops.run import run_single_partition
 from layouts.store import object_info
+from layouts.store.bound import Store
 from tests.conftest import KAFKA_FIXTURES, Backend
 from tests.single_partition import (
     append_to_partition,
@@ -52,14 +53,12 @@ def _assert_sizes(catalog: Catalog, backend: Backend, tp: TopicPartition = TP) -
 
 
 def test_every_writer_records_the_sizes_of_the_sidecars_its_rows_name(backend: Backend) -> None:
-    catalog = Catalog.create(backend.uri("cat"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     root = backend.uri("root")
     append_to_partition(catalog, root, TP, _updates(300, NOW - 3 * DAY), CONFIG, NOW - 3 * DAY, backend.options)
     assert _assert_sizes(catalog, backend) >= 3
     before = catalog.version()
-    run_single_partition(catalog, root, TP, CONFIG, partial(prepare_roll, root=root, now_ms=NOW - DAY,
-                                                            options=backend.options, job_id="roll"),
-                         operation="roll", job_id="roll", options=backend.options, planner=RollPlanner(NOW - DAY))
+    run_single_partition(catalog, Store(root, backend.options), TP, CONFIG, partial(prepare_roll, root=root, now_ms=NOW - DAY, options=backend.options, job_id="roll"), operation="roll", job_id="roll", planner=RollPlanner(NOW - DAY))
     assert catalog.version() == before + 1 and catalog.live_segments(TP.topic, TP.partition)[-1].size_bytes == 0
     _assert_sizes(catalog, backend)
     append_to_partition(catalog, root, TP, _updates(200, NOW - DAY), CONFIG, NOW - DAY, backend.options)
@@ -72,15 +71,12 @@ def test_every_writer_records_the_sizes_of_the_sidecars_its_rows_name(backend: B
     _assert_sizes(catalog, backend)
     apply_retention(catalog, root, TP, CONFIG, NOW + 28 * DAY + DAY // 2, backend.options)
     _assert_sizes(catalog, backend)
-    rebuilt = run_single_partition(
-        catalog, root, TP, CONFIG, partial(prepare_recovery, root=root, options=backend.options, job_id="recover",
-                                           now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover",
-        options=backend.options)
+    rebuilt = run_single_partition(catalog, Store(root, backend.options), TP, CONFIG, partial(prepare_recovery, root=root, options=backend.options, job_id="recover", now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover")
     assert rebuilt.outcome(TP).repairs
     _assert_sizes(catalog, backend)
 
     for mode in ("preserve", "remap"):
-        dest = Catalog.create(backend.uri(f"{mode}-cat"), backend.options)
+        dest = Catalog.create(Store(backend.uri(f"{mode}-cat"), backend.options))
         run = mirror_partitions(root, catalog, backend.uri(mode), dest, [TP], mode=mode, now_ms=NOW,
                                 options=backend.options)
         assert run.failures == {}
@@ -90,7 +86,7 @@ def test_every_writer_records_the_sizes_of_the_sidecars_its_rows_name(backend: B
 def test_imports_record_the_sizes_of_the_sidecars_they_register(backend: Backend) -> None:
     source = backend.upload_tree(KAFKA_FIXTURES / "broker" / "timeindex_test-0", backend.uri("broker", "timeindex_test-0"))
     for copy in (True, False):
-        catalog = Catalog.create(backend.uri(f"cat-{copy}"), backend.options)
+        catalog = Catalog.create(Store(backend.uri(f"cat-{copy}"), backend.options))
         report = import_log_dir(source.rsplit("/", 1)[0], backend.uri(f"klake-{copy}"), catalog, copy=copy,
                                 options=backend.options)
         assert not report.failed

@@ -27,6 +27,7 @@ from engine.ops.versions import store_segment_version
 from layouts.metering import metered
 from layouts.object_layout import batch_index_key
 from layouts.store import object_info, read_bytes
+from layouts.store.bound import Store
 from tests.catalog_rows import partition_segments
 from tests.conftest import KAFKA_FIXTURES, Backend
 
@@ -36,7 +37,7 @@ PARTITION = "timeindex_test-0"
 @pytest.fixture
 def catalogued(backend: Backend) -> tuple[Catalog, Backend]:
     source = backend.upload_tree(KAFKA_FIXTURES / "broker" / PARTITION, backend.uri("broker", PARTITION))
-    catalog = Catalog.create(backend.uri("catalog"), backend.options)
+    catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     report = import_log_dir(source.rsplit("/", 1)[0], backend.uri("klake"), catalog, copy=True,
                             options=backend.options)
     assert not report.failed and report.rows_added == 4
