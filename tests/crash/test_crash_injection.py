@@ -1,5 +1,6 @@
 """Crash injection: a real `klake` job is SIGKILLed (its whole process group: driver, JVM, Python workers)
-at a storage mutation, re-run at once with the same command, then scrubbed; the store must then equal
+at a storage mutation, re-run at once with the same command (in the test's process, on its Spark session: a
+run that is not killed needs no process of its own), then scrubbed; the store must then equal
 a clean run's: every record exactly once, the same catalog, the same ListOffsets answers, the same
 rejects, and no debris (no lease, lease temporary, orphan or superseded rejects file); an export's
 output must be a clean export's, file for file and byte for byte (no temporary left, issue 26); a re-run
@@ -93,9 +94,15 @@ class Store:
         for name, data in self.saved.items():
             self.backend.put(self.root + name, data)
 
+    def klake_here(self, args: list[str]) -> int:
+        """Run `klake` in this process, on the test session's Spark: a run not killed (the setup, the phases before
+        the killed one, the re-run) needs no process of its own, and so starts no JVM of its own."""
+        return klake_in_process([*args, "--conf", str(self.conf), "--no-progress"])
+
     def klake(self, args: list[str], crash_at: int | None = None, count_in: Path | None = None
               ) -> subprocess.CompletedProcess:
-        """Run `klake` (a new process group, from this checkout), with the crash hook if asked."""
+        """Run `klake` (a new process group, from this checkout), with the crash hook if asked: the run whose
+        mutation points are counted, or killed at one."""
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), str(PROJECT_ROOT)]))
         if count_in is not None:
             shutil.rmtree(count_in, ignore_errors=True)
@@ -316,8 +323,7 @@ def run_phases(store: Store, scenario: Scenario, crash_at: int | None, points: P
     for phase in phases[:-1]:
         if phase.before:
             phase.before(store)
-        done = store.klake(phase.args)
-        assert done.returncode == phase.code, done.stderr[-3000:]
+        assert store.klake_here(phase.args) == phase.code
     last = phases[-1]
     if last.before:
         last.before(store)
@@ -357,8 +363,7 @@ def sampled_points(points: list[str], wanted: tuple[str, ...]) -> list[int]:
 def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tuple[str, ...]) -> None:
     store = Store(backend, tmp / scenario.name, scenario.topics)
     for command in scenario.setup(store):
-        done = store.klake(command)
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert store.klake_here(command) == 0
     store.save()
 
     clean = run_phases(store, scenario, None, tmp / "points-clean")
@@ -372,8 +377,8 @@ def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tupl
     for n in chosen:
         killed = run_phases(store, scenario, n, tmp / f"points-{n}")
         assert killed.returncode == -9, f"point {n} ({points[n - 1]}) was not reached: {killed.stderr[-2000:]}"
-        rerun = store.klake(scenario.phases(store)[-1].args)  # at once, the very same command
-        assert rerun.returncode == 0, f"re-run after a kill at {points[n - 1]}:\n{rerun.stdout}\n{rerun.stderr[-3000:]}"
+        rerun = store.klake_here(scenario.phases(store)[-1].args)  # at once, the very same command
+        assert rerun == 0, f"the re-run after a kill at {points[n - 1]} exited {rerun}"
         assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--no-progress"]) == 0
         got = state(store, scenario.output)
         for part in expected:
@@ -382,13 +387,14 @@ def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tupl
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_a_job_killed_at_a_storage_mutation_reruns_to_a_clean_runs_state_local(name: str, tmp_path: Path) -> None:
+def test_a_job_killed_at_a_storage_mutation_reruns_to_a_clean_runs_state_local(name: str, spark, tmp_path: Path
+                                                                             ) -> None:
     check_scenario(SCENARIOS[name], Backend("local", str(tmp_path / "store"), StorageOptions()), tmp_path,
                    SCENARIOS[name].sample)
 
 
 @pytest.mark.s3
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if FULL_SWEEP or n in S3_SAMPLE])
-def test_a_job_killed_at_a_storage_mutation_reruns_to_a_clean_runs_state_s3(name: str, s3_backend: Backend,
+def test_a_job_killed_at_a_storage_mutation_reruns_to_a_clean_runs_state_s3(name: str, spark, s3_backend: Backend,
                                                                           tmp_path: Path) -> None:
     check_scenario(SCENARIOS[name], s3_backend, tmp_path, S3_SAMPLE.get(name, SCENARIOS[name].sample))
