@@ -1,6 +1,6 @@
 """Crash injection: a real `klake` job is SIGKILLed (its whole process group: driver, JVM, Python workers)
-at a storage mutation, re-run at once with the same command (in the test's process, on its Spark session: a
-run that is not killed needs no process of its own), then scrubbed; the store must then equal
+at a storage mutation, re-run at once with the same command in a fresh process (as a user re-runs after a
+crash), then scrubbed; the store must then equal
 a clean run's: every record exactly once, the same catalog, the same ListOffsets answers, the same
 rejects, and no debris (no lease, lease temporary, orphan or superseded rejects file); an export's
 output must be a clean export's, file for file and byte for byte (no temporary left, issue 26); a re-run
@@ -95,14 +95,15 @@ class Store:
             self.backend.put(self.root + name, data)
 
     def klake_here(self, args: list[str]) -> int:
-        """Run `klake` in this process, on the test session's Spark: a run not killed (the setup, the phases before
-        the killed one, the re-run) needs no process of its own, and so starts no JVM of its own."""
+        """Run `klake` in this process, on the test session's Spark: the setup and the phases before the killed one
+        are not what is under test, so they need no process (and JVM) of their own."""
         return klake_in_process([*args, "--conf", str(self.conf), "--no-progress"])
 
     def klake(self, args: list[str], crash_at: int | None = None, count_in: Path | None = None
               ) -> subprocess.CompletedProcess:
         """Run `klake` (a new process group, from this checkout), with the crash hook if asked: the run whose
-        mutation points are counted, or killed at one."""
+        mutation points are counted or killed at one, and the re-run after a kill (a user's re-run is a fresh
+        process)."""
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), str(PROJECT_ROOT)]))
         if count_in is not None:
             shutil.rmtree(count_in, ignore_errors=True)
@@ -377,8 +378,8 @@ def check_scenario(scenario: Scenario, backend: Backend, tmp: Path, sample: tupl
     for n in chosen:
         killed = run_phases(store, scenario, n, tmp / f"points-{n}")
         assert killed.returncode == -9, f"point {n} ({points[n - 1]}) was not reached: {killed.stderr[-2000:]}"
-        rerun = store.klake_here(scenario.phases(store)[-1].args)  # at once, the very same command
-        assert rerun == 0, f"the re-run after a kill at {points[n - 1]} exited {rerun}"
+        rerun = store.klake(scenario.phases(store)[-1].args)  # at once, the very same command, a fresh process
+        assert rerun.returncode == 0, f"re-run after a kill at {points[n - 1]}:\n{rerun.stdout}\n{rerun.stderr[-3000:]}"
         assert klake_in_process(["scrub", "--conf", str(store.conf), "--grace-ms", "0", "--no-progress"]) == 0
         got = state(store, scenario.output)
         for part in expected:
