@@ -132,7 +132,7 @@ def run(ctx: JobContext) -> None:
         appends its split, nothing staged; two tasks appending one partition fail the run before its commit."""
         assert source.df is not None
         task = AppendTasks(names, {item.tp: item for item in items}, frozenset(tps), counts, where, source.order,
-                           ctx.options, prepare_kwargs)
+                           ctx.store, prepare_kwargs)
         frame = source.df.mapInArrow(task.over_input, RESULT_SCHEMA)
         rows.extend(run_with_progress(ctx.spark, lambda: frame.toArrow().to_pylist(), len(items), ctx.progress()))
         appended = [(row["topic"], row["partition"]) for row in rows if row["kind"] == RESULT]

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 
 from engine.cleaner.selection import CleanableRange
 from engine.ops.compact import CompactionPlanner, CompactOutcome, prepare_compaction
-from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 from kernel.names import TopicPartition
@@ -32,9 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: JobContext) -> None:
     tps = [tp for tp in ctx.selected_partitions() if ctx.topic_config(tp.topic).compacted]
-    prepare = partial(prepare_compaction, store=ctx.store, now_ms=ctx.now_ms, job_id=ctx.job_id, dry_run=ctx.dry_run)
-    execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run reads no segment
-    run = ctx.run_partitions_with(tps, execute, planner=CompactionPlanner(ctx.now_ms, ctx.args.force))
+    run = ctx.run_planned(tps, prepare_compaction, CompactionPlanner(ctx.now_ms, ctx.args.force))
     cleaned = read = kept = 0
     for result in run.results:
         if result.step is None:

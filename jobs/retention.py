@@ -13,20 +13,16 @@ with `--verbose` every segment's decision with its reason.
 from __future__ import annotations
 
 import sys
-from functools import partial
 
 from engine.log.retention_explain import RetentionExplanation, describe_hold
 from engine.ops.retention import RetentionOutcome, RetentionPlanner, prepare_retention
-from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 
 
 def run(ctx: JobContext) -> None:
     tps = ctx.selected_partitions()  # bad --topic/--partition refused before Spark starts
-    prepare = partial(prepare_retention, store=ctx.store, now_ms=ctx.now_ms, job_id=ctx.job_id, dry_run=ctx.dry_run)
-    execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
-    run = ctx.run_partitions_with(tps, execute, planner=RetentionPlanner(ctx.now_ms))
+    run = ctx.run_planned(tps, prepare_retention, RetentionPlanner(ctx.now_ms))
     deleted = kept = size = records = 0
     verbose: list[str] = []
     for result in run.results:

@@ -14,18 +14,14 @@ partition: its active segment, the rule, the numbers) goes to a Parquet file nex
 from __future__ import annotations
 
 import sys
-from functools import partial
 
 from engine.ops.roll import RollPlanner, prepare_roll
-from engine.ops.run import serial_execute
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 
 
 def run(ctx: JobContext) -> None:
     tps = ctx.selected_partitions()  # bad --topic/--partition refused before Spark starts
-    prepare = partial(prepare_roll, store=ctx.store, now_ms=ctx.now_ms, job_id=ctx.job_id, dry_run=ctx.dry_run)
-    execute = serial_execute(prepare) if ctx.dry_run else ctx.execute(prepare)  # a dry run writes nothing
-    run = ctx.run_partitions_with(tps, execute, planner=RollPlanner(ctx.now_ms))
+    run = ctx.run_planned(tps, prepare_roll, RollPlanner(ctx.now_ms))
     rolled = [r for r in run.results if r.step is not None and r.step.outcome.rolled]
     for result in rolled:
         outcome = result.step.outcome

@@ -3,6 +3,8 @@ at Aiven-Open/tiered-storage-for-apache-kafka: `KafkaRemoteStorageManager.copyLo
 `CompressionChunkEnumeration`, `EncryptionChunkEnumeration`, `ChunkSizesBinaryCodec`, `SegmentIndexesV1Builder`,
 `RsaEncryptionProvider`; its jars are not served here). Written apart from the reader in `layouts`: the
 encoder side of each rule, so a test of the reader checks it against an independent statement of the format.
+The writer wraps each data key itself (pycryptodome) unless it is handed keys BouncyCastle wrapped, the plugin's
+own provider (`bouncycastle_wrapped_keys`, the pinned `bcprov` set).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import base64
 import json
 import os
 import struct
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zstandard
@@ -22,6 +25,7 @@ from Crypto.Signature.pss import MGF1
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engine.format.batch import scan_batches
+from tests.oracles.kafka_tools import run_java_helper
 
 TOPIC_ID = "lZ6vvmajTWKDBUTV6SQAtQ"  # the topic id of the plugin's SegmentManifestV1SerdeTest
 
@@ -30,6 +34,36 @@ TOPIC_ID = "lZ6vvmajTWKDBUTV6SQAtQ"  # the topic id of the plugin's SegmentManif
 class KeyPair:
     key_id: str
     key: RSA.RsaKey
+
+
+@dataclass(frozen=True)
+class WrappedKey:
+    """An AES-256 data key and its RSA wrapping under a key pair's public key."""
+
+    data_key: bytes = field(repr=False)
+    wrapped: bytes
+
+
+def bouncycastle_wrapped_keys(pair: KeyPair, count: int, where: Path) -> list[WrappedKey]:
+    """`count` fresh data keys wrapped for `pair` by BouncyCastle as the plugin's `RsaEncryptionProvider` wraps
+    them (`tests/oracles/jvm/BcWrapKeys.java`); `where` receives the public key's PEM."""
+    where.mkdir(parents=True, exist_ok=True)
+    public = where / f"{pair.key_id}-public.pem"
+    public.write_bytes(pair.key.publickey().export_key())
+    lines = run_java_helper("BcWrapKeys", str(public), str(count), jvm_set="bcprov").split("\n")
+    keys = [WrappedKey(bytes.fromhex(key), base64.b64decode(wrapped))
+            for key, wrapped in map(str.split, filter(None, lines))]
+    assert len(keys) == count, lines
+    return keys
+
+
+def _wrap_fresh_key(pair: KeyPair) -> WrappedKey:
+    """`RsaEncryptionProvider.encryptDataKey` of a fresh key, by pycryptodome: OAEP with SHA3-512 as the hash
+    and in MGF1."""
+    data_key = os.urandom(32)
+    oaep = PKCS1_OAEP.new(pair.key.publickey(), hashAlgo=SHA3_512,
+                          mgfunc=lambda seed, length: MGF1(seed, length, SHA3_512))
+    return WrappedKey(data_key, oaep.encrypt(data_key))
 
 
 def key_ring(where: Path, *pairs: KeyPair, active: str | None = None) -> Path:
@@ -64,11 +98,15 @@ def _encrypt(data: bytes, key: bytes, aad: bytes) -> bytes:
 
 
 def write_upload(part_dir: Path, base_offset: int, uuid: str, log: bytes, indexes: dict[str, bytes], *,
-                 chunk_size: int, compression: bool = False, pair: KeyPair | None = None) -> Path:
+                 chunk_size: int, compression: bool = False, pair: KeyPair | None = None,
+                 wrapped_key: WrappedKey | None = None) -> Path:
     """Write one upload (`.log`, `.indexes`, `.rsm-manifest`) as the plugin does; returns the manifest path.
-    `indexes`: offset, timestamp, producerSnapshot, leaderEpoch and optionally transaction, as bytes."""
+    `indexes`: offset, timestamp, producerSnapshot, leaderEpoch and optionally transaction, as bytes. Encrypted
+    under `pair` with `wrapped_key` (for that pair), or a fresh key the writer wraps."""
+    assert wrapped_key is None or pair is not None, "a wrapped key goes with the key pair it is wrapped for"
     part_dir.mkdir(parents=True, exist_ok=True)
-    data_key, aad = (os.urandom(32), os.urandom(32)) if pair else (b"", b"")
+    key = (wrapped_key or _wrap_fresh_key(pair)) if pair else None
+    data_key, aad = (key.data_key, os.urandom(32)) if key else (b"", b"")
     chunks = []
     for at in range(0, len(log), chunk_size):
         chunk = log[at:at + chunk_size]
@@ -100,10 +138,8 @@ def write_upload(part_dir: Path, base_offset: int, uuid: str, log: bytes, indexe
     headers = scan_batches(log).headers
     manifest: dict[str, object] = {"version": "1", "chunkIndex": chunk_index, "segmentIndexes": regions,
                                    "compression": compression}
-    if pair:
-        oaep = PKCS1_OAEP.new(pair.key.publickey(), hashAlgo=SHA3_512,
-                              mgfunc=lambda seed, length: MGF1(seed, length, SHA3_512))
-        manifest["encryption"] = {"dataKey": f"{pair.key_id}:{base64.b64encode(oaep.encrypt(data_key)).decode()}",
+    if pair and key:
+        manifest["encryption"] = {"dataKey": f"{pair.key_id}:{base64.b64encode(key.wrapped).decode()}",
                                   "aad": base64.b64encode(aad).decode()}
     manifest["remoteLogSegmentMetadata"] = {
         "remoteLogSegmentId": {"topicIdPartition": {"topicId": TOPIC_ID, "topicPartition": {
@@ -119,15 +155,20 @@ UUIDS = ["wCh7lSDPSy-dIdBYswqpew", "_ErN8CURTHOgDN1Uesu-Cw", "67MybqKuR2m2kDbNf6
 
 
 def bucket_from_log_dir(source: Path, bucket: Path, *, prefix: str = "tiered/", chunk_size: int = 64 * 1024,
-                        compression: bool = False, pair: KeyPair | None = None) -> Path:
+                        compression: bool = False, pair: KeyPair | None = None,
+                        wrapped_keys: Sequence[WrappedKey] = ()) -> Path:
     """The segments of a broker's partition directory (`{topic}-{partition}`) as the plugin uploads them
-    under `{prefix}{topic}-{topicId}/{partition}/`; returns the partition's upload directory."""
+    under `{prefix}{topic}-{topicId}/{partition}/`; returns the partition's upload directory. `wrapped_keys`,
+    if given, are the uploads' data keys in turn (one a segment)."""
     topic, partition = source.name.rsplit("-", 1)
     part_dir = bucket / prefix / f"{topic}-{TOPIC_ID}" / partition
-    for log, uuid in zip(sorted(source.glob("*.log")), UUIDS, strict=False):
+    logs = sorted(source.glob("*.log"))[:len(UUIDS)]
+    assert not wrapped_keys or len(wrapped_keys) >= len(logs), "one wrapped key a segment"
+    for i, (log, uuid) in enumerate(zip(logs, UUIDS, strict=False)):
         sidecar = {name: log.with_suffix(suffix).read_bytes() if log.with_suffix(suffix).exists() else b""
                    for name, suffix in (("offset", ".index"), ("timestamp", ".timeindex"))}
         write_upload(part_dir, int(log.stem), uuid, log.read_bytes(),
                      {**sidecar, "producerSnapshot": b"", "leaderEpoch": b"0\n1\n0 0\n"},
-                     chunk_size=chunk_size, compression=compression, pair=pair)
+                     chunk_size=chunk_size, compression=compression, pair=pair,
+                     wrapped_key=wrapped_keys[i] if wrapped_keys else None)
     return part_dir

@@ -18,6 +18,7 @@ def test_the_lock_pins_every_jar_of_every_set_and_the_pom_pins_the_versions() ->
     assert f"kafka_2.13-{fetch_jvm.pinned_version('kafka')}.jar" in pinned["kafka"]
     assert f"kafka-clients-{fetch_jvm.pinned_version('kafka')}.jar" in pinned["kafka"]
     assert f"spark-sql-kafka-0-10_2.13-{fetch_jvm.pinned_version('spark-kafka')}.jar" in pinned["spark-kafka"]
+    assert pinned["bcprov"].keys() == {f"bcprov-jdk18on-{fetch_jvm.pinned_version('bcprov')}.jar"}
     assert all(len(digest) == 64 for jars in pinned.values() for digest in jars.values())
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -54,6 +55,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     seg.add_argument("--keys", action="store_true", help="add each segment's object key to the table")
     add_json_flag(seg, "segment")
     add_catalog_arguments(seg)
+
+
+def add_partition_command(commands: argparse._SubParsersAction, name: str, summary: str, description: str,
+                          example: str, handler: Callable[[argparse.Namespace], int], *,
+                          only: str) -> argparse.ArgumentParser:
+    """A command that answers per partition from the root (`topics`, `groups`): `--ONLY` narrows it to one topic
+    or group, `--json` prints an object per partition, and the catalog and root are found as every catalog
+    command finds them; the caller adds its own options."""
+    parser = add_command(commands, name, summary, description, example, handler)
+    parser.add_argument(f"--{only}", help=f"only this {only}")
+    add_json_flag(parser, "partition")
+    add_catalog_arguments(parser)
+    return parser
 
 
 def add_json_flag(parser: argparse.ArgumentParser, row: str) -> None:

@@ -7,22 +7,20 @@ import argparse
 import json
 
 from engine.ops.groups_table import group_positions, groups_uri
-from jobs.cli.catalog import add_catalog_arguments, add_json_flag, catalog_location
-from jobs.runtime.job_runner import add_command, time_argument
+from jobs.cli.catalog import add_partition_command, catalog_location
+from jobs.runtime.job_runner import time_argument
 from kernel.errors import KlakeError
 from kernel.times import format_time
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    groups = add_command(
+    groups = add_partition_command(
         commands, "groups", "consumer groups' committed offsets, as archive snapshotted them",
         "Where each consumer group stood on the archived topics: per group, topic and partition the committed "
         "offset (the next record it reads), leader epoch and metadata of the newest snapshot at or before --at "
-        "(default: the last one).", "klake groups --conf demo-output/demo.yaml --group billing --at 2026-11-28T05:00:00Z", run_groups)
-    groups.add_argument("--group", help="only this group")
+        "(default: the last one).", "klake groups --conf demo-output/demo.yaml --group billing --at 2026-11-28T05:00:00Z", run_groups,
+        only="group")
     groups.add_argument("--at", type=time_argument, metavar="TIME", help="as of this time (default: the last snapshot)")
-    add_json_flag(groups, "partition")
-    add_catalog_arguments(groups)
 
 
 def run_groups(args: argparse.Namespace) -> int:

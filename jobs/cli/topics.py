@@ -24,7 +24,7 @@ from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.read import ReadRange, plan_read, read_item
 from engine.ops.topic_store import load_topic_config
-from jobs.cli.catalog import add_catalog_arguments, add_json_flag, catalog_location
+from jobs.cli.catalog import add_catalog_arguments, add_partition_command, catalog_location
 from jobs.cli.storage import check_reachable
 from jobs.runtime.config import KlakeConfig
 from jobs.runtime.job_runner import add_command, at_least, check_partitions
@@ -36,14 +36,12 @@ from layouts.store.bound import Store
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    topics = add_command(
+    add_partition_command(
         commands, "topics", "partitions, offsets, sizes, times and settings of each topic",
         "Describe topics as kafka-topics --describe and kafka-log-dirs do together: per partition the log start "
         "and end offsets, live segments, bytes, oldest and newest timestamps; per topic its settings (those "
-        "differing from Kafka's defaults; --json: all). Reads the catalog only.", "klake topics --conf demo-output/demo.yaml --topic orders", run_topics)
-    topics.add_argument("--topic", help="only this topic")
-    add_json_flag(topics, "partition")
-    add_catalog_arguments(topics)
+        "differing from Kafka's defaults; --json: all). Reads the catalog only.", "klake topics --conf demo-output/demo.yaml --topic orders", run_topics,
+        only="topic")
 
     consume = add_command(
         commands, "consume", "print records of a topic, as kcat -C does",

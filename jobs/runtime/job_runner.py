@@ -26,6 +26,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from engine.log.topic_config import TopicConfig
@@ -36,6 +37,8 @@ from engine.ops.run import (
     OutcomeT,
     PartitionInput,
     PartitionResult,
+    PartitionStep,
+    Planner,
     Prepare,
     run_partition_job,
     serial_execute,
@@ -269,6 +272,15 @@ class JobContext:
     def run_partitions(self, tps: Iterable[TopicPartition], prepare: Prepare[OutcomeT]) -> JobRun[OutcomeT]:
         """Run `prepare` over `tps` as Spark tasks with one driver commit, and fold it into the report."""
         return self.run_partitions_with(tps, self.execute(prepare))
+
+    def run_planned(self, tps: Iterable[TopicPartition], prepare: Callable[..., PartitionStep[OutcomeT]],
+                    planner: Planner) -> JobRun[OutcomeT]:
+        """A job the driver plans (`planner`: compact, roll, retention) whose `prepare` takes the run's store,
+        clock, job id and dry run; a dry run plans and reports only (it reads no segment, writes nothing), so
+        its partitions run one after another in this process and start no Spark task."""
+        bound = partial(prepare, store=self.store, now_ms=self.now_ms, job_id=self.job_id, dry_run=self.dry_run)
+        execute = serial_execute(bound) if self.dry_run else self.execute(bound)
+        return self.run_partitions_with(tps, execute, planner=planner)
 
     def run_partitions_with(self, tps: Iterable[TopicPartition], execute: Execute[OutcomeT], **kwargs: Any,
                             ) -> JobRun[OutcomeT]:

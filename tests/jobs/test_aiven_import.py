@@ -3,11 +3,13 @@ writer (`tests/aiven_uploads.py`) from the broker segments of `tests/fixtures/ka
 catalogued in place and read by the reading jobs, whose answers are checked against the broker's own bytes
 and the fixture's golden lookups; a lookup reads only the manifest and the chunks holding its answer; bad
 buckets (a missing manifest, a truncated chunk, a wrong key) fail on one line naming the object, with
-nothing written into the bucket. Local and moto S3.
+nothing written into the bucket. Local and moto S3. Data keys are wrapped by the writer, or by BouncyCastle, the
+plugin's own provider (`tests/oracles/jvm/BcWrapKeys.java`).
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -27,7 +29,7 @@ from layouts.aiven_manifest import KEY_RING_ENV
 from layouts.metering import metered
 from layouts.store import StorageOptions, aiven_file_io, file_io, list_objects, read_bytes
 from layouts.store.bound import Store
-from tests.aiven_uploads import KeyPair, bucket_from_log_dir, key_ring
+from tests.aiven_uploads import KeyPair, bouncycastle_wrapped_keys, bucket_from_log_dir, key_ring
 from tests.conftest import PROJECT_ROOT, Backend
 
 PAIR = KeyPair("key-pair-1", RSA.generate(2048))
@@ -101,6 +103,22 @@ def test_an_aiven_bucket_is_catalogued_in_place_and_read_jobs_answer_like_the_br
     code, _, err = run(retention.SPEC, ["--root", root, "--topic", "timeindex_test", "--dry-run", "--no-progress"])
     assert code == 2 and len(err.splitlines()) == 1 and "--layout aiven, read-only" in err, err
     assert stored_state(bucket, backend) == before  # nothing written into the bucket
+
+
+def test_uploads_whose_data_keys_bouncycastle_wrapped_import_and_read_as_the_brokers_segments(
+        tmp_path: Path, key_ring_env: Path) -> None:
+    keys = bouncycastle_wrapped_keys(PAIR, len(SEGMENTS), tmp_path / "bc")
+    local = Backend("local", str(tmp_path / "store"), StorageOptions())
+    bucket, part = make_bucket(tmp_path, local, wrapped_keys=keys)
+    assert [json.loads(m.read_text())["encryption"]["dataKey"] for m in sorted(part.glob("*.rsm-manifest"))] == [
+        f"{PAIR.key_id}:{base64.b64encode(k.wrapped).decode()}" for k in keys]
+    root = str(tmp_path / "klake")
+    code, err, _ = run_import(tmp_path, bucket, root)
+    assert code == 0, err
+    rows = Catalog.open(Store(f"{root}/_catalog", local.options)).live_segments("timeindex_test", 0)
+    assert [r.base_offset for r in rows] == SEGMENTS
+    for row in rows:
+        assert read_bytes(row.log_key) == (SOURCE / f"{row.base_offset:020d}.log").read_bytes(), row.base_offset
 
 
 @pytest.mark.spark

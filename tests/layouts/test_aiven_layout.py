@@ -1,7 +1,8 @@
 """The Aiven tiered-storage reader (issue 31) against the plugin's specification: the chunk-size codec on the
 plugin's own test example, a hand-checked upload (`tests/fixtures/aiven/README.md`), and uploads written by
 the test-only writer `tests/aiven_uploads.py` (fixed and variable chunk indexes, zstd, AES-256-GCM with an
-RSA-wrapped data key) read back byte for byte from a broker's segments, local and on moto S3.
+RSA-wrapped data key) read back byte for byte from a broker's segments, local and on moto S3; data keys
+BouncyCastle wrapped (the plugin's provider, `tests/oracles/jvm/BcWrapKeys.java`) unwrap to its bytes.
 """
 
 from __future__ import annotations
@@ -15,10 +16,24 @@ from Crypto.PublicKey import RSA
 
 from engine.format.batch import scan_batches
 from layouts import aiven_layout
-from layouts.aiven_manifest import AivenObjectError, chunk_sizes, parse_manifest
+from layouts.aiven_manifest import (
+    AivenObjectError,
+    ChunkIndex,
+    KeyRing,
+    SegmentManifest,
+    chunk_sizes,
+    parse_manifest,
+    unwrap_data_key,
+)
 from layouts.store import read_bytes
 from layouts.store.aiven_file_io import aiven_uri
-from tests.aiven_uploads import KeyPair, bucket_from_log_dir, encode_chunk_sizes, key_ring
+from tests.aiven_uploads import (
+    KeyPair,
+    bouncycastle_wrapped_keys,
+    bucket_from_log_dir,
+    encode_chunk_sizes,
+    key_ring,
+)
 from tests.conftest import PROJECT_ROOT, Backend
 
 HAND_CHECKED = PROJECT_ROOT / "tests" / "fixtures" / "aiven" / "bucket"
@@ -53,6 +68,19 @@ def test_the_hand_checked_upload_reads_as_its_broker_segment() -> None:
     assert read_bytes(aiven_uri(f"{stem}.log")) == broker.read_bytes()
     assert read_bytes(aiven_uri(f"{stem}.log"), None, 95, 205) == broker.read_bytes()[95:205]
     assert read_bytes(aiven_uri(f"{stem}.index")) == b""
+
+
+@pytest.mark.parametrize("bits", [2048, 3072])
+def test_data_keys_bouncycastle_wrapped_unwrap_to_its_bytes(tmp_path: Path, bits: int) -> None:
+    """`RSA/NONE/OAEPWithSHA3-512AndMGF1Padding` under provider BC, as `RsaEncryptionProvider` wraps: the reader's
+    OAEP must take SHA3-512 for both the label hash and MGF1, as BouncyCastle does (not SHA-512, not SHA-1)."""
+    pair = PAIR if bits == 2048 else KeyPair("key-pair-3072", RSA.generate(bits))
+    ring = KeyRing("ring", {pair.key_id: pair.key})
+    wrapped = bouncycastle_wrapped_keys(pair, 16, tmp_path)
+    assert len({k.data_key for k in wrapped}) == 16 and all(len(k.wrapped) == bits // 8 for k in wrapped)
+    for key in wrapped:
+        manifest = SegmentManifest("m", ChunkIndex(1, 0, ()), {}, False, wrapped_key=(pair.key_id, key.wrapped))
+        assert unwrap_data_key(manifest, ring) == key.data_key
 
 
 VARIANTS = {"plain": {}, "zstd": {"compression": True}, "encrypted": {"pair": PAIR},

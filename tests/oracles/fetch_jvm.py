@@ -1,4 +1,4 @@
-"""Resolve the pinned JVM oracles (Apache Kafka, Spark's Kafka source, delta-spark, hadoop-aws) from Maven Central into `.cache/jvm/`.
+"""Resolve the pinned JVM oracles (Apache Kafka, Spark's Kafka source, delta-spark, hadoop-aws, BouncyCastle) from Maven Central into `.cache/jvm/`.
 
 Each set is a Maven profile of `tests/oracles/jvm/pom.xml`; `jvm.lock` beside it pins every jar of every
 set by name and SHA-256. A set is resolved once with
@@ -32,7 +32,7 @@ POM = PROJECT_ROOT / "tests" / "oracles" / "jvm" / "pom.xml"
 LOCK = PROJECT_ROOT / "tests" / "oracles" / "jvm" / "jvm.lock"
 CACHE = PROJECT_ROOT / ".cache" / "jvm"
 STAMP = "VERIFIED"
-SETS = ("kafka", "spark-kafka", "delta-spark", "hadoop-aws")
+SETS = ("kafka", "spark-kafka", "delta-spark", "hadoop-aws", "bcprov")
 RESOLVE_TIMEOUT_S = 900
 
 

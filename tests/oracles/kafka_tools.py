@@ -4,8 +4,10 @@
 with the errors it reports picked out. The tool exits 0 whatever it finds: it prints its findings, so they
 are matched by the phrases its source prints (DumpLogSegments.scala, Kafka 4.1).
 
-`run_java_helper` runs one of the small Java programs of `tests/oracles/jvm/` on kafka-clients, compiled with
-`javac` once per source version into `.cache/jvm-classes/`.
+`run_java_helper` runs one of the small Java programs of `tests/oracles/jvm/` on kafka-clients (or on another
+pinned set: BouncyCastle for `BcWrapKeys`), compiled with `javac` into `.cache/jvm-classes/` once per version
+of the directory's sources: a helper may use the classes beside it (`Producers`, the producer set-up the
+producers share), which javac finds on the directory as its -sourcepath.
 """
 
 from __future__ import annotations
@@ -68,15 +70,18 @@ JAVA_SOURCES = fetch_jvm.PROJECT_ROOT / "tests" / "oracles" / "jvm"
 CLASSES = fetch_jvm.PROJECT_ROOT / ".cache" / "jvm-classes"
 
 
-def run_java_helper(name: str, *args: str, timeout: int = 300) -> str:
-    """Run `tests/oracles/jvm/<name>.java` with `args` on the `kafka` set; its stdout (fails the test on an error)."""
-    classpath = fetch_jvm.require("kafka")
+def run_java_helper(name: str, *args: str, timeout: int = 300, jvm_set: str = "kafka") -> str:
+    """Run `tests/oracles/jvm/<name>.java` with `args` on the pinned `jvm_set`; its stdout (fails the test on an
+    error)."""
+    classpath = fetch_jvm.require(jvm_set)
     source = JAVA_SOURCES / f"{name}.java"
-    out = CLASSES / f"{name}-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}"
+    sources = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sorted(JAVA_SOURCES.glob("*.java"))))
+    out = CLASSES / f"{name}-{sources.hexdigest()[:16]}"
     if not (out / f"{name}.class").is_file():
         staging = out.with_name(out.name + f".{os.getpid()}")
-        done = subprocess.run(["javac", "-cp", classpath, "-d", str(staging), str(source)],
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        command = ["javac", "-proc:none", "-cp", classpath, "-sourcepath", str(JAVA_SOURCES), "-d", str(staging),
+                   str(source)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         assert done.returncode == 0, f"javac {source.name} failed:\n{done.stdout}{done.stderr}"
         if not out.exists():  # another session may have compiled the same source meanwhile
             os.replace(staging, out)

@@ -3,10 +3,8 @@ import java.util.Properties;
 import java.util.SplittableRandom;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.internals.RecordHeaders;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * The cluster side of the archive benchmark (benchmarks/archive_bench.py): kafka-clients' producer fills a topic
@@ -37,15 +35,7 @@ public final class ArchiveBenchProducer {
         int valueBytes = Integer.parseInt(args[4]);
         long start = Long.parseLong(args[5]);
         long span = Long.parseLong(args[6]);
-        Properties props = new Properties();
-        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
-        props.put(ProducerConfig.ACKS_CONFIG, "all");
-        props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-        props.put(ProducerConfig.BATCH_SIZE_CONFIG, Integer.toString(64 << 10));
-        props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Long.toString(64L << 20));  // within the helper JVM's 256 MiB heap
+        Properties props = Producers.config(bootstrap, codec, 5, 64 << 10);
         SplittableRandom random = new SplittableRandom(30);
         long bytes = 0;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {

@@ -3,9 +3,7 @@ import java.util.Arrays;
 import java.util.Properties;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * The ingest side of the Kafka benchmark (benchmarks/kafka_bench.py): kafka-clients' producer writes the records
@@ -27,15 +25,7 @@ public final class BenchProducer {
         long start = Long.parseLong(args[5]);
         long day = Long.parseLong(args[6]);
         int batchBytes = Integer.parseInt(args[7]);
-        Properties props = new Properties();
-        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
-        props.put(ProducerConfig.ACKS_CONFIG, "all");
-        props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-        props.put(ProducerConfig.BATCH_SIZE_CONFIG, Integer.toString(batchBytes));
-        props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, Long.toString(64L << 20));  // within the helper JVM's 256 MiB heap
+        Properties props = Producers.config(bootstrap, codec, 5, batchBytes);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             long began = System.nanoTime();
             for (int i = 0; i < count; i++) {

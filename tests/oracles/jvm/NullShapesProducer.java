@@ -2,11 +2,9 @@ import java.nio.charset.StandardCharsets;
 import java.util.Properties;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Produces the record shapes kafka-python refuses to write (issue 27's broker tests): a record with neither key
@@ -24,14 +22,7 @@ public final class NullShapesProducer {
         String codec = args[2];
         long first = Long.parseLong(args[3]);
         int count = Integer.parseInt(args[4]);
-        Properties props = new Properties();
-        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
-        props.put(ProducerConfig.ACKS_CONFIG, "all");
-        props.put(ProducerConfig.LINGER_MS_CONFIG, "10");
-        props.put(ProducerConfig.BATCH_SIZE_CONFIG, "2048");
+        Properties props = Producers.config(bootstrap, codec, 10, 2048);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             for (int i = 0; i < count; i++) {
                 byte[] key = null;
