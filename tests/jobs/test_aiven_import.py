@@ -322,12 +322,12 @@ def test_scrub_checks_an_aiven_roots_rows_against_the_bucket_and_deletes_nothing
     root = str(tmp_path / "klake")
     assert run_import(tmp_path, bucket, root)[0] == 0
     catalog = Catalog.open(Store(f"{root}/_catalog"))
-    report = scrub(root, catalog, grace_ms=0)
+    report = scrub(Store(root), catalog, grace_ms=0)
     assert report.missing == [] and report.size_mismatches == [] and report.orphans == []
     next(Path(bucket).rglob("*15363-*.rsm-manifest")).unlink()  # the upload no longer reads
     aiven_file_io._manifests.clear()
     before = stored_state(bucket, local)
-    report = scrub(root, catalog, grace_ms=0)
+    report = scrub(Store(root), catalog, grace_ms=0)
     (row,) = [r for r in catalog.live_segments("timeindex_test", 0) if r.base_offset == 15363]
     assert {(m.kind, m.key) for m in report.missing} == {
         (kind, key) for kind, key in (("log", row.log_key), ("index", row.index_key), ("timeindex", row.timeindex_key))
