@@ -15,27 +15,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
-from airflow.sdk import Param, dag
-from klake_common import DEFAULT_ARGS, KlakeJobOperator, common_params, surface_report
-
-OPTIONAL = ["null", "string"]
+from airflow.sdk import dag
+from klake_common import KlakeJobOperator, dag_settings, optional_param, surface_report
 
 
-@dag(
-    dag_id="klake_archive",
-    schedule="@hourly",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params={**common_params(),
-            "bootstrap_servers": Param(None, type=OPTIONAL, description="the cluster to archive (HOST:PORT,...)"),
-            "from_time": Param(None, type=OPTIONAL, description="where a new partition starts (default earliest)"),
-            "until_time": Param(None, type=OPTIONAL, description="archive records before this time only")},
-    tags=["klake", "archive", "mutating"],
-    doc_md=__doc__,
-)
+@dag(**dag_settings("klake_archive", "@hourly", ["klake", "archive", "mutating"], __doc__,
+                    {"bootstrap_servers": optional_param("the cluster to archive (HOST:PORT,...)"),
+                     "from_time": optional_param("where a new partition starts (default earliest)"),
+                     "until_time": optional_param("archive records before this time only")}))
 def klake_archive():
     archive = KlakeJobOperator(job="archive", execution_timeout=timedelta(minutes=55),
                                param_options={"bootstrap_servers": "--bootstrap-servers", "from_time": "--from",

@@ -33,6 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, TriggerRule, Variable, get_current_context, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -54,6 +55,7 @@ DEFAULT_ARGS: dict[str, Any] = {
 }
 
 _TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
+_OPTIONAL = ["null", "string"]
 _OVERRIDABLE = {
     "klake_conf": ("klake_conf", None),
     "spark_conn_id": ("klake_spark_conn_id", "spark_default"),
@@ -62,17 +64,29 @@ _OVERRIDABLE = {
 }
 
 
+def dag_settings(dag_id: str, schedule: str | None, tags: list[str], doc_md: str | None,
+                 params: dict[str, Param] | None = None) -> dict[str, Any]:
+    """`@dag`'s arguments for a klake DAG: `max_active_runs=1` (a slow run never overlaps the next), no catchup,
+    `DEFAULT_ARGS`, and the common params with the DAG's own."""
+    return {"dag_id": dag_id, "schedule": schedule, "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
+            "catchup": False, "max_active_runs": 1, "default_args": DEFAULT_ARGS,
+            "params": {**common_params(), **(params or {})}, "tags": tags, "doc_md": doc_md}
+
+
+def optional_param(description: str) -> Param:
+    """A string param that is empty (None) unless the run gives it."""
+    return Param(None, type=_OPTIONAL, description=description)
+
+
 def common_params() -> dict[str, Param]:
     """The params every klake DAG takes; empty ones fall back to Variables (see the module docstring)."""
-    optional = ["null", "string"]
     return {
-        "klake_conf": Param(None, type=optional, description="klake YAML config path (else Variable klake_conf)"),
-        "spark_conn_id": Param(None, type=optional, description="Spark connection (else Variable "
-                               "klake_spark_conn_id, else spark_default)"),
-        "report_dir": Param(None, type=optional, description="run reports go under "
-                            "{report_dir}/{dag_id}/{run_id}/ (else Variable klake_report_dir)"),
-        "jobs_dir": Param(None, type=optional, description="folder holding the job entry points "
-                          "(else Variable klake_jobs_dir, else the repository's jobs/)"),
+        "klake_conf": optional_param("klake YAML config path (else Variable klake_conf)"),
+        "spark_conn_id": optional_param("Spark connection (else Variable klake_spark_conn_id, else spark_default)"),
+        "report_dir": optional_param("run reports go under {report_dir}/{dag_id}/{run_id}/ (else Variable "
+                                     "klake_report_dir)"),
+        "jobs_dir": optional_param("folder holding the job entry points (else Variable klake_jobs_dir, else the "
+                                   "repository's jobs/)"),
         "topics": Param([], type="array", items={"type": "string", "pattern": _TOPIC},
                         description="topics to process; empty: every catalogued topic"),
         "settings": Param([], type="array", items={"type": "string", "pattern": r"^[^=\s]+=.*$"},

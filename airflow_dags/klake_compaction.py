@@ -11,22 +11,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
 from airflow.sdk import dag
-from klake_common import DEFAULT_ARGS, KlakeJobOperator, common_params, surface_report
+from klake_common import KlakeJobOperator, dag_settings, surface_report
 
 
-@dag(
-    dag_id="klake_compaction",
-    schedule="@daily",
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params=common_params(),
-    tags=["klake", "compaction", "mutating"],
-    doc_md=__doc__,
-)
+@dag(**dag_settings("klake_compaction", "@daily", ["klake", "compaction", "mutating"], __doc__))
 def klake_compaction():
     compact = KlakeJobOperator(job="compact", execution_timeout=timedelta(hours=6))
     surface_report(compact)

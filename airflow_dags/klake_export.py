@@ -13,27 +13,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
-from airflow.sdk import Param, dag
-from klake_common import DEFAULT_ARGS, KlakeJobOperator, common_params, surface_report
-
-OPTIONAL = ["null", "string"]
+from airflow.sdk import dag
+from klake_common import KlakeJobOperator, dag_settings, optional_param, surface_report
 
 
-@dag(
-    dag_id="klake_export",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params={**common_params(),
-            "output": Param(None, type=OPTIONAL, description="the log dir to write (local path or s3://...)"),
-            "from_time": Param(None, type=OPTIONAL, description="export records from this time (ISO-8601 or ms)"),
-            "to_time": Param(None, type=OPTIONAL, description="export records before this time")},
-    tags=["klake", "export"],
-    doc_md=__doc__,
-)
+@dag(**dag_settings("klake_export", None, ["klake", "export"], __doc__,
+                    {"output": optional_param("the log dir to write (local path or s3://...)"),
+                     "from_time": optional_param("export records from this time (ISO-8601 or ms)"),
+                     "to_time": optional_param("export records before this time")}))
 def klake_export():
     export = KlakeJobOperator(job="export", execution_timeout=timedelta(hours=6),
                               param_options={"output": "--output", "from_time": "--from", "to_time": "--to"},

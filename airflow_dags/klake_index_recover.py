@@ -15,23 +15,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
 from airflow.sdk import Param, TriggerRule, dag, task
-from klake_common import DEFAULT_ARGS, MUTATING_POOL, KlakeJobOperator, common_params, surface_report
+from klake_common import MUTATING_POOL, KlakeJobOperator, dag_settings, surface_report
 
 
-@dag(
-    dag_id="klake_index_recover",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params={**common_params(),
-            "repair": Param(False, type="boolean", description="after verifying, rebuild and quarantine")},
-    tags=["klake", "recovery"],
-    doc_md=__doc__,
-)
+@dag(**dag_settings("klake_index_recover", None, ["klake", "recovery"], __doc__,
+                    {"repair": Param(False, type="boolean", description="after verifying, rebuild and quarantine")}))
 def klake_index_recover():
     verify = KlakeJobOperator(job="recover", task_id="verify", mutating=False, pool=MUTATING_POOL, retries=0,
                               extra_args=["--dry-run"], execution_timeout=timedelta(hours=4))

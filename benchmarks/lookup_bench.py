@@ -175,7 +175,7 @@ def run_shape(shape: str, workdir: Path, mb: int, partitions: int, targets_per_t
         targets = [LATEST, EARLIEST, MAX_TIMESTAMP, high + 1,
                    *rng.integers(low - 1000, high + 1, targets_per_task).tolist()]
         expected = [brute_force(part, t) for t in targets]
-        task = [stored_segment(row, None, config) for row in part.rows]
+        task = [stored_segment(row, Store(root), config) for row in part.rows]
         with metered() as meter:
             got = [list_offsets(task, t, min_timestamp=KAFKA_MIN_TIMESTAMP) for t in targets]
         for target, answer, truth in zip(targets, got, expected, strict=True):
@@ -184,7 +184,7 @@ def run_shape(shape: str, workdir: Path, mb: int, partitions: int, targets_per_t
                                  f"brute force says {truth}")
             checked += 1
         for target in targets:
-            cold = [stored_segment(row, None, config) for row in part.rows]
+            cold = [stored_segment(row, Store(root), config) for row in part.rows]
             with metered() as alone:
                 list_offsets(cold, target, min_timestamp=KAFKA_MIN_TIMESTAMP)
             cold_gets.append(alone.requests["GET"] + alone.requests["HEAD"])

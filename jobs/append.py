@@ -60,7 +60,7 @@ from engine.ops.rejects import drop_partition_rejects, rejects_dir
 from engine.ops.run import JobRun, PartitionInput, PartitionResult
 from jobs.ingest.append_task import RESULT, RESULT_SCHEMA, AppendTasks, partition_results, tally
 from jobs.ingest.assign import tp_names
-from jobs.ingest.source import input_job_id, is_dir, open_input
+from jobs.ingest.source import InputSettings, input_job_id, is_dir, open_input
 from jobs.ingest.stage import STAGE_FLUSH_BYTES, Stager, append_tasks, buffer_bytes, stage_input
 from jobs.runtime.job_runner import JobContext, JobSpec, check_partitions, main
 from jobs.runtime.report import plural
@@ -87,16 +87,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: JobContext) -> None:
-    if ctx.args.input:
-        is_dir(ctx.args.input, ctx.store)  # a missing input is an input error (exit 2) naming it, also with --job-id
+    settings = InputSettings.from_args(ctx.args)
+    if settings.input:
+        is_dir(settings.input, ctx.store)  # a missing input is an input error (exit 2) naming it, also with --job-id
     if ctx.args.job_id is None:
-        ctx.job_id = ctx.report.job_id = input_job_id(ctx)
-    source = open_input(ctx)  # bad input fails here, before anything is written
+        ctx.job_id = ctx.report.job_id = input_job_id(ctx, settings)
+    append_input(ctx, settings)
+
+
+def append_input(ctx: JobContext, settings: InputSettings) -> None:
+    """Append the input `settings` names under the run's job id (`ctx.job_id`), and report it."""
+    source = open_input(ctx, settings)  # bad input fails here, before anything is written
     topics, counts = source.topics, source.counts
-    check_partitions([TopicPartition(t, counts[t] - 1) for t in topics], set(topics), set(ctx.args.partition_ids), None)
+    check_partitions([TopicPartition(t, counts[t] - 1) for t in topics], set(topics), set(settings.partition_ids), None)
     names = tp_names(counts)
     tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])
-           if not ctx.args.partition_ids or p in ctx.args.partition_ids]
+           if not settings.partition_ids or p in settings.partition_ids]
     selected = {names.index((tp.topic, tp.partition)): tp for tp in tps}
     ctx.check_changeable(tps)
     if _appended_already(ctx, tps):
@@ -104,7 +110,7 @@ def run(ctx: JobContext) -> None:
     prepare_kwargs = {"store": ctx.store, "now_ms": ctx.now_ms,
                       "append_id": ctx.job_id, "batch_bytes": ctx.config.jobs.batch_bytes or None,
                       "dry_run": ctx.dry_run, "keep_offsets": source.keep_offsets}
-    where = None if ctx.dry_run else rejects_dir(ctx.config.root, ctx.job_id, ctx.args.rejects, ctx.args.report)
+    where = None if ctx.dry_run else rejects_dir(ctx.config.root, ctx.job_id, settings.rejects, ctx.args.report)
     rows: list[dict] = []
 
     def execute(items: Sequence[PartitionInput[None]]) -> list[PartitionResult[PartitionAppendOutcome]]:
@@ -112,7 +118,7 @@ def run(ctx: JobContext) -> None:
             return append_by_partition(items)
         prefix = None if ctx.dry_run else join(ctx.config.root, STAGING_DIR, ctx.job_id, uuid.uuid4().hex)
         stager = Stager(counts, ctx.config.jobs.sticky_batch_bytes, source.order,
-                        frozenset(ctx.args.topics) if ctx.args.topics else None, prefix, ctx.store,
+                        frozenset(settings.topics) if settings.topics else None, prefix, ctx.store,
                         buffer_bytes(STAGE_FLUSH_BYTES, items))
         try:
             tasks = append_tasks(order_pieces(stage_input(ctx.spark, stager, source.parquet, source.df)), selected)
@@ -137,7 +143,7 @@ def run(ctx: JobContext) -> None:
         rows.extend(run_with_progress(ctx.spark, lambda: frame.toArrow().to_pylist(), len(items), ctx.progress()))
         appended = [(row["topic"], row["partition"]) for row in rows if row["kind"] == RESULT]
         if len(appended) != len(set(appended)):
-            raise KlakeError(f"input {ctx.args.table or ctx.args.input}: a partition's records came in several "
+            raise KlakeError(f"input {settings.where}: a partition's records came in several "
                              "input splits")
         return counted_on_the_driver(partition_results(rows))
 

@@ -18,8 +18,9 @@
   leaves their offsets as gaps. `--isolation-level read_uncommitted` copies everything a plain consumer sees.
 - Exactly once across runs and crashes: the job id names the cluster, the topics and each partition's
   start (the archive's log end at the start of the run), so a re-run after a kill before the commit is the
-  same job (the job ledger and leases take it over) and one after the commit starts where it ended; and an
-  offset already in the archive is never appended again (the kept-offsets rule rejects it).
+  same job (the job ledger and leases take it over) and one after the commit starts where it ended (releasing
+  the leases a run killed after its commit left, `_release_finished_runs`); and an offset already in the
+  archive is never appended again (the kept-offsets rule rejects it).
 - Records the cluster no longer holds (its log start passed the archive's log end) are a gap: reported with
   their offset range, and the run exits 1 unless `--allow-gaps`. Never hidden: Spark's Kafka source keeps
   `failOnDataLoss`, so records retention removes during the run fail it.
@@ -38,17 +39,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
+import re
 import sys
 import uuid
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.log.topic_config import TopicConfig
 from engine.ops.groups_table import GroupOffset, snapshot_groups
+from engine.ops.lease import LeaseLostError, leased_partitions, read_lease, release_lease
 from jobs import append
+from jobs.ingest.source import InputSettings
 from jobs.runtime.config import TopicSettings
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from jobs.runtime.report import plural
@@ -56,8 +62,11 @@ from kernel.errors import KlakeError
 from kernel.names import TopicPartition
 
 EARLIEST = "earliest"
+JOB_PREFIX = "archive-"  # of an archive run's default job id (`archive_job_id`)
 SECRET_MARKERS = ("password", "sasl.jaas.config", "secret")
 CLIENT_TIMEOUT_MS = 15_000
+JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
+KAFKA_PYTHON_CONNECTIONS = "kafka.net.manager"  # the logger of kafka-python's bootstrap attempts
 # topic configs klake takes from the cluster (Kafka's names; the others are broker-side or klake's own)
 CLUSTER_CONFIGS = ("cleanup.policy", "compression.type", "retention.ms", "retention.bytes", "segment.bytes",
                    "segment.ms", "segment.jitter.ms", "segment.index.bytes", "index.interval.bytes",
@@ -107,6 +116,29 @@ def client_options(items: list[str]) -> dict[str, str]:
     return out
 
 
+def sasl_credentials(options: Mapping[str, str]) -> dict[str, str]:
+    """kafka-python's `sasl_plain_username`/`sasl_plain_password` (its PLAIN and SCRAM settings) out of the Java
+    client's `kafka.sasl.jaas.config`, the one setting Spark's Kafka source takes credentials in (its login
+    modules' `username="..." password="..."` options)."""
+    jaas = options.get("kafka.sasl.jaas.config")
+    return {} if jaas is None else {f"sasl_plain_{k}": v for k, v in JAAS_CREDENTIAL.findall(jaas)}
+
+
+class _Refusals(logging.Handler):
+    """The brokers' refusals of the client's credentials while kafka-python bootstraps: it logs each one and
+    retries until its timeout, which alone would say only that the cluster is out of reach."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.refused = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from kafka.errors import SaslAuthenticationFailedError
+
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.refused |= any(isinstance(arg, SaslAuthenticationFailedError) for arg in args)
+
+
 class Cluster:
     """The cluster's metadata through kafka-python (a consumer for offsets, an admin client for configs),
     with the pass-through settings kafka-python knows."""
@@ -120,13 +152,22 @@ class Cluster:
         known = set(KafkaConsumer.DEFAULT_CONFIG) & set(KafkaAdminClient.DEFAULT_CONFIG)
         settings |= {name: value for key, value in options.items()
                      if (name := key[len("kafka."):].replace(".", "_")) in known}
+        settings |= sasl_credentials(options)
         self.bootstrap = bootstrap
+        refusals, log = _Refusals(), logging.getLogger(KAFKA_PYTHON_CONNECTIONS)
+        log.addHandler(refusals)
         try:
             self.consumer = KafkaConsumer(isolation_level=isolation, enable_auto_commit=False, **settings)
             self.admin = KafkaAdminClient(**settings)
         except KafkaError as exc:
+            if refusals.refused:
+                raise KlakeError(f"--bootstrap-servers {bootstrap}: the cluster refused the credentials (SASL "
+                                 f"{settings.get('sasl_mechanism')} authentication failed; check kafka.sasl.*)") \
+                    from None
             raise KlakeError(f"--bootstrap-servers {bootstrap}: cannot reach the cluster ({type(exc).__name__})") \
                 from None
+        finally:
+            log.removeHandler(refusals)
 
     def close(self) -> None:
         self.consumer.close()
@@ -178,7 +219,7 @@ def archive_job_id(bootstrap: str, starts: Mapping[TopicPartition, int]) -> str:
     """One run's job id: the cluster, and each partition's start. A re-run after a kill before the commit
     has the same starts, so it is the same job; one after the commit starts later, a new one."""
     digest = hashlib.sha256(json.dumps([bootstrap, sorted((str(tp), s) for tp, s in starts.items())]).encode())
-    return f"archive-{digest.hexdigest()[:24]}"
+    return f"{JOB_PREFIX}{digest.hexdigest()[:24]}"
 
 
 def _declare(ctx: JobContext, cluster: Cluster, topics: list[str]) -> dict[str, int]:
@@ -255,22 +296,40 @@ def run(ctx: JobContext) -> None:
         if todo:
             view = f"klake_archive_{uuid.uuid4().hex[:12]}"
             _kafka_frame(ctx, options, todo).createOrReplaceTempView(view)
-            job_id = args.job_id or archive_job_id(args.bootstrap_servers, {tp: r[0] for tp, r in todo.items()})
-            ctx.job_id = ctx.report.job_id = job_id
-            vars(args).update(input=None, table=view, format="kafka", input_options=[], rejects=None,
-                              keep_offsets=True, job_id=job_id, topics=sorted(counts),
-                              input_topics=sorted({tp.topic for tp in todo}), input_by_partition=True,
-                              partition_ids=sorted({tp.partition for tp in todo}) if args.partition_ids else [])
-            append.run(ctx)
+            ctx.job_id = ctx.report.job_id = args.job_id or archive_job_id(
+                args.bootstrap_servers, {tp: r[0] for tp, r in todo.items()})
+            _release_finished_runs(ctx, list(todo))
+            append.append_input(ctx, InputSettings(
+                input=None, table=view, format="kafka", input_options=(), topics=tuple(sorted(counts)),
+                partition_ids=tuple(sorted({tp.partition for tp in todo})) if args.partition_ids else (),
+                keep_offsets=True, rejects=None, known_topics=tuple(sorted({tp.topic for tp in todo})),
+                by_partition=True))
         lag_end = cluster.offsets(tps)[1]
         positions = cluster.group_offsets(set(counts))
     finally:
         cluster.close()
     _report_partitions(ctx, tps, ranges, lag_end)
-    rows = snapshot_groups(ctx.config.root, positions, ctx.now_ms, ctx.options)
+    rows = snapshot_groups(ctx.store, positions, ctx.now_ms)
     ctx.report.results["group_offsets"] = rows
     ctx.report.summary.append(f"archive: {plural(rows, 'committed offset')} of "
                               f"{plural(len({p.group for p in positions}), 'consumer group')} snapshotted")
+
+
+def _release_finished_runs(ctx: JobContext, tps: list[TopicPartition]) -> None:
+    """Release the leases an archive run left when it was killed after its commit: its job id names its starts, so
+    the re-run, starting where that commit ended, is another job, which would wait out the lease's TTL (an hour)
+    where a re-run before the commit takes its own job's lease over at once. A lease of an archive job that the
+    job ledger says committed the partition holds no work: an archive deletes nothing after its commit."""
+    if not ctx.catalogued_partitions():
+        return
+    for tp in sorted(leased_partitions(ctx.store, tps)):
+        lease = read_lease(ctx.store, tp)
+        if (lease is not None and lease.job_id != ctx.job_id and lease.job_id.startswith(JOB_PREFIX)
+                and ctx.catalog.committed_partitions(lease.job_id, [tp])):
+            with suppress(LeaseLostError):  # (released or taken over meanwhile)
+                release_lease(ctx.store, lease)
+            ctx.report.summary.append(f"archive: {tp}: released the lease of job {lease.job_id}, which committed "
+                                      "its archive of the partition and was stopped before releasing it")
 
 
 def _report_gaps(ctx: JobContext, gaps: Mapping[TopicPartition, tuple[int, int]], allowed: bool) -> None:

@@ -34,7 +34,6 @@ from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_ar
 from jobs.runtime.report import plural
 from kernel.errors import KlakeError
 from kernel.names import TopicPartition, validate_topic
-from layouts.store import check_access, join, write_bytes
 
 
 def topic_id_argument(text: str) -> tuple[str, str]:
@@ -74,14 +73,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ctx: JobContext) -> None:
     args = ctx.args
     output = check_output(args.output, ctx.config.root, ctx.config.catalog_uri)
-    check_access(output, ctx.options, write=True)
+    destination = ctx.store.at(output)
+    destination.check_access(write=True)
     rng = ExportRange(args.from_offset, args.to_offset, args.from_ms, args.to_ms, args.isolation_level)
     tps = ctx.selected_partitions()
     for topic in sorted({tp.topic for tp in tps}):  # bad input: exit 2 before any work
         check_times(rng, ctx.topic_config(topic), f"topic {topic}")
-    prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(args.topic_ids), options=ctx.options)
+    prepare = partial(prepare_export, source=ctx.store, output=destination, rng=rng, topic_ids=dict(args.topic_ids))
     report = report_of(output, ctx.run_partitions(tps, prepare))
-    report.checkpoints_written = write_checkpoints(output, report.partitions, ctx.options)
+    report.checkpoints_written = write_checkpoints(destination, report.partitions)
     exported = [p for p in report.partitions if p.log_end_offset is not None]
     ctx.report.results["export"] = {"output": output, "partitions": len(exported),
                                     "segments": sum(len(p.segments) for p in exported),
@@ -99,12 +99,13 @@ def _write_group_positions(ctx: JobContext, exported: list[PartitionExport]) -> 
     DIR/{group}.csv --execute` commits them once the broker runs (README: Restoring)."""
     ranges = {p.tp: (p.log_start_offset, p.log_end_offset) for p in exported}
     by_group: dict[str, list[tuple[str, int, int]]] = {}
-    for row in group_positions(ctx.config.root, ctx.options, at_ms=ctx.args.groups_at).to_pylist():
+    for row in group_positions(ctx.store, at_ms=ctx.args.groups_at).to_pylist():
         if (bounds := ranges.get(TopicPartition(row["topic"], row["partition"]))) is not None:
             by_group.setdefault(row["group"], []).append(
                 (row["topic"], row["partition"], kept_position(row["offset"], *bounds)))
+    plans = ctx.store.at(ctx.args.groups_csv)
     for group, positions in sorted(by_group.items()):
-        write_bytes(join(ctx.args.groups_csv, f"{group}.csv"), reset_offsets_csv(positions).encode(), ctx.options)
+        plans.write(plans.uri(f"{group}.csv"), reset_offsets_csv(positions).encode())
     ctx.report.results["groups"] = sorted(by_group)
     ctx.report.summary.append(f"export: positions of {plural(len(by_group), 'group')} written to "
                               f"{ctx.args.groups_csv} (kafka-consumer-groups --reset-offsets --from-file)")

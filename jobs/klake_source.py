@@ -195,13 +195,13 @@ class KlakeReader(DataSourceReader):
         if kafkas:
             raise ConfigError(f"klake data source: option {kafkas[0]!r} is Kafka's and goes with subscribe, "
                               "subscribePattern or assign; with 'topic' use startingOffset/endingOffset")
-        self.storage = _with_endpoint(storage or StorageOptions.from_env(), self.source.endpoint)
+        self.store = Store(self.source.root, _with_endpoint(storage or StorageOptions.from_env(), self.source.endpoint))
         topics = self.source.subscription.fixed_topics
         if topics is None:
-            catalog = Catalog.open(Store(self.source.catalog, self.storage))
+            catalog = Catalog.open(self.store.at(self.source.catalog))
             listed = ((tp.topic, tp.partition) for tp in catalog.partitions())
             topics = tuple(sorted({t for t, _ in self.source.subscription.select(listed)}))
-        self.configs = {t: load_topic_config(Store(self.source.root, self.storage), t) for t in topics}
+        self.configs = {t: load_topic_config(self.store, t) for t in topics}
         floor = max((min_timestamp(c) for c in self.configs.values()), default=KAFKA_MIN_TIMESTAMP)
         self.range = ReadRange(self._time("startingtimestamp") if self.legacy else None, self._time("endingtimestamp"),
                                self._int("startingoffset"), self._int("endingoffset"), floor=floor)
@@ -259,21 +259,21 @@ class KlakeReader(DataSourceReader):
         """Kafka's offsets per partition (start: `startingOffsets`/`startingTimestamp`/`startingOffsetsByTimestamp`,
         or earliest with `topic`; end: `endingOffsets`, default latest) with the data-loss rule, then only the
         partitions and topics the filters keep, within `self.range`."""
-        catalog = Catalog.open(Store(self.source.catalog, self.storage))
-        extents = archive_extents(catalog, self.source, self.storage, self.configs)
+        catalog = Catalog.open(self.store.at(self.source.catalog))
+        extents = archive_extents(catalog, self.source, self.store, self.configs)
         start = ({tp: e.log_start for tp, e in extents.items()} if self.legacy
-                 else starting_offsets(catalog, self.source, self.storage, dict(self.configs)))
+                 else starting_offsets(catalog, self.source, self.store, dict(self.configs)))
         ranges = checked_ranges(start, ending_offsets(extents, self.source), extents, self.source.fail_on_data_loss)
         tests = list(self.partition_tests)
         kept = {tp: r for tp, r in ranges.items() if (self.topics is None or tp[0] in self.topics)
                 and all(_partition_ok(tp[1], op, v) for op, v in tests)}
-        configs = {t: self.configs.get(t) or load_topic_config(Store(self.source.root, self.storage), t) for t, _ in kept}
-        items = plan_ranges(catalog, kept, self.storage, configs, self.split_bytes, self.source.isolation_level,
+        configs = {t: self.configs.get(t) or load_topic_config(self.store, t) for t, _ in kept}
+        items = plan_ranges(catalog, kept, self.store, configs, self.split_bytes, self.source.isolation_level,
                             narrow=self.range)
         return [KlakeInputPartition(pack) for pack in pack_items(items, self.pack_bytes, os.cpu_count() or 1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return records(partition.value or [], self.storage, self.include_headers)
+        return records(partition.value or [], self.store, self.include_headers)
 
 
 def _take(item: Filter, wanted: Pushdown, timed: list[Filter]) -> bool:

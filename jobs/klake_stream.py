@@ -76,25 +76,25 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions, storage: StorageOptions) -> None:
         self.options = options
-        self.storage = storage
+        self.store = Store(options.root, storage)
         self.target: Offsets | None = None
         self.latest: Offsets | None = None
         self.configs: dict[str, TopicConfig] = {}
 
     def _catalog(self) -> Catalog:
-        return Catalog.open(Store(self.options.catalog, self.storage))
+        return Catalog.open(self.store.at(self.options.catalog))
 
     def _config(self, topic: str) -> TopicConfig:
         if topic not in self.configs:
-            self.configs[topic] = load_topic_config(Store(self.options.root, self.storage), topic)
+            self.configs[topic] = load_topic_config(self.store, topic)
         return self.configs[topic]
 
     def _latest(self) -> tuple[Offsets, dict[TopicPartition, PartitionExtent]]:
-        extents = archive_extents(self._catalog(), self.options, self.storage, self.configs)
+        extents = archive_extents(self._catalog(), self.options, self.store, self.configs)
         return {tp: e.log_end for tp, e in extents.items()}, extents
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
-        return to_json(starting_offsets(self._catalog(), self.options, self.storage, self.configs))
+        return to_json(starting_offsets(self._catalog(), self.options, self.store, self.configs))
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         self.target = self._latest()[0]
@@ -117,27 +117,27 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         catalog = self._catalog()
-        extents = archive_extents(catalog, self.options, self.storage, self.configs, readable_end=False)
+        extents = archive_extents(catalog, self.options, self.store, self.configs, readable_end=False)
         ranges = checked_ranges(from_json(start), from_json(end), extents, self.options.fail_on_data_loss)
         configs = {t: self._config(t) for t, _ in ranges}
-        items = plan_ranges(catalog, ranges, self.storage, configs, self.options.split_bytes or DEFAULT_SPLIT_BYTES,
+        items = plan_ranges(catalog, ranges, self.store, configs, self.options.split_bytes or DEFAULT_SPLIT_BYTES,
                             self.options.isolation_level)
         packs = pack_items(items, self.options.pack_bytes or DEFAULT_PACK_BYTES, os.cpu_count() or 1)
         return [KlakeStreamPartition(pack) for pack in packs]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return records(partition.value or [], self.storage, self.options.include_headers)
+        return records(partition.value or [], self.store, self.options.include_headers)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the archive keeps no consumer state (the checkpoint holds the offsets)."""
 
 
-def records(items: Sequence[WorkItem], storage: StorageOptions | None, include_headers: bool
+def records(items: Sequence[WorkItem], store: Store, include_headers: bool
             ) -> Iterator[pa.RecordBatch]:
     """The rows of `items`, without the `headers` column unless `includeHeaders` (Spark's Kafka source's
     columns either way)."""
     for item in items:
-        for batch in read_item(item, storage):
+        for batch in read_item(item, store):
             yield batch if include_headers else batch.drop_columns(["headers"])
 
 

@@ -29,8 +29,7 @@ from engine.ops.tiered import refuse_broker_owned
 from jobs.runtime.job_runner import JobContext, JobSpec, main
 from jobs.runtime.report import plural
 from kernel.errors import KlakeError
-from layouts.store import check_access, join, normalize_uri
-from layouts.store.bound import Store
+from layouts.store import join, normalize_uri
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,11 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: JobContext) -> None:
-    source = normalize_uri(ctx.args.source)
-    check_access(source, ctx.options)
+    origin = ctx.store.at(ctx.args.source)
+    source = origin.root
+    origin.check_access()
     catalog_uri = normalize_uri(ctx.args.source_catalog or join(source, "_catalog"))
     try:
-        source_catalog = Catalog.open(Store(catalog_uri, ctx.options))
+        source_catalog = Catalog.open(origin.at(catalog_uri))
     except CatalogNotFoundError:
         raise KlakeError(f"no catalog at {catalog_uri}: is {source} a klake root?") from None
     tps = source_partitions(source_catalog, ctx.args.topics, ctx.args.partition_ids)
@@ -55,8 +55,8 @@ def run(ctx: JobContext) -> None:
     destination = _destination_catalog(ctx)
     if destination is not None and ctx.catalogued_partitions():
         refuse_broker_owned(destination, tps, "mirror")  # a tiered root is a mirror's source, never its destination
-    run = mirror_partitions(source, source_catalog, ctx.config.root, destination, tps,
-                            dest_configs=declared, mode=ctx.args.offsets, now_ms=ctx.now_ms, options=ctx.options,
+    run = mirror_partitions(origin, source_catalog, ctx.store, destination, tps,
+                            dest_configs=declared, mode=ctx.args.offsets, now_ms=ctx.now_ms,
                             job_id=ctx.job_id, execute=ctx.execute, lease_ttl_ms=ctx.config.jobs.lease_ttl_ms,
                             dry_run=ctx.dry_run)
     ctx.report.add_run(run)

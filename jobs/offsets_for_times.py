@@ -33,7 +33,7 @@ from engine.ops.stored_segment import lookup_window, stored_segment
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from kernel.errors import KlakeError
 from kernel.times import format_time
-from layouts.store import StorageOptions, write_bytes
+from layouts.store.bound import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,11 +73,11 @@ class LookupOutcome:
         return {"answers": self.answers}
 
 
-def prepare_lookups(item: PartitionInput[None], *, targets: Sequence[int], options: StorageOptions | None
+def prepare_lookups(item: PartitionInput[None], *, targets: Sequence[int], store: Store
                     ) -> PartitionStep[LookupOutcome]:
     """Answer every target over one partition's live segments (read-only)."""
     rows = list(item.rows)
-    segments = [stored_segment(row, options, item.config) for row in rows]
+    segments = [stored_segment(row, store, item.config) for row in rows]
     start = partition_log_start_offset(rows)
     answers = []
     for target in targets:
@@ -104,7 +104,7 @@ def planned_bytes(items: Sequence[PartitionInput[None]], targets: int) -> int:
 
 def answers(ctx: JobContext, targets: Sequence[int]) -> list[dict[str, Any]]:
     tps = ctx.selected_partitions()
-    prepare = partial(prepare_lookups, targets=list(targets), options=ctx.options)
+    prepare = partial(prepare_lookups, targets=list(targets), store=ctx.store)
     run = ctx.run_partitions_with(tps, ctx.execute_by_size(prepare, partial(planned_bytes, targets=len(targets))))
     return [a for r in run.results if r.step is not None for a in r.step.outcome.answers]
 
@@ -114,7 +114,7 @@ def run(ctx: JobContext) -> None:
     ctx.report.summary += [_answer_line(answer) for answer in found]
     ctx.report.results["answers"] = found
     if ctx.args.output:
-        write_bytes(ctx.args.output, "".join(json.dumps(a) + "\n" for a in found).encode(), ctx.options)
+        ctx.store.write(ctx.args.output, "".join(json.dumps(a) + "\n" for a in found).encode())
 
 
 def offsets_for_times(spark: SparkSession, config: KlakeConfig, topics: Sequence[str], timestamps: Sequence[int],

@@ -72,7 +72,7 @@ from jobs.runtime.spark_session import run_with_progress
 from jobs.source_options import KAFKA_SCHEMA
 from kernel.errors import KlakeError
 from layouts.metering import Meter, add_counted, metered
-from layouts.store import StorageOptions, is_local, is_s3, normalize_uri
+from layouts.store import is_local, is_s3
 from layouts.store.bound import Store
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class CounterParam:
         return total
 
 
-def records_frame(spark: SparkSession, items: list[WorkItem], options: StorageOptions | None,
+def records_frame(spark: SparkSession, items: list[WorkItem], store: Store,
                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, counters: Any = None,
                   pack_bytes: int = DEFAULT_PACK_BYTES) -> DataFrame:
     """One Spark task per pack of work items (`engine.ops.read.pack_items`, at least one per core):
@@ -108,19 +108,19 @@ def records_frame(spark: SparkSession, items: list[WorkItem], options: StorageOp
             for index in batch.column(0).to_pylist():
                 for item in shared.value[index]:
                     tally: Counter[str] = Counter()
-                    yield from _read_tallied(item, options, index_interval_bytes, tally)
+                    yield from _read_tallied(item, store, index_interval_bytes, tally)
                     if counters is not None:
                         counters.add(tally)
 
     return spark.range(0, len(packs), 1, len(packs)).mapInArrow(read_batches, KAFKA_SCHEMA)
 
 
-def _read_tallied(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int,
+def _read_tallied(item: WorkItem, store: Store, index_interval_bytes: int,
                   tally: Counter[str]) -> Iterator[pa.RecordBatch]:
     """`read_item`, adding its GETs, bytes read and records (by topic-partition) to `tally`."""
     records = 0
     with metered() as meter:
-        for batch in read_item(item, options, index_interval_bytes):
+        for batch in read_item(item, store, index_interval_bytes):
             records += batch.num_rows
             yield batch
     _add_item(tally, item, meter, records)
@@ -143,7 +143,7 @@ class PackResult:
     where: str | None = None
 
 
-def _scan_pack(pack: int, items: list[WorkItem], options: StorageOptions | None, index_interval_bytes: int,
+def _scan_pack(pack: int, items: list[WorkItem], store: Store, index_interval_bytes: int,
                output: StagedOutput | None, attempt: int) -> PackResult:
     """One task: read every item of the pack and count its records or, with `output`, write them to this
     attempt's staged Parquet file."""
@@ -153,19 +153,19 @@ def _scan_pack(pack: int, items: list[WorkItem], options: StorageOptions | None,
     def batches() -> Iterator[pa.RecordBatch]:
         for item in items:
             current[:] = [item]
-            yield from _read_tallied(item, options, index_interval_bytes, result.tally)
+            yield from _read_tallied(item, store, index_interval_bytes, result.tally)
 
     try:
         if output is None:
             for item in items:
                 current[:] = [item]
                 with metered() as meter:
-                    records = count_item(item, options, index_interval_bytes)
+                    records = count_item(item, store, index_interval_bytes)
                 _add_item(result.tally, item, meter, records)
         else:
             uri = output.attempt_uri(pack, attempt)
             with metered() as meter:
-                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, options, KAFKA_PARQUET_COLUMNS):
+                if write_parquet(batches(), uri, KAFKA_ARROW_SCHEMA, output.store, KAFKA_PARQUET_COLUMNS):
                     result.staged = uri
             result.tally.update({"PUT": meter.requests["PUT"], "bytes_written": meter.bytes["written"]})
     except (KlakeError, OSError) as exc:
@@ -174,7 +174,7 @@ def _scan_pack(pack: int, items: list[WorkItem], options: StorageOptions | None,
     return result
 
 
-def scan_packs(spark: SparkSession, items: list[WorkItem], options: StorageOptions | None,
+def scan_packs(spark: SparkSession, items: list[WorkItem], store: Store,
                index_interval_bytes: int, pack_bytes: int, output: StagedOutput | None,
                progress: Any = None) -> list[PackResult]:
     """Count (or, with `output`, stage as Parquet) the records of every work item, one Spark task per pack
@@ -187,7 +187,7 @@ def scan_packs(spark: SparkSession, items: list[WorkItem], options: StorageOptio
         from pyspark import TaskContext
 
         attempt = TaskContext.get().taskAttemptId()  # type: ignore[union-attr]  # always set in a task
-        return _scan_pack(numbered[0], numbered[1], options, index_interval_bytes, output, attempt)
+        return _scan_pack(numbered[0], numbered[1], store, index_interval_bytes, output, attempt)
 
     rdd = spark.sparkContext.parallelize(list(enumerate(packs)), len(packs)).map(task)
     return run_with_progress(spark, rdd.collect, len(packs), progress)
@@ -204,11 +204,11 @@ def read_records(spark: SparkSession, config: KlakeConfig, topic: str, from_ms: 
         raise KlakeError(f"no catalog at {config.catalog_uri}") from None
     chosen = None if partitions is None else set(partitions).__contains__
     interval = config.jobs.index_interval_bytes
-    floor = min_timestamp(load_topic_config(Store(config.root, config.storage), topic))
-    plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset,
-                                               floor=floor), config.storage,
+    store = Store(config.root, config.storage)
+    floor = min_timestamp(load_topic_config(store, topic))
+    plan = plan_read(catalog, topic, ReadRange(from_ms, to_ms, from_offset, to_offset, floor=floor), store,
                      chosen, split_bytes, interval, isolation)
-    return records_frame(spark, plan.items, config.storage, interval)
+    return records_frame(spark, plan.items, store, interval)
 
 
 # --- the job -------------------------------------------------------------------------------------
@@ -243,30 +243,30 @@ def run(ctx: JobContext) -> None:
     ranges = {topic: ReadRange(args.from_ms, args.to_ms, args.from_offset, args.to_offset,
                                floor=min_timestamp(ctx.topic_config(topic))) for topic in dict.fromkeys(args.topics)}
     rng = next(iter(ranges.values()))
-    plans = [plan_read(ctx.catalog, topic, topic_range, ctx.options, lambda p, t=topic: (t, p) in chosen,
+    plans = [plan_read(ctx.catalog, topic, topic_range, ctx.store, lambda p, t=topic: (t, p) in chosen,
                        args.split_bytes, interval, args.isolation_level) for topic, topic_range in ranges.items()]
     items = [item for plan in plans for item in plan.items]
     if args.output and (args.output_format != "parquet" or not (is_local(args.output) or is_s3(args.output))):
         counters = ctx.spark.sparkContext.accumulator(Counter(), CounterParam())
-        frame = records_frame(ctx.spark, items, ctx.options, interval, counters, args.pack_bytes)
+        frame = records_frame(ctx.spark, items, ctx.store, interval, counters, args.pack_bytes)
         tasks = frame.rdd.getNumPartitions() if items else 0
         writer = frame.write.mode("overwrite").format(args.output_format)
         run_with_progress(ctx.spark, lambda: writer.save(args.output), tasks, ctx.progress())
         _report(ctx, rng, plans, len(items), tasks, counters.value)
         ctx.report.results["executed_in"] = "spark"
         return
-    output = StagedOutput(normalize_uri(args.output), ctx.job_id) if args.output else None
+    output = StagedOutput(ctx.store.at(args.output), ctx.job_id) if args.output else None
     in_driver = ctx.runs_in_driver(sum(item.log_bytes for item in items))
     ctx.report.results["executed_in"] = "driver" if in_driver else "spark"
     try:
         if in_driver:  # a small read: in this process, no Spark start-up (issue 26)
-            results = [_scan_pack(pack, work, ctx.options, interval, output, attempt=0)
+            results = [_scan_pack(pack, work, ctx.store, interval, output, attempt=0)
                        for pack, work in enumerate(pack_items(items, args.pack_bytes))]
         else:
-            results = scan_packs(ctx.spark, items, ctx.options, interval, args.pack_bytes, output, ctx.progress())
+            results = scan_packs(ctx.spark, items, ctx.store, interval, args.pack_bytes, output, ctx.progress())
     except BaseException:
         if output is not None:
-            output.abort(ctx.options)
+            output.abort()
         raise
     tally: Counter[str] = Counter()
     for result in results:
@@ -274,9 +274,9 @@ def run(ctx: JobContext) -> None:
     failed = [result for result in results if result.error]
     if output is not None:
         if failed:
-            output.abort(ctx.options)
+            output.abort()
         else:
-            output.commit({r.pack: r.staged for r in results if r.staged}, KAFKA_ARROW_SCHEMA, ctx.options)
+            output.commit({r.pack: r.staged for r in results if r.staged}, KAFKA_ARROW_SCHEMA)
     _report(ctx, rng, plans, len(items), len(results), tally, counted=in_driver)
     for result in failed:
         ctx.report.fail(result.where or "*", result.error or "")

@@ -22,7 +22,7 @@ from jobs.runtime.report import plural
 
 
 def _run(ctx: JobContext, rebuild_all: bool) -> None:
-    prepare = partial(prepare_recovery, root=ctx.config.root, options=ctx.options, job_id=ctx.job_id,
+    prepare = partial(prepare_recovery, store=ctx.store, job_id=ctx.job_id,
                       now_ms=ctx.now_ms, dry_run=ctx.dry_run, rebuild_all=rebuild_all)
     run = ctx.run_partitions(ctx.selected_partitions(), prepare)
     repaired = checked = 0

@@ -35,7 +35,6 @@ from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
 from jobs.runtime.report import plural
 from kernel.errors import KlakeError
 from kernel.names import TopicPartition
-from layouts.store import join, write_bytes
 
 MAP_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("archive_offset", pa.int64()),
                         ("new_offset", pa.int64())])
@@ -98,10 +97,10 @@ def run(ctx: JobContext) -> None:
                           "archive_offset": pa.array([m[1] for m in mapped], pa.int64()),
                           "new_offset": pa.array([m[2] for m in mapped], pa.int64())}, schema=MAP_SCHEMA)
         where = args.offset_map or (args.report.rsplit(".", 1)[0] + ".offset-map.parquet" if args.report
-                                    else join(ctx.config.root, "_restore", ctx.job_id, "offset-map.parquet"))
+                                    else ctx.store.uri("_restore", ctx.job_id, "offset-map.parquet"))
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
-        write_bytes(where, sink.getvalue().to_pybytes(), ctx.options)
+        ctx.store.write(where, sink.getvalue().to_pybytes())
         ends = cluster.offsets([TopicPartition(target, p) for p in partitions])[1]
         ctx.report.results |= {"records_restored": len(mapped), "offset_map": where}
         ctx.report.summary.append(f"restore: {plural(len(mapped), 'record')} of {source} produced to {target}; "
@@ -132,7 +131,7 @@ def _restore_groups(ctx: JobContext, cluster: Cluster, source: str, target: str,
     args = ctx.args
     if not (args.groups_csv or args.apply_groups):
         return
-    positions = group_positions(ctx.config.root, ctx.options, at_ms=args.at).to_pylist()
+    positions = group_positions(ctx.store, at_ms=args.at).to_pylist()
     by_group: dict[str, dict[int, int]] = {}
     for row in (r for r in positions if r["topic"] == source):
         part = offset_map.filter(pc.equal(offset_map.column("partition"), row["partition"]))
@@ -142,8 +141,8 @@ def _restore_groups(ctx: JobContext, cluster: Cluster, source: str, target: str,
     applied, skipped = [], []
     for group, moved in sorted(by_group.items()):
         if args.groups_csv:
-            write_bytes(join(args.groups_csv, f"{group}.csv"),
-                        reset_offsets_csv((target, p, o) for p, o in moved.items()).encode(), ctx.options)
+            plans = ctx.store.at(args.groups_csv)
+            plans.write(plans.uri(f"{group}.csv"), reset_offsets_csv((target, p, o) for p, o in moved.items()).encode())
             applied.append(group)
             continue
         members = cluster.admin.describe_groups([group])

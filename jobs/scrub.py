@@ -30,8 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: JobContext) -> None:
     grace = ctx.args.grace_ms if ctx.args.grace_ms is not None else ctx.config.jobs.scrub_grace_ms
-    report = scrub(ctx.config.root, ctx.catalog, grace_ms=grace, dry_run=ctx.dry_run, options=ctx.options,
-                   now=ctx.now_ms)
+    report = scrub(ctx.store, ctx.catalog, grace_ms=grace, dry_run=ctx.dry_run, now=ctx.now_ms)
     ctx.report.results["scrub"] = report.totals()
     ctx.report.side_files.update(report.side_files())
     for missing in report.missing:

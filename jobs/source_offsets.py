@@ -29,7 +29,6 @@ from engine.ops.stored_segment import stored_segment
 from engine.ops.topic_store import load_topic_config
 from jobs.source_options import EARLIEST, LATEST, SourceOptions
 from kernel.errors import ConfigError, KlakeError
-from layouts.store import StorageOptions
 from layouts.store.bound import Store
 
 log = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ def _java_double(value: float) -> str:
     return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
 
 
-def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,
+def archive_extents(catalog: Catalog, options: SourceOptions, store: Store,
                     configs: dict[str, TopicConfig], *, readable_end: bool = True
                     ) -> dict[TopicPartition, PartitionExtent]:
     """The subscribed partitions and their readable offsets (an assigned partition the archive lacks: [0, 0));
@@ -111,17 +110,17 @@ def archive_extents(catalog: Catalog, options: SourceOptions, storage: StorageOp
     read_committed, for callers that need only the log starts (the data-loss check): the last stable offset
     costs a scan of every live segment's batch headers."""
     return {tp: extent for tp, (extent, _) in
-            _subscribed_rows(catalog, options, storage, configs, readable_end).items()}
+            _subscribed_rows(catalog, options, store, configs, readable_end).items()}
 
 
 def _topic_config(configs: dict[str, TopicConfig], options: SourceOptions, topic: str,
-                  storage: StorageOptions | None) -> TopicConfig:
+                  store: Store) -> TopicConfig:
     if topic not in configs:
-        configs[topic] = load_topic_config(Store(options.root, storage), topic)
+        configs[topic] = load_topic_config(store, topic)
     return configs[topic]
 
 
-def _subscribed_rows(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,
+def _subscribed_rows(catalog: Catalog, options: SourceOptions, store: Store,
                      configs: dict[str, TopicConfig], readable_end: bool = True
                      ) -> dict[TopicPartition, tuple[PartitionExtent, list[SegmentRow]]]:
     topics = options.subscription.fixed_topics
@@ -135,21 +134,21 @@ def _subscribed_rows(catalog: Catalog, options: SourceOptions, storage: StorageO
         extent = PartitionExtent(partition_log_start_offset(live) or 0, live[-1].next_offset) if live \
             else PartitionExtent(0, 0)
         if readable_end and live and options.isolation_level == IsolationLevel.READ_COMMITTED:
-            floor = min_timestamp(_topic_config(configs, options, tp[0], storage))
-            stable = partition_transactions(live, storage, floor).first_unstable_offset
+            floor = min_timestamp(_topic_config(configs, options, tp[0], store))
+            stable = partition_transactions(live, store, floor).first_unstable_offset
             if stable is not None:
                 extent = replace(extent, log_end=max(extent.log_start, min(extent.log_end, stable)))
         out[tp] = (extent, live)
     return out
 
 
-def starting_offsets(catalog: Catalog, options: SourceOptions, storage: StorageOptions | None,
+def starting_offsets(catalog: Catalog, options: SourceOptions, store: Store,
                      configs: dict[str, TopicConfig]) -> Offsets:
     """Where a new query starts per partition: `startingTimestamp`, else `startingOffsetsByTimestamp` (Kafka's
     ListOffsets by time, `engine.log.lookup.list_offsets`, with `startingOffsetsByTimestampStrategy`), else
     `startingOffsets` (-2 earliest, -1 latest); a JSON of offsets or times must name every subscribed partition."""
     starting = options.starting
-    subscribed = _subscribed_rows(catalog, options, storage, configs)
+    subscribed = _subscribed_rows(catalog, options, store, configs)
     by_time = starting.timestamp is not None or starting.by_timestamp is not None
     named = starting.by_timestamp if starting.by_timestamp is not None else starting.offsets
     if (by_time and starting.timestamp is None) or named:
@@ -167,9 +166,9 @@ def starting_offsets(catalog: Catalog, options: SourceOptions, storage: StorageO
                                                                                              wanted_offset)
             continue
         target = starting.timestamp if starting.timestamp is not None else named[topic][partition]
-        config = _topic_config(configs, options, topic, storage)
+        config = _topic_config(configs, options, topic, store)
         try:
-            answer = list_offsets([stored_segment(r, storage, config) for r in rows], target, extent.log_start,
+            answer = list_offsets([stored_segment(r, store, config) for r in rows], target, extent.log_start,
                                   min_timestamp=min_timestamp(config))
         except ValueError as exc:  # a time before the topic's earliest (list_offsets names it)
             raise ConfigError(f"klake data source: {topic}-{partition}: {exc}") from None
@@ -214,7 +213,7 @@ def checked_ranges(start: Offsets, end: Offsets, extents: Mapping[TopicPartition
     return ranges
 
 
-def plan_ranges(catalog: Catalog, ranges: Mapping[TopicPartition, tuple[int, int]], storage: StorageOptions | None,
+def plan_ranges(catalog: Catalog, ranges: Mapping[TopicPartition, tuple[int, int]], store: Store,
                 configs: Mapping[str, TopicConfig], split_bytes: int, isolation: IsolationLevel,
                 narrow: ReadRange | None = None) -> list[WorkItem]:
     """Work items reading exactly `ranges` (and within `narrow`, time and offset bounds for every partition: the
@@ -227,7 +226,7 @@ def plan_ranges(catalog: Catalog, ranges: Mapping[TopicPartition, tuple[int, int
         base = narrow or ReadRange(floor=min_timestamp(configs[topic]))
         union = replace(base, floor=min_timestamp(configs[topic]), from_offset=max(lowest, base.from_offset or 0),
                         to_offset=highest if base.to_offset is None else min(highest, base.to_offset))
-        plan = plan_read(catalog, topic, union, storage, mine.__contains__, split_bytes, isolation=isolation)
+        plan = plan_read(catalog, topic, union, store, mine.__contains__, split_bytes, isolation=isolation)
         for item in plan.items:
             begin, until = mine[item.row.partition]
             if item.row.next_offset <= begin or item.row.base_offset >= until:

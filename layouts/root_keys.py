@@ -36,12 +36,16 @@ def stored_keys(root: str, uris: Keys) -> Keys:
 
 def resolved_keys(root: str, keys: Keys) -> Keys:
     """The URIs of stored keys: a relative key under `root`, an absolute one (external, or written before
-    keys were relative) as it is. A column of one kind (the common case) is not chosen row by row."""
+    keys were relative) as it is. A column of one kind (the common case) is not chosen row by row. The root
+    is prefixed as a compute option, not a Python string argument: pyarrow converts such an argument to a
+    scalar and that conversion imports pandas (~0.5 s), which the streaming source's driver process, started
+    afresh for each query, would otherwise pay on its first catalog read (issue 29's benchmark)."""
     absolute = pc.match_substring_regex(keys, _ABSOLUTE)
     count = pc.sum(absolute).as_py() or 0
     if count == len(keys) - keys.null_count:
         return keys
-    resolved = pc.binary_join_element_wise(normalize_uri(root), keys, "/")
+    prefix = (normalize_uri(root) + "/").replace("\\", "\\\\")  # a literal RE2 replacement
+    resolved = pc.replace_substring_regex(keys, "^", prefix, max_replacements=1)
     return resolved if count == 0 else pc.if_else(absolute, keys, resolved)
 
 

@@ -12,7 +12,6 @@ from engine.log.segment_writer import ClosedSegment, SegmentWriter
 from engine.log.topic_config import TopicConfig
 from engine.ops.catalog_table import Catalog, CommitResult
 from engine.ops.stored_segment import StoredSegment, stored_segment
-from layouts.store import StorageOptions
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,10 @@ def all_segments(writer: SegmentWriter) -> list[ClosedSegment]:
     return segments
 
 
-def partition_segments(catalog: Catalog, topic: str, partition: int, options: StorageOptions | None = None,
+def partition_segments(catalog: Catalog, topic: str, partition: int,
                        config: TopicConfig | None = None) -> list[StoredSegment]:
     """The live segments of one partition, in offset order, as lazily read `StoredSegment`s."""
-    return [stored_segment(row, options, config) for row in catalog.live_segments(topic, partition)]
+    return [stored_segment(row, catalog.store, config) for row in catalog.live_segments(topic, partition)]
 
 
 def kafka_time_retention(rows: list[SegmentRow], now_ms: int, retention_ms: int) -> list[SegmentRow]:

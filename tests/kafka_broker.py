@@ -57,6 +57,10 @@ def cluster_id() -> str:
             return text
 
 
+SASL_USER = ("klake", "klake-secret")
+"""The one user of the broker's SASL_PLAINTEXT listener (PLAIN): name and password."""
+
+
 @dataclass
 class KafkaBroker:
     """A single-node KRaft broker in its own JVM; `start`, `stop` and `restart` it (the log dir stays).
@@ -66,6 +70,8 @@ class KafkaBroker:
     classpath: str
     broker_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
+    sasl_port: int = field(default_factory=free_port)
+    """A SASL_PLAINTEXT listener (PLAIN, the one user `SASL_USER`): tests of clients' credentials."""
     extra_configs: dict[str, str] = field(default_factory=dict)
     """Broker configs added to (or overriding) the defaults below: a dedicated broker's own, e.g. tiered storage."""
     heap: str = "512m"
@@ -75,6 +81,10 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def log_dir(self) -> Path:
@@ -102,10 +112,16 @@ class KafkaBroker:
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port},CONTROLLER://127.0.0.1:{self.controller_port},"
+                         f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port},"
+                                    f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{SASL_USER[0]}" password="{SASL_USER[1]}" user_{SASL_USER[0]}="{SASL_USER[1]}";',
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.log_dir),
             "num.partitions": "1",

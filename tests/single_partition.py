@@ -108,10 +108,11 @@ def export_log_dir(catalog: Catalog, root: str, configs: Mapping[TopicPartition,
     """Export the partitions in `configs` to `output`, in this process (the job runs the partitions as
     Spark tasks through the same `prepare_export`)."""
     output = check_output(output, root, catalog.uri)
-    prepare = partial(prepare_export, output=output, rng=rng, topic_ids=dict(topic_ids or {}), options=options)
-    run = run_partition_job(catalog, Store(root, options), configs, serial_execute(prepare), operation="export", job_id="export", mutate=False, ledger=False)
+    source, destination = Store(root, options), Store(output, options)
+    prepare = partial(prepare_export, source=source, output=destination, rng=rng, topic_ids=dict(topic_ids or {}))
+    run = run_partition_job(catalog, source, configs, serial_execute(prepare), operation="export", job_id="export", mutate=False, ledger=False)
     report = report_of(output, run)
-    report.checkpoints_written = write_checkpoints(output, report.partitions, options)
+    report.checkpoints_written = write_checkpoints(destination, report.partitions)
     return report
 
 

@@ -113,5 +113,6 @@ def test_archive_bench_runs_in_smoke_size() -> None:
     same topic; the script checks the Parquet row count and the archive against the broker's end offsets."""
     fetch_jvm.require("kafka")
     fetch_jvm.require("spark-kafka")
-    out = _bench("archive_bench.py", "--mb", "2", "--partitions", "2", "--rounds", "1", timeout=1200)
+    out = _bench("archive_bench.py", "--mb", "2", "--partitions", "2", "--rounds", "1", "--warmup", "0",
+                 timeout=1200)
     assert re.search(r"^archive: klake [\d.]+ MB/s \([\d.]+ s\) vs Spark's Kafka source to Parquet", out, re.M), out

@@ -41,13 +41,26 @@ def _one_array(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def as_binary(values: pa.Array | Sequence[bytes | None]) -> pa.Array:
+def as_binary(values: pa.Array | pa.ChunkedArray | Sequence[bytes | None]) -> pa.Array:
     """Keys or values as an Arrow binary array (accepts Python lists for convenience)."""
     if isinstance(values, pa.ChunkedArray):
         values = _one_array(values)
     if isinstance(values, pa.Array):
         return values if values.type == pa.binary() else values.cast(pa.binary())
     return pa.array(values, pa.binary())
+
+
+def as_binary_chunks(values: pa.Array | pa.ChunkedArray | Sequence[bytes | None]) -> pa.Array | pa.ChunkedArray:
+    """Values as Arrow binary, a chunked column left in its chunks: a compressed batch is encoded from its
+    own slice of them (`encode_batches`), so joining the chunks first would copy every value once for
+    nothing (issue 30's benchmark: a tenth of an append task's time)."""
+    if isinstance(values, pa.ChunkedArray):
+        return values if values.type == pa.binary() else values.cast(pa.binary())
+    return as_binary(values)
+
+
+def _contiguous(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return _one_array(values) if isinstance(values, pa.ChunkedArray) else values
 
 
 def as_headers(headers: pa.Array | Sequence[HeaderList] | None) -> pa.Array | None:
@@ -70,8 +83,9 @@ def encode_records(keys: pa.Array, values: pa.Array, timestamp_deltas: np.ndarra
     return offsets, data
 
 
-def _columns(keys, values, timestamps, headers) -> tuple[pa.Array, pa.Array, np.ndarray, pa.Array | None]:
-    keys, values = as_binary(keys), as_binary(values)
+def _columns(keys, values, timestamps, headers, join: bool = True,
+             ) -> tuple[pa.Array, pa.Array | pa.ChunkedArray, np.ndarray, pa.Array | None]:
+    keys, values = as_binary(keys), as_binary(values) if join else as_binary_chunks(values)
     n = len(keys)
     ts = np.asarray(timestamps, dtype=np.int64)
     headers = as_headers(headers)
@@ -109,7 +123,7 @@ def _max_timestamp(timestamp_type: int, log_append_time: int | None, create_max:
     return np.maximum(create_max, NO_TIMESTAMP)
 
 
-def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | Sequence[bytes | None],
+def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | pa.ChunkedArray | Sequence[bytes | None],
                    timestamps: np.ndarray | Sequence[int], headers: pa.Array | Sequence[HeaderList] | None = None,
                    *, batch_lengths: np.ndarray | Sequence[int], base_offset: int = 0,
                    codec: int = compression.NONE, timestamp_type: int = CREATE_TIME, log_append_time: int | None = None,
@@ -119,8 +133,9 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
     offsets run on from `base_offset`. All records are encoded in one compiled pass; an uncompressed
     batch is then a view of the shared buffer with its header written in place (no copy of its records),
     a compressed one a view of its own buffer, the header written in place in front of the compressed records.
+    Compressed batches are encoded from their own slices of chunked `values` (`as_binary_chunks`).
     """
-    keys, values, ts, headers = _columns(keys, values, timestamps, headers)
+    keys, values, ts, headers = _columns(keys, values, timestamps, headers, join=codec == compression.NONE)
     lengths = np.asarray(batch_lengths, dtype=np.int64)
     if (lengths <= 0).any() or int(lengths.sum()) != len(keys):
         raise ValueError(f"batch lengths must be positive and add up to the {len(keys)} records")
@@ -151,7 +166,8 @@ def encode_batches(keys: pa.Array | Sequence[bytes | None], values: pa.Array | S
         # (as kafka-clients' stream does), not the whole input's records from memory after they were all written
         stop = start + count
         offsets, data, _ = codec_module.encode_records(
-            keys.slice(start, count), values.slice(start, count), ts_deltas[start:stop], offset_deltas[start:stop],
+            keys.slice(start, count), _contiguous(values.slice(start, count)), ts_deltas[start:stop],
+            offset_deltas[start:stop],
             None if headers is None else headers.slice(start, count))
         packed = compression.compress_behind(codec, memoryview(data).cast("B")[:int(offsets[-1])], V2_HEADER_SIZE)
         return _finish_in_place(packed, 0, len(packed), *fields(j, start, count))

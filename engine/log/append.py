@@ -55,7 +55,7 @@ from engine.format.batch import (
     with_base_offset,
     with_max_timestamp,
 )
-from engine.format.builder import as_binary, as_headers, encode_batches
+from engine.format.builder import as_binary, as_binary_chunks, as_headers, encode_batches
 from engine.format.compiled import codec
 from engine.format.records import HEADERS_TYPE
 from engine.format.varint import encoded_size
@@ -294,13 +294,13 @@ def log_append_time(config: TopicConfig, now_ms: int, last_log_append_time: int 
 # ------------------------------------------------------------------------------------------ input
 
 
-def _columns(table: pa.Table, now_ms: int) -> tuple[pa.Array, pa.Array, pa.Array | None, np.ndarray]:
+def _columns(table: pa.Table, now_ms: int) -> tuple[pa.Array, pa.Array | pa.ChunkedArray, pa.Array | None, np.ndarray]:
     """(keys, values, headers, timestamps): null keys/values stay null, null header lists become
     empty, a null timestamp becomes `now_ms` (the producer's default)."""
     if "value" not in table.column_names:
         raise ValueError("the input needs a `value` column (Spark's Kafka sink schema)")
     n = table.num_rows
-    values = as_binary(table.column("value"))
+    values = as_binary_chunks(table.column("value"))  # (encoded batch by batch from its chunks)
     keys = as_binary(table.column("key")) if "key" in table.column_names else pa.nulls(n, pa.binary())
     headers = None
     if "headers" in table.column_names:
@@ -388,10 +388,11 @@ def _too_large(size: int, config: TopicConfig) -> str:
 # ------------------------------------------------------------------------------------------ sizes
 
 
-def _fixed_sizes(keys: pa.Array, values: pa.Array, headers: pa.Array | None, rows: np.ndarray) -> np.ndarray:
+def _fixed_sizes(keys: pa.Array, values: pa.Array | pa.ChunkedArray, headers: pa.Array | None,
+                 rows: np.ndarray) -> np.ndarray:
     """Per record (of `rows`): the encoded bytes that do not depend on its batch, i.e. everything
     except the length, timestampDelta and offsetDelta varints (spec 1.5)."""
-    def lengths(arr: pa.Array) -> np.ndarray:
+    def lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return pc.binary_length(arr).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
     klen, vlen = lengths(keys)[rows], lengths(values)[rows]

@@ -54,7 +54,7 @@ from engine.ops.catalog_keys import MIGRATION_COLUMNS, migrated_keys
 from kernel.errors import KlakeError
 from kernel.names import TopicPartition, validate_partition, validate_topic
 from layouts.root_keys import external, resolved_keys, stored_keys
-from layouts.store import StorageOptions, is_s3, normalize_uri
+from layouts.store import normalize_uri
 from layouts.store.bound import Store
 
 JOB_LEDGER_RETENTION_DAYS = 30
@@ -174,9 +174,7 @@ class Catalog:
 
     @staticmethod
     def _storage_options(store: Store) -> dict[str, str] | None:
-        if not is_s3(store.root):
-            return None
-        return (store.options or StorageOptions.from_env()).delta_storage_options()
+        return store.delta_storage_options()
 
     @classmethod
     def create(cls, store: Store) -> Catalog:

@@ -76,17 +76,8 @@ from kernel.names import (
 )
 from kernel.times import format_time
 from layouts.kafka_layout import KafkaFileKind, classify_kafka_file, kafka_segment_keys, txn_index_key
-from layouts.store import (
-    TEMPORARY_NAME,
-    StorageOptions,
-    delete_objects,
-    join,
-    list_objects,
-    normalize_uri,
-    object_info,
-    read_bytes,
-    write_bytes,
-)
+from layouts.store import TEMPORARY_NAME, join, normalize_uri
+from layouts.store.bound import Store
 
 _SEGMENT_FILE_KINDS = (KafkaFileKind.LOG, KafkaFileKind.INDEX, KafkaFileKind.TIMEINDEX, KafkaFileKind.TXNINDEX,
                        KafkaFileKind.SNAPSHOT)
@@ -176,17 +167,17 @@ def check_output(output: str, root: str, catalog_uri: str) -> str:
 class _Writer:
     """Writes the files of one directory, leaving those that already hold the same bytes."""
 
-    def __init__(self, directory: str, options: StorageOptions | None) -> None:
-        self.options = options
-        self.existing = {info.uri: info.size for info in list_objects(directory, options)}
+    def __init__(self, directory: str, store: Store) -> None:
+        self.store = store
+        self.existing = {info.uri: info.size for info in store.list_objects(directory)}
         self.written: list[str] = []
         self.kept: list[str] = []
 
     def put(self, uri: str, data: bytes) -> None:
-        if self.existing.get(uri) == len(data) and read_bytes(uri, self.options) == data:
+        if self.existing.get(uri) == len(data) and self.store.read(uri) == data:
             self.kept.append(uri)
             return
-        write_bytes(uri, data, self.options)
+        self.store.write(uri, data)
         self.written.append(uri)
 
     def stale_files(self) -> list[str]:
@@ -209,7 +200,7 @@ def check_times(rng: ExportRange, config: TopicConfig, topic: str = "the topic")
 
 
 def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicConfig, log_start: int,
-                  options: StorageOptions | None) -> tuple[int | None, int | None, bool]:
+                  source: Store) -> tuple[int | None, int | None, bool]:
     """The range as offsets: the time bounds become the first offset whose timestamp is >= them
     (ListOffsets), combined with the offset bounds; the flag says the range is empty (no record at or
     after `from_ms`)."""
@@ -217,7 +208,7 @@ def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicCon
     check_times(rng, config)
     if rng.from_ms is None and rng.to_ms is None:
         return low, high, False
-    segments = [stored_segment(row, options, config) for row in rows]
+    segments = [stored_segment(row, source, config) for row in rows]
     if rng.from_ms is not None:
         answer = offset_for_timestamp(segments, rng.from_ms, log_start)
         if not answer.found:
@@ -230,24 +221,25 @@ def offset_bounds(rows: Sequence[SegmentRow], rng: ExportRange, config: TopicCon
     return low, high, False
 
 
-def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange, topic_ids: Mapping[str, str],
-                   options: StorageOptions | None) -> PartitionStep[PartitionExport]:
-    """Write one partition's directory (see the module docstring); nothing is committed."""
+def prepare_export(item: PartitionInput[None], *, source: Store, output: Store, rng: ExportRange,
+                   topic_ids: Mapping[str, str]) -> PartitionStep[PartitionExport]:
+    """Write one partition's directory under `output`'s root from the segments `source` reaches (the klake
+    root's); nothing is committed."""
     tp, config = item.tp, item.config
     floor = min_timestamp(config)
-    directory = join(output, tp.dir_name)
+    directory = output.uri(tp.dir_name)
     topic_id = topic_ids.get(tp.topic) or derived_topic_id(tp.topic)
     outcome = PartitionExport(tp.topic, tp.partition, directory, topic_id)
     rows = list(item.rows)
     catalog_start = partition_log_start_offset(rows) or 0
-    low, high, empty = offset_bounds(rows, rng, config, catalog_start, options)
+    low, high, empty = offset_bounds(rows, rng, config, catalog_start, source)
     if rng.isolation == IsolationLevel.READ_COMMITTED and not empty:
-        stable_end = partition_transactions(rows, options, floor).stable_prefix_end
+        stable_end = partition_transactions(rows, source, floor).stable_prefix_end
         if stable_end is not None:
             high = stable_end if high is None else min(high, stable_end)
     if empty or (low is not None and high is not None and high <= low):
         return PartitionStep(outcome)
-    writer = _Writer(directory, options)
+    writer = _Writer(directory, output)
     epochs = LeaderEpochCache()
     end: int | None = None
     written: list[tuple[str, BatchHeaders, np.ndarray]] = []  # per segment: its .log key, headers, control types
@@ -255,7 +247,7 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
         below = row.size_bytes > 0 and row.next_offset <= max(catalog_start, low or 0)
         if below or (high is not None and row.base_offset >= high):
             continue
-        data = read_bytes(row.log_key, options)
+        data = source.read(row.log_key)
         headers = scan_batches(data, row.log_key).headers
         cut = cut_at_batches(headers, row.base_offset, low, high)
         if cut.empty and len(headers):
@@ -265,7 +257,7 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
         if whole:
             log = data
             offsets, times, check = settle_indexes(
-                headers, row.base_offset, read_bytes(row.index_key, options), read_bytes(row.timeindex_key, options),
+                headers, row.base_offset, source.read(row.index_key), source.read(row.timeindex_key),
                 row.log_key, config.index_interval_bytes, row.state == SegmentState.ACTIVE, min_timestamp=floor)
             if row.state == SegmentState.ACTIVE and len(headers):
                 times = closed_time_index(offsets, times, headers, row)
@@ -274,7 +266,7 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
             headers = scan_batches(log, row.log_key).headers
             offsets, times = build_indexes(headers, cut.base_offset, config.index_interval_bytes, min_timestamp=floor)
         index, timeindex = offsets.to_bytes(), times.to_bytes()
-        keys = kafka_segment_keys(output, tp, cut.base_offset)
+        keys = kafka_segment_keys(output.root, tp, cut.base_offset)
         for uri, content in ((keys.log, log), (keys.index, index), (keys.timeindex, timeindex)):
             writer.put(uri, content)
         epochs.append(headers)
@@ -296,7 +288,7 @@ def prepare_export(item: PartitionInput[None], *, output: str, rng: ExportRange,
     writer.put(join(directory, PARTITION_METADATA), partition_metadata(topic_id))
     stale = writer.stale_files()
     if stale:
-        result = delete_objects(stale, options)
+        result = output.delete_many(stale)
         if result.failed:
             uri, why = next(iter(result.failed.items()))
             raise KlakeError(f"{tp}: could not delete the stale file {uri} of an earlier export: {why}")
@@ -334,7 +326,7 @@ def transaction_indexes(segments: Sequence[tuple[str, BatchHeaders, np.ndarray]]
     return out
 
 
-def write_checkpoints(output: str, exported: Sequence[PartitionExport], options: StorageOptions | None) -> list[str]:
+def write_checkpoints(output: Store, exported: Sequence[PartitionExport]) -> list[str]:
     """The log dir's offset checkpoints with the exported partitions' entries (others already there kept);
     only files whose bytes change are written, and the temporaries of a killed export's checkpoints are
     deleted. Returns the files written."""
@@ -342,19 +334,19 @@ def write_checkpoints(output: str, exported: Sequence[PartitionExport], options:
     if not done:
         return []
     names = {RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT}
-    delete_objects([info.uri for info in list_objects(output, options) if info.uri == join(output, info.name)
-                    and (match := TEMPORARY_NAME.fullmatch(info.name)) and match["name"] in names], options)
+    output.delete_many([info.uri for info in output.list_objects() if info.uri == output.uri(info.name)
+                        and (match := TEMPORARY_NAME.fullmatch(info.name)) and match["name"] in names])
     values = {RECOVERY_POINT_CHECKPOINT: {p.tp: p.recovery_point for p in done},
               LOG_START_OFFSET_CHECKPOINT: {p.tp: p.log_start_offset for p in done},
               REPLICATION_OFFSET_CHECKPOINT: {p.tp: p.log_end_offset for p in done}}
     written = []
     for name, entries in values.items():
-        uri = join(output, name)
-        old = read_bytes(uri, options) if object_info(uri, options) is not None else None
+        uri = output.uri(name)
+        old = output.read(uri) if output.info(uri) is not None else None
         merged = (parse_offset_checkpoint(old, uri) if old is not None else {}) | entries
         data = offset_checkpoint(merged)
         if data != old:
-            write_bytes(uri, data, options)
+            output.write(uri, data)
             written.append(uri)
     return written
 

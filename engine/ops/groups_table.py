@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from layouts.store import StorageOptions, is_s3, join, normalize_uri
+from layouts.store import join
+from layouts.store.bound import Store
 
 GROUPS_DIR = "_groups"
 SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -39,29 +40,23 @@ def groups_uri(root: str) -> str:
     return join(root, GROUPS_DIR)
 
 
-def _storage(uri: str, options: StorageOptions | None) -> dict[str, str] | None:
-    return (options or StorageOptions.from_env()).delta_storage_options() if is_s3(uri) else None
-
-
-def snapshot_groups(root: str, offsets: list[GroupOffset], snapshot_ms: int, options: StorageOptions | None) -> int:
-    """Append one snapshot (every row stamped `snapshot_ms`); the rows written."""
+def snapshot_groups(store: Store, offsets: list[GroupOffset], snapshot_ms: int) -> int:
+    """Append one snapshot (every row stamped `snapshot_ms`) to the table under the store's root; the rows
+    written."""
     if not offsets:
         return 0
     table = pa.Table.from_pylist([{"group": o.group, "topic": o.topic, "partition": o.partition, "offset": o.offset,
                                    "leader_epoch": o.leader_epoch, "metadata": o.metadata,
                                    "snapshot_ms": snapshot_ms} for o in offsets], schema=SCHEMA)
-    uri = normalize_uri(groups_uri(root))
-    write_deltalake(uri, table, mode="append", storage_options=_storage(uri, options))
+    write_deltalake(groups_uri(store.root), table, mode="append", storage_options=store.delta_storage_options())
     return table.num_rows
 
 
-def group_positions(root: str, options: StorageOptions | None, group: str | None = None,
-                    at_ms: int | None = None) -> pa.Table:
+def group_positions(store: Store, group: str | None = None, at_ms: int | None = None) -> pa.Table:
     """Where each group stood: per (group, topic, partition) the newest snapshot row at or before `at_ms`
     (None: the last snapshot), of `group` only if named; sorted. Empty when no snapshot was taken."""
-    uri = normalize_uri(groups_uri(root))
     try:
-        table = DeltaTable(uri, storage_options=_storage(uri, options)).to_pyarrow_table()
+        table = DeltaTable(groups_uri(store.root), storage_options=store.delta_storage_options()).to_pyarrow_table()
     except TableNotFoundError:
         return SCHEMA.empty_table()
     if group is not None:

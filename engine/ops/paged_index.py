@@ -18,7 +18,7 @@ import numpy as np
 from engine.index.common import clamp
 from engine.index.offset_index import OffsetIndex
 from engine.index.time_index import TimeIndex
-from layouts.store import StorageOptions, object_info, read_bytes
+from layouts.store.bound import Store
 
 INDEX_PAGE_BYTES = 4096
 """A sidecar is read in pages of whole entries of at most this many bytes (an OS page, which is what
@@ -40,10 +40,10 @@ class PagedSidecar:
     interpolating before the first and after the last entry known.
     """
 
-    def __init__(self, uri: str, options: StorageOptions | None, entry_size: int,
+    def __init__(self, uri: str, store: Store, entry_size: int,
                  parse: Callable[[bytes], tuple[np.ndarray, np.ndarray]], size: int | None, low_key: int,
                  high_key: int) -> None:
-        self.uri, self.options, self.entry_size, self.parse = uri, options, entry_size, parse
+        self.uri, self.store, self.entry_size, self.parse = uri, store, entry_size, parse
         self.size, self.low_key, self.high_key = size, low_key, high_key
         self.page_entries = INDEX_PAGE_BYTES // entry_size
         self.entries: int | None = None
@@ -81,14 +81,14 @@ class PagedSidecar:
                 raise Unpaged
             self.entries = self.size // self.entry_size
             return
-        tail = read_bytes(self.uri, self.options, -span)
+        tail = self.store.read(self.uri, -span)
         if len(tail) < span:
             self.entries = len(tail) // self.entry_size
             if len(tail) % self.entry_size:
                 raise Unpaged
             self._add(0, tail)
             return
-        info = object_info(self.uri, self.options)
+        info = self.store.info(self.uri)
         if info is None or info.size % self.entry_size:
             raise Unpaged
         self.entries = info.size // self.entry_size
@@ -98,7 +98,7 @@ class PagedSidecar:
         """Read a page of entries holding unread `slot`, centred on it, within the unread slots (low, high)."""
         first = max(low + 1, min(slot - self.page_entries // 2, high - self.page_entries))
         last = min(first + self.page_entries, high, self.entries)
-        data = read_bytes(self.uri, self.options, first * self.entry_size, last * self.entry_size)
+        data = self.store.read(self.uri, first * self.entry_size, last * self.entry_size)
         if len(data) != (last - first) * self.entry_size:  # the object is shorter than its row says
             raise Unpaged
         self._add(first, data)

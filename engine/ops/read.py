@@ -48,7 +48,7 @@ from engine.ops.stored_segment import StoredSegment
 from kernel.errors import KlakeError
 from kernel.times import format_time
 from layouts.metering import metered
-from layouts.store import StorageOptions
+from layouts.store.bound import Store
 
 KAFKA_ARROW_SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -172,7 +172,7 @@ class ReadPlan:
 # --- planning (driver) ---------------------------------------------------------------------------
 
 
-def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOptions | None,
+def plan_read(catalog: Catalog, topic: str, rng: ReadRange, store: Store,
               partitions: Callable[[int], bool] | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
               index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
               isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> ReadPlan:
@@ -188,7 +188,7 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
     with metered() as meter:
         candidates = _catalog_candidates(catalog, topic, rng, wanted, live)
         txns = ({} if isolation == IsolationLevel.READ_UNCOMMITTED else
-                {p: partition_transactions([r for r in live if r.partition == p], options, rng.floor)
+                {p: partition_transactions([r for r in live if r.partition == p], store, rng.floor)
                  for p in sorted({r.partition for r in candidates})})
         for row in candidates:
             bounds = replace(rng, from_offset=max(rng.from_offset or 0, start_offsets[row.partition]))
@@ -199,7 +199,7 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
                     or (bounds.to_offset is not None and row.base_offset >= bounds.to_offset)):
                 continue
             items = [replace(item, aborted=aborted)
-                     for item in split_segment(row, bounds, options, split_bytes, index_interval_bytes)]
+                     for item in split_segment(row, bounds, store, split_bytes, index_interval_bytes)]
             plan.items += items
             plan.split_segments += len(items) > 1
     plan.requests.update(meter.requests)
@@ -208,14 +208,14 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, options: StorageOpti
     return plan
 
 
-def partition_transactions(rows: Sequence[SegmentRow], options: StorageOptions | None, floor: int
+def partition_transactions(rows: Sequence[SegmentRow], store: Store, floor: int
                            ) -> Transactions:
     """The transactions of a partition's live segments (`rows`), from every batch header and the records of
     its control batches; `floor`: the topic's smallest timestamp (`ReadRange.floor`)."""
     parts: list[BatchHeaders] = []
     kinds: list[np.ndarray] = []
     for row in sorted(rows, key=lambda r: r.base_offset):
-        for data, headers in StoredSegment(row, options, read_window=READ_WINDOW, min_timestamp=floor).chunks_from(0):
+        for data, headers in StoredSegment(row, store, read_window=READ_WINDOW, min_timestamp=floor).chunks_from(0):
             parts.append(headers)
             kinds.append(control_types(data, headers, row.log_key))
     if not parts:
@@ -276,12 +276,12 @@ def _catalog_candidates(catalog: Catalog, topic: str, rng: ReadRange, wanted: Ca
     return [r for r in table_to_rows(table) if wanted(r.partition)]
 
 
-def split_segment(row: SegmentRow, bounds: ReadRange, options: StorageOptions | None, split_bytes: int,
+def split_segment(row: SegmentRow, bounds: ReadRange, store: Store, split_bytes: int,
                   index_interval_bytes: int) -> list[WorkItem]:
     """One item for a small segment (its task seeks); a big one is seeked and cut here at `.index` positions."""
     if row.size_bytes <= split_bytes:
         return [WorkItem(row, None, row.size_bytes, bounds)]
-    segment = StoredSegment(row, options, index_interval_bytes, min_timestamp=bounds.floor)
+    segment = StoredSegment(row, store, index_interval_bytes, min_timestamp=bounds.floor)
     start = seek_position(segment, bounds)
     offset_index, _ = segment.indexes()
     end = _end_position(offset_index.offsets, offset_index.positions, bounds.to_offset, row.size_bytes)
@@ -335,31 +335,31 @@ def split_points(positions: np.ndarray, start: int, end: int, split_bytes: int) 
 # --- reading (tasks) -----------------------------------------------------------------------------
 
 
-def read_item(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+def read_item(item: WorkItem, store: Store, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
               ) -> Iterator[pa.RecordBatch]:
     """The records of one work item in range, as Arrow batches with `KAFKA_ARROW_SCHEMA`."""
-    for records, batches, keep in _decoded_chunks(item, options, index_interval_bytes):
+    for records, batches, keep in _decoded_chunks(item, store, index_interval_bytes):
         selected = records if keep.all() else records.take(np.flatnonzero(keep))
         if len(selected):
             yield kafka_rows(selected, batches, item.row.topic, item.row.partition)
 
 
-def count_item(item: WorkItem, options: StorageOptions | None,
+def count_item(item: WorkItem, store: Store,
                index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> int:
     """How many records `read_item` returns, by the same reads, CRC checks, decoding and range test (a
     corrupt batch fails it alike), without building the rows: for a consumer that needs no column."""
-    return sum(int(np.count_nonzero(keep)) for _, _, keep in _decoded_chunks(item, options, index_interval_bytes))
+    return sum(int(np.count_nonzero(keep)) for _, _, keep in _decoded_chunks(item, store, index_interval_bytes))
 
 
-def _decoded_chunks(item: WorkItem, options: StorageOptions | None, index_interval_bytes: int
+def _decoded_chunks(item: WorkItem, store: Store, index_interval_bytes: int
                     ) -> Iterator[tuple[RecordTable, BatchHeaders, np.ndarray]]:
     """Each chunk's candidate batches (`_candidate_batches`) decoded, their headers, and which records are in
     range (`ReadRange.mask`)."""
-    segment = StoredSegment(item.row, options, index_interval_bytes, READ_WINDOW,
+    segment = StoredSegment(item.row, store, index_interval_bytes, READ_WINDOW,
                             min_timestamp=item.bounds.floor)
     start, end = (item.start, item.end) if item.start is not None else _task_range(segment, item.bounds)
     # chunks_from reads up to row.size_bytes: a row ending at the range's end reads exactly the range
-    ranged = StoredSegment(replace(item.row, size_bytes=end), options, index_interval_bytes, READ_WINDOW,
+    ranged = StoredSegment(replace(item.row, size_bytes=end), store, index_interval_bytes, READ_WINDOW,
                            min_timestamp=item.bounds.floor)
     to_offset = item.bounds.to_offset
     for records, taken, headers in ranged.decoded_from(start, lambda h: _candidate_batches(h, item.bounds,

@@ -26,25 +26,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from layouts.store import (
-    StorageOptions,
-    delete_object,
-    delete_objects,
-    delete_tree,
-    join,
-    list_objects,
-    move_object,
-    open_write,
-    write_bytes,
-)
+from layouts.store import join
+from layouts.store.bound import Store
 
 ROW_GROUP_BYTES = 64 * 1024**2
 SUCCESS = "_SUCCESS"
 STAGING = "_temporary"
 
 
-def write_parquet(batches: Iterable[pa.RecordBatch], uri: str, schema: pa.Schema,
-                  options: StorageOptions | None = None, columns: Mapping[str, object] | None = None) -> int:
+def write_parquet(batches: Iterable[pa.RecordBatch], uri: str, schema: pa.Schema, store: Store,
+                  columns: Mapping[str, object] | None = None) -> int:
     """Write `batches` as one snappy Parquet file at `uri`, a row group per ~`ROW_GROUP_BYTES` of Arrow data,
     with the per-column writer settings `columns` (`pyarrow.parquet.ParquetWriter` arguments: dictionary,
     statistics, encodings); the number of rows written. Nothing is written when there is no row (the caller
@@ -58,7 +49,7 @@ def write_parquet(batches: Iterable[pa.RecordBatch], uri: str, schema: pa.Schema
             break
     if not pending:
         return 0
-    with open_write(uri, options) as out, pq.ParquetWriter(out, schema, compression="snappy", **(columns or {})) as writer:
+    with store.open_write(uri) as out, pq.ParquetWriter(out, schema, compression="snappy", **(columns or {})) as writer:
         for batch in batches:
             if pending_bytes >= ROW_GROUP_BYTES:
                 rows += _flush(writer, pending, schema)
@@ -77,10 +68,14 @@ def _flush(writer: pq.ParquetWriter, batches: list[pa.RecordBatch], schema: pa.S
 
 @dataclass(frozen=True)
 class StagedOutput:
-    """One run's Parquet output directory and its staging directory (module docstring)."""
+    """One run's Parquet output directory (`store`'s root) and its staging directory (module docstring)."""
 
-    directory: str
+    store: Store
     job_id: str
+
+    @property
+    def directory(self) -> str:
+        return self.store.root
 
     @property
     def staging(self) -> str:
@@ -93,29 +88,29 @@ class StagedOutput:
     def final_uri(self, task: int) -> str:
         return join(self.directory, f"part-{task:05d}-{self.job_id}.snappy.parquet")
 
-    def commit(self, staged: dict[int, str], schema: pa.Schema, options: StorageOptions | None = None) -> list[str]:
+    def commit(self, staged: dict[int, str], schema: pa.Schema) -> list[str]:
         """Publish the succeeded attempts' files (`staged`: task -> file) in place of whatever the directory
         held; the published files' URIs."""
         staging_root = join(self.directory, STAGING)
-        before = [info.uri for info in list_objects(self.directory, options)
+        before = [info.uri for info in self.store.list_objects()
                   if not info.uri.startswith(staging_root + "/")]
         success = join(self.directory, SUCCESS)
         if success in before:
-            delete_object(success, options)
+            self.store.delete(success)
         published = []
         for task, uri in sorted(staged.items()):
-            move_object(uri, self.final_uri(task), options)
+            self.store.move(uri, self.final_uri(task))
             published.append(self.final_uri(task))
         if not published:
             empty = io.BytesIO()
             pq.write_table(schema.empty_table(), empty, compression="snappy")
-            write_bytes(self.final_uri(0), empty.getvalue(), options)
+            self.store.write(self.final_uri(0), empty.getvalue())
             published.append(self.final_uri(0))
-        delete_objects([uri for uri in before if uri != success and uri not in published], options)
-        delete_tree(staging_root, options)  # this run's failed attempts, and any killed run's
-        write_bytes(success, b"", options)
+        self.store.delete_many([uri for uri in before if uri != success and uri not in published])
+        self.store.delete_tree(staging_root)  # this run's failed attempts, and any killed run's
+        self.store.write(success, b"")
         return published
 
-    def abort(self, options: StorageOptions | None = None) -> None:
+    def abort(self) -> None:
         """A failed run: its staging directory goes, the output stays as the last committed run left it."""
-        delete_tree(self.staging, options)
+        self.store.delete_tree(self.staging)

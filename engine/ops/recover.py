@@ -70,7 +70,7 @@ from engine.ops.verify import (
 from engine.ops.versions import segment_row
 from kernel.names import TopicPartition
 from layouts.object_layout import SegmentKeys, object_segment_keys
-from layouts.store import StorageOptions, ensure_object, join, normalize_uri
+from layouts.store import join
 from layouts.store.bound import Store
 
 __all__ = ["PartitionCheck", "Problem", "RecoveryReport", "SegmentRepair", "derived_segment_id",
@@ -158,9 +158,9 @@ def quarantine_key(root: str, tp: TopicPartition, row: SegmentRow, valid_bytes: 
 class _Planner:
     """Plans (and unless dry-running, writes the objects of) every segment's repair."""
 
-    def __init__(self, root: str, tp: TopicPartition, options: StorageOptions | None, config: TopicConfig,
+    def __init__(self, store: Store, tp: TopicPartition, config: TopicConfig,
                  job_id: str, now_ms: int, write: bool, rebuild_all: bool = False) -> None:
-        self.root, self.tp, self.options = root, tp, options
+        self.store, self.root, self.tp = store, store.root, tp
         self.interval, self.min_timestamp = config.index_interval_bytes, min_timestamp(config)
         self.job_id, self.now_ms, self.write, self.rebuild_all = job_id, now_ms, write, rebuild_all
 
@@ -182,7 +182,7 @@ class _Planner:
         return None
 
     def _put(self, repair: SegmentRepair, uri: str, data: bytes) -> None:
-        if self.write and ensure_object(uri, data, self.options):
+        if self.write and self.store.ensure(uri, data):
             repair.objects_written.append(uri)
 
     def _rebuild_sidecars(self, check: SegmentCheck, reasons: list[str]) -> SegmentRepair:
@@ -270,7 +270,7 @@ def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
     remove: list[SegmentRef] = []
     add: list[SegmentRow] = []
     for row in rows:
-        repair = planner.repair(check_segment(row, planner.options, keep_data=True,
+        repair = planner.repair(check_segment(row, planner.store, keep_data=True,
                                               min_timestamp=planner.min_timestamp))
         if repair is None or repair.action == LEFT_FOR_OPERATOR:
             after.append(row)
@@ -285,12 +285,12 @@ def _plan(rows: Sequence[SegmentRow], report: RecoveryReport, planner: _Planner
     return remove, add
 
 
-def prepare_recovery(item: PartitionInput[None], *, root: str, options: StorageOptions | None, job_id: str, now_ms: int,
+def prepare_recovery(item: PartitionInput[None], *, store: Store, job_id: str, now_ms: int,
                      dry_run: bool = False, rebuild_all: bool = False) -> PartitionStep[RecoveryReport]:
     """Verify one partition and write its repairs (unless `dry_run`); the step swaps repaired rows in.
     `rebuild_all` also rebuilds valid sidecars (e.g. after changing `index.interval.bytes`)."""
-    report = RecoveryReport(item.tp.topic, item.tp.partition, root, job_id, dry_run)
-    planner = _Planner(root, item.tp, options, item.config, job_id, now_ms, write=not dry_run,
+    report = RecoveryReport(item.tp.topic, item.tp.partition, store.root, job_id, dry_run)
+    planner = _Planner(store, item.tp, item.config, job_id, now_ms, write=not dry_run,
                        rebuild_all=rebuild_all)
     remove, add = _plan(item.rows, report, planner)
     report.rows_removed, report.rows_added = len(remove), len(add)
@@ -299,7 +299,7 @@ def prepare_recovery(item: PartitionInput[None], *, root: str, options: StorageO
     return PartitionStep(report, CatalogChange(add=tuple(add), remove=tuple(remove)))
 
 
-def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: StorageOptions | None = None,
+def recover_partition(catalog: Catalog, store: Store, tp: TopicPartition,
                       dry_run: bool = False, job_id: str | None = None,
                       now_ms: int | None = None, config: TopicConfig | None = None) -> RecoveryReport:
     """Verify `tp` and repair what can be repaired without losing a byte, in one catalog commit.
@@ -307,11 +307,10 @@ def recover_partition(catalog: Catalog, root: str, tp: TopicPartition, options: 
     `config` supplies `index.interval.bytes` for rebuilt sidecars (Kafka's default 4096 without it).
     A dry run reports the plan (same ids, keys and quarantine objects) and writes nothing.
     """
-    root = normalize_uri(root)
     job_id = job_id or uuid.uuid4().hex
     now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    prepare = partial(prepare_recovery, root=root, options=options, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
-    run = run_single_partition(catalog, Store(root, options), tp, config or TopicConfig(), prepare, operation="recover",
+    prepare = partial(prepare_recovery, store=store, job_id=job_id, now_ms=now_ms, dry_run=dry_run)
+    run = run_single_partition(catalog, store, tp, config or TopicConfig(), prepare, operation="recover",
                                job_id=job_id, mutate=not dry_run)
     report = run.outcome(tp)
     if run.commit is not None:

@@ -20,7 +20,7 @@ this process for the engine's single-partition functions, one Spark task per par
    entries of the partitions it finishes and the transaction identifiers their steps carry (an
    operation's own progress, read back into the next run's `PartitionInput.app_versions`);
 7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys, several requests or
-   local unlinks at once: `layouts.store.delete_objects`) and their rows removed (one more commit, checked
+   local unlinks at once: `Store.delete_many`) and their rows removed (one more commit, checked
    against the rows the first one left when no other commit came between); then the leases are released.
 """
 

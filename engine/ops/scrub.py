@@ -39,14 +39,8 @@ from engine.ops.catalog_table import Catalog
 from kernel.names import TopicPartition, parse_partition_dir
 from layouts.object_layout import REJECTS_DIR, STAGING_DIR, batch_index_keys, parse_object_segment_name
 from layouts.root_keys import within_root
-from layouts.store import (
-    TEMPORARY_NAME,
-    ObjectInfo,
-    StorageOptions,
-    delete_objects,
-    list_objects,
-    normalize_uri,
-)
+from layouts.store import TEMPORARY_NAME, ObjectInfo
+from layouts.store.bound import Store
 
 DEFAULT_GRACE_MS = 3_600_000
 _FINDINGS = {"finding": pa.dictionary(pa.int8(), pa.string()), "kind": pa.string(), "segment": pa.string(),
@@ -199,11 +193,11 @@ def _referenced(live: pa.Table) -> pa.Array:
     return pc.drop_null(pa.concat_arrays([live[column].combine_chunks() for _, column, _ in _KINDS]))
 
 
-def _outside_listing(referenced: pa.Array, root: str, options: StorageOptions | None) -> list[ObjectInfo]:
-    """Objects referenced from outside `root` (e.g. Kafka-layout imports), listed once per directory."""
-    outside = referenced.filter(pc.invert(within_root(root, referenced)))
+def _outside_listing(referenced: pa.Array, store: Store) -> list[ObjectInfo]:
+    """Objects referenced from outside the store's root (e.g. Kafka-layout imports), listed once per directory."""
+    outside = referenced.filter(pc.invert(within_root(store.root, referenced)))
     dirs = pc.unique(pc.replace_substring_regex(outside, r"/[^/]*$", "")).to_pylist()
-    return [info for d in sorted(dirs) for info in list_objects(d, options)]
+    return [info for d in sorted(dirs) for info in store.list_objects(d)]
 
 
 def _check_rows(live: pa.Table, uris: pa.Array, sizes: pa.Array, report: ScrubReport) -> None:
@@ -232,22 +226,22 @@ def _check_rows(live: pa.Table, uris: pa.Array, sizes: pa.Array, report: ScrubRe
                                                            object_size=sizes[where].as_py(), kind=kind))
 
 
-def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
-          options: StorageOptions | None = None, now: int | None = None) -> ScrubReport:
-    """Find orphans and broken rows under `root`; delete the orphans unless `dry_run`."""
+def scrub(store: Store, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
+          now: int | None = None) -> ScrubReport:
+    """Find orphans and broken rows under the store's root; delete the orphans unless `dry_run`."""
     if grace_ms < 0:
         raise ValueError(f"grace period must be >= 0 ms, got {grace_ms}")
-    root = normalize_uri(root)
+    root = store.root
     report = ScrubReport(root=root, catalog=catalog.uri, dry_run=dry_run, grace_ms=grace_ms)
     if not dry_run:
         catalog.migrate_keys()
-    listed = list_objects(root, options)
+    listed = store.list_objects()
     now = time.time_ns() // 1_000_000 if now is None else now
     report.objects_listed = len(listed)
     live = _live_keys(catalog)
     report.live_segments = live.num_rows
     referenced = _referenced(live)
-    objects = listed + _outside_listing(referenced, root, options)
+    objects = listed + _outside_listing(referenced, store)
     uris = pa.array([info.uri for info in objects], pa.string())
     _check_rows(live, uris, pa.array([info.size for info in objects], pa.int64()), report)
     unreferenced = np.flatnonzero(~np.asarray(pc.is_in(uris.slice(0, len(listed)), value_set=referenced)
@@ -270,6 +264,6 @@ def scrub(root: str, catalog: Catalog, grace_ms: int = DEFAULT_GRACE_MS, dry_run
     referenced_now = _referenced(_live_keys(catalog))
     still = pc.is_in(pa.array([o.uri for o in report.orphans], pa.string()), value_set=referenced_now).to_pylist()
     report.orphans = [o for o, taken in zip(report.orphans, still, strict=True) if not taken]
-    result = delete_objects([o.uri for o in report.orphans] + [d.uri for d in report.debris], options)
+    result = store.delete_many([o.uri for o in report.orphans] + [d.uri for d in report.debris])
     report.deleted, report.delete_failed, report.delete_requests = result.deleted, result.failed, result.requests
     return report

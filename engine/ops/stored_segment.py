@@ -40,33 +40,33 @@ from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.ops.paged_index import PagedSidecar, Unpaged, offset_entries, time_entries
 from kernel.errors import CorruptRecordError, TruncatedBatchError
 from layouts.object_layout import batch_index_key
-from layouts.store import StorageOptions, read_bytes
+from layouts.store.bound import Store
 
 DEFAULT_READ_WINDOW = 256 * 1024
 MIN_LOOKUP_WINDOW = 8 * 1024
 class _BatchGroups:
     """A segment's `.batchindex` (`engine.index.batch_index`) read a group at a time, each group once."""
 
-    def __init__(self, uri: str, options: StorageOptions | None, stride: int) -> None:
-        self.uri, self.options, self.stride = uri, options, stride
+    def __init__(self, uri: str, store: Store, stride: int) -> None:
+        self.uri, self.store, self.stride = uri, store, stride
         self.groups: dict[int, BatchGroup | None] = {}
 
     def group(self, g: int) -> BatchGroup | None:
         """Group `g`, or None if its bytes break the layout (or the object is shorter than its row says)."""
         if g not in self.groups:
             start, end = group_span(g, self.stride)
-            data = read_bytes(self.uri, self.options, start, end)
+            data = self.store.read(self.uri, start, end)
             self.groups[g] = group_from_bytes(data) if len(data) == end - start else None
         return self.groups[g]
 
 
-def _batch_groups(row: SegmentRow, options: StorageOptions | None) -> _BatchGroups | None:
+def _batch_groups(row: SegmentRow, store: Store) -> _BatchGroups | None:
     """The row's batch index, if it has one whose length fits its `.timeindex`'s."""
     if (row.batchindex_size_bytes is None or row.timeindex_size_bytes is None
             or not row.timeindex_key.endswith(".timeindex")):
         return None
     stride = stride_of(row.batchindex_size_bytes, row.timeindex_size_bytes // TIME_ENTRY_SIZE)
-    return None if stride is None else _BatchGroups(batch_index_key(row.timeindex_key), options, stride)
+    return None if stride is None else _BatchGroups(batch_index_key(row.timeindex_key), store, stride)
 
 
 @dataclass(frozen=True)
@@ -83,26 +83,26 @@ class _PinnedBatch:
 
 
 class StoredSegment:
-    def __init__(self, row: SegmentRow, options: StorageOptions | None = None,
+    def __init__(self, row: SegmentRow, store: Store,
                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                  read_window: int = DEFAULT_READ_WINDOW, *, min_timestamp: int, keep_ranges: bool = False) -> None:
         """`min_timestamp`: the topic's (`engine.log.topic_config.min_timestamp`), for its time index;
         `keep_ranges`: keep the log ranges read for later reads (lookups; a scan must not keep them)."""
         self.row = row
         self.min_timestamp = min_timestamp
-        self.options = options
+        self.store = store
         self.index_interval_bytes = index_interval_bytes
         self.read_window = read_window
         self.base_offset = row.base_offset
         self.source = row.log_key
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
-        self._offsets = PagedSidecar(row.index_key, options, OFFSET_ENTRY_SIZE, offset_entries,
+        self._offsets = PagedSidecar(row.index_key, store, OFFSET_ENTRY_SIZE, offset_entries,
                                       row.index_size_bytes, 0, row.next_offset - row.base_offset)
-        self._times = PagedSidecar(row.timeindex_key, options, TIME_ENTRY_SIZE, time_entries(min_timestamp),
+        self._times = PagedSidecar(row.timeindex_key, store, TIME_ENTRY_SIZE, time_entries(min_timestamp),
                                     row.timeindex_size_bytes, min(row.base_timestamp, row.largest_timestamp),
                                     row.largest_timestamp + 1)
         self._ranges: list[tuple[int, bytes]] | None = [] if keep_ranges else None
-        self._groups = _batch_groups(row, options)
+        self._groups = _batch_groups(row, store)
         self._pinned: list[_PinnedBatch] = []
         self.index_problems: list[str] = []
 
@@ -121,14 +121,14 @@ class StoredSegment:
     def indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         """The sidecars (one GET each); rebuilt from the full log only if they fail their checks."""
         if self._indexes is None:
-            index = read_bytes(self.row.index_key, self.options)
-            timeindex = read_bytes(self.row.timeindex_key, self.options)
+            index = self.store.read(self.row.index_key)
+            timeindex = self.store.read(self.row.timeindex_key)
             loaded = (OffsetIndex.load(index, self.base_offset),
                       TimeIndex.load(timeindex, self.base_offset, min_timestamp=self.min_timestamp))
             if loaded[0].ok and loaded[1].ok:
                 self._indexes = (loaded[0].index, loaded[1].index)
             else:
-                data = read_bytes(self.row.log_key, self.options)
+                data = self.store.read(self.row.log_key)
                 offsets, times, check = settle_indexes(scan_batches(data, self.source).headers, self.base_offset,
                                                        index, timeindex, self.source, self.index_interval_bytes,
                                                        active=self.row.state == "ACTIVE",
@@ -347,7 +347,7 @@ class StoredSegment:
         for at, data in self._ranges or ():
             if at <= start and end <= at + len(data):
                 return data[start - at:end - at]
-        data = read_bytes(self.row.log_key, self.options, start, end)
+        data = self.store.read(self.row.log_key, start, end)
         if self._ranges is not None:
             self._ranges.append((start, data))
         return data
@@ -361,10 +361,10 @@ def lookup_window(row: SegmentRow, index_interval_bytes: int) -> int:
     return min(DEFAULT_READ_WINDOW, max(MIN_LOOKUP_WINDOW, index_interval_bytes + 2 * average_batch))
 
 
-def stored_segment(row: SegmentRow, options: StorageOptions | None, config: TopicConfig | None = None) -> StoredSegment:
+def stored_segment(row: SegmentRow, store: Store, config: TopicConfig | None = None) -> StoredSegment:
     """A `StoredSegment` for lookups, read with its topic's index settings (interval, KIP-228 minimum
     timestamp), keeping the pages and ranges it reads for the task's next targets."""
     config = config or TopicConfig()
-    return StoredSegment(row, options, config.index_interval_bytes,
+    return StoredSegment(row, store, config.index_interval_bytes,
                          lookup_window(row, config.index_interval_bytes), min_timestamp=min_timestamp(config),
                          keep_ranges=True)

@@ -33,7 +33,7 @@ from layouts import aiven_layout
 from layouts.aiven_manifest import AivenObjectError
 from layouts.kafka_layout import KafkaLogDir
 from layouts.kafka_rsm_layout import Upload, UploadDir, as_log_dir, choose_uploads, scan_bucket
-from layouts.store import StorageOptions, normalize_uri
+from layouts.store import normalize_uri
 from layouts.store.bound import Store
 
 
@@ -80,11 +80,11 @@ KAFKA_RSM_SOURCE = SourceLayout("kafka-rsm", scan_rsm_source, lambda source: {},
 """Kafka's `LocalTieredStorage` directory (or an S3 prefix holding a copy of one)."""
 
 
-def _manifest_next_offset(part: UploadDir, upload: Upload, options: StorageOptions | None) -> int | None:
+def _manifest_next_offset(part: UploadDir, upload: Upload, source: Store) -> int | None:
     """The offset after an Aiven upload's last record, as its manifest records it (the broker's
     `remoteLogSegmentMetadata.endOffset`); None if the manifest does not read or records none."""
     try:
-        manifest = aiven_layout.read_manifest(part, upload, options)
+        manifest = aiven_layout.read_manifest(part, upload, source.options)
     except AivenObjectError:
         return None
     return None if manifest.end_offset is None else manifest.end_offset + 1
@@ -93,15 +93,14 @@ def _manifest_next_offset(part: UploadDir, upload: Upload, options: StorageOptio
 def scan_aiven_source(source: Store) -> KafkaLogDir:
     """The bucket's partitions with one upload per start offset (`choose_uploads`, by the end offsets the
     manifests record), as `aiven+` names the importer reads through the chunk index."""
-    options = source.options
-    root, parts, skipped = aiven_layout.scan_bucket(source.root, options)
+    root, parts, skipped = aiven_layout.scan_bucket(source.root, source.options)
     if not parts:
         raise InvalidSourceError(f"import source {root}: no {{topic}}-{{topicId}}/{{partition}} directories of "
                                  "Aiven tiered-storage uploads there (give the bucket URI with the plugin's "
                                  "key.prefix)")
-    choices = {part.tp: choose_uploads(part, lambda upload, part=part: _manifest_next_offset(part, upload, options))
+    choices = {part.tp: choose_uploads(part, lambda upload, part=part: _manifest_next_offset(part, upload, source))
                for part in parts}
-    return aiven_layout.as_log_dir(root, parts, choices, skipped, options)
+    return aiven_layout.as_log_dir(root, parts, choices, skipped, source.options)
 
 
 AIVEN_SOURCE = SourceLayout("aiven", scan_aiven_source, lambda source: {}, Layout.AIVEN)

@@ -35,7 +35,7 @@ from engine.ops.catalog_table import Catalog
 from kernel.errors import CorruptRecordError
 from kernel.names import TopicPartition
 from layouts.object_layout import batch_index_key
-from layouts.store import StorageOptions, object_info, read_bytes
+from layouts.store.bound import Store
 
 FACT_FIELDS = ("last_offset", "next_offset", "record_count", "batch_count", "first_batch_timestamp",
                "base_timestamp", "largest_timestamp", "offset_of_largest_timestamp", "timestamp_type", "magic")
@@ -207,10 +207,10 @@ def valid_prefix(data: bytes, base_offset: int, source: str) -> LogPrefix:
     return LogPrefix(valid, headers.take(headers.next_position <= valid), problems)
 
 
-def read_if_present(uri: str, options: StorageOptions | None) -> bytes | None:
+def read_if_present(uri: str, store: Store) -> bytes | None:
     """The object's bytes, or None if it does not exist."""
     try:
-        return read_bytes(uri, options)
+        return store.read(uri)
     except FileNotFoundError:
         return None
 
@@ -255,14 +255,14 @@ def _sidecar_size_problems(row: SegmentRow, index: bytes | None, timeindex: byte
 
 
 def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: BatchHeaders,
-                          options: StorageOptions | None, min_timestamp: int) -> list[Problem]:
+                          store: Store, min_timestamp: int) -> list[Problem]:
     """The row's `.batchindex` against the one its log's batches and its `.timeindex` make
     (`engine.index.batch_index.batch_index_bytes`): missing, of another size than the row says, not made at all
     (it does not pay), or other bytes. A row without one (null) has none to check."""
     if row.batchindex_size_bytes is None:
         return []
     key = batch_index_key(row.timeindex_key)
-    data = read_if_present(key, options)
+    data = read_if_present(key, store)
     if data is None:
         return [Problem(key, None, "batchindex", "missing: the catalog row's .batchindex object does not exist")]
     wanted = batch_index_bytes(len(headers), timeindex or b"", row.base_offset, lambda: headers,
@@ -284,11 +284,11 @@ def _batch_index_problems(row: SegmentRow, timeindex: bytes | None, headers: Bat
     return problems
 
 
-def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_data: bool = False, *,
+def check_segment(row: SegmentRow, store: Store, keep_data: bool = False, *,
                   min_timestamp: int) -> SegmentCheck:
     """Verify one catalogued segment: its `.log`, its row's facts and its sidecars; `min_timestamp` is
     the topic's (`engine.log.topic_config.min_timestamp`)."""
-    data = read_if_present(row.log_key, options)
+    data = read_if_present(row.log_key, store)
     if data is None:
         return SegmentCheck(row, None, 0, [Problem(row.log_key, None, "missing",
                                                    "missing: the catalog row's .log object does not exist")])
@@ -307,16 +307,16 @@ def check_segment(row: SegmentRow, options: StorageOptions | None = None, keep_d
     if whole:
         facts = _fact_problems(row, check.summary, prefix.headers)
         check.facts_valid = not facts
-        index, timeindex = read_if_present(row.index_key, options), read_if_present(row.timeindex_key, options)
+        index, timeindex = read_if_present(row.index_key, store), read_if_present(row.timeindex_key, store)
         sidecars = check_sidecars(prefix.headers, row.base_offset, index, timeindex, row.log_key,
                                   active=row.state == SegmentState.ACTIVE, min_timestamp=min_timestamp)
         sizes = _sidecar_size_problems(row, index, timeindex)
-        batch = _batch_index_problems(row, timeindex, prefix.headers, options, min_timestamp) if sidecars.valid else []
+        batch = _batch_index_problems(row, timeindex, prefix.headers, store, min_timestamp) if sidecars.valid else []
         check.sidecars_valid = sidecars.valid and not sizes and not batch
         check.problems += facts + _sidecar_problems(row, sidecars.problems) + sizes + batch
     else:  # the segment is rewritten from its prefix anyway; only say which sidecars are gone
         check.problems += [Problem(key, None, "sidecar", "missing")
-                           for key in (row.index_key, row.timeindex_key) if object_info(key, options) is None]
+                           for key in (row.index_key, row.timeindex_key) if store.info(key) is None]
     return check
 
 
@@ -334,12 +334,12 @@ def offset_continuity(rows: list[SegmentRow]) -> tuple[list[OffsetGap], list[Pro
     return gaps, problems
 
 
-def verify_partition(catalog: Catalog, tp: TopicPartition, options: StorageOptions | None = None,
-                     config: TopicConfig | None = None) -> PartitionCheck:
-    """Verify every live segment of `tp` (with its topic's `config`) and the offset order across them."""
+def verify_partition(catalog: Catalog, tp: TopicPartition, config: TopicConfig | None = None) -> PartitionCheck:
+    """Verify every live segment of `tp` (with its topic's `config`) and the offset order across them, reading
+    them through the catalog's store (which reaches the objects its rows name)."""
     rows = catalog.live_segments(tp.topic, tp.partition)
     gaps, problems = offset_continuity(rows)
     floor = min_timestamp(config or TopicConfig())
-    return PartitionCheck(tp.topic, tp.partition, [check_segment(row, options,
-                                                                 min_timestamp=floor) for row in rows],
+    return PartitionCheck(tp.topic, tp.partition, [check_segment(row, catalog.store, min_timestamp=floor)
+                                                   for row in rows],
                           gaps, problems)

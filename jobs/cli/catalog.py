@@ -33,7 +33,7 @@ from jobs.runtime.report import plural
 from kernel.errors import KlakeError
 from kernel.names import validate_topic
 from kernel.times import format_time
-from layouts.store import StorageOptions, join, normalize_uri
+from layouts.store import join, normalize_uri
 from layouts.store.bound import Store
 
 SEGMENT_FIELDS = ("topic", "partition", "base_offset", "next_offset", "record_count", "size_bytes",
@@ -82,9 +82,9 @@ def add_catalog_arguments(parser: argparse.ArgumentParser) -> None:
     add_storage_arguments(parser)
 
 
-def catalog_location(args: argparse.Namespace) -> tuple[KlakeConfig | None, str, str | None, StorageOptions]:
-    """The configuration (if any), the catalog, the root (None: unknown, Kafka's defaults for the topics) and the storage options, from
-    --catalog/--root over the configuration's."""
+def catalog_location(args: argparse.Namespace) -> tuple[KlakeConfig | None, Store, Store | None]:
+    """The configuration (if any), the catalog's store and the root's (None: unknown, Kafka's defaults for the
+    topics), from --catalog/--root over the configuration's, bound to the storage settings (`storage_options`)."""
     config = load_storage_config(args, root=args.root)
     options = storage_options(args, config)
     catalog = normalize_uri(args.catalog) if args.catalog else config.catalog_uri if config else (
@@ -93,24 +93,24 @@ def catalog_location(args: argparse.Namespace) -> tuple[KlakeConfig | None, str,
         raise KlakeError("name the catalog: --catalog URI, --root ROOT or --conf FILE")
     root = normalize_uri(args.root) if args.root else config.root if config else (
         catalog.rsplit("/", 1)[0] if catalog.endswith("/_catalog") else None)
-    return config, catalog, root, options
+    return config, Store(catalog, options), None if root is None else Store(root, options)
 
 
 def run_segments(args: argparse.Namespace) -> int:
     check_range(args, end_inclusive=True)
-    config, uri, root, options = catalog_location(args)
-    check_reachable([uri], options)
+    config, where, root = catalog_location(args)
+    check_reachable([where.root], where)
     try:
-        catalog = Catalog.open(Store(uri, options))
+        catalog = Catalog.open(where)
     except CatalogNotFoundError:
-        raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
+        raise KlakeError(f"no catalog at {where.root}: import or append to create it") from None
     if args.topic is not None:
         validate_topic(args.topic)
     found = catalog.partitions()
     topics = [args.topic] if args.topic else sorted({tp.topic for tp in found})
     if args.partition is not None:
         check_partitions(found, set(topics), {args.partition}, config)
-    floors = {topic: min_timestamp(_topic_config(root, topic, options)) for topic in topics}
+    floors = {topic: min_timestamp(_topic_config(root, topic)) for topic in topics}
     for topic, floor in floors.items():
         for flag, value in (("--from", args.from_ms), ("--to", args.to_ms)):
             if value is not None and not has_timestamp(value, floor):
@@ -134,9 +134,9 @@ def run_segments(args: argparse.Namespace) -> int:
     return 0
 
 
-def _topic_config(root: str | None, topic: str, options: StorageOptions) -> TopicConfig:
+def _topic_config(root: Store | None, topic: str) -> TopicConfig:
     """The topic's stored settings; Kafka's defaults when no storage root is known."""
-    return TopicConfig() if root is None else load_topic_config(Store(root, options), topic)
+    return TopicConfig() if root is None else load_topic_config(root, topic)
 
 
 def _show(row: dict, field: str, floor: int) -> str:

@@ -24,14 +24,14 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_groups(args: argparse.Namespace) -> int:
-    _, _, root, options = catalog_location(args)
+    _, _, root = catalog_location(args)
     if root is None:
         raise KlakeError("name the klake root: --root ROOT or --conf FILE")
-    table = group_positions(root, options, args.group, args.at)
+    table = group_positions(root, args.group, args.at)
     if table.num_rows == 0:
         what = f"group {args.group}" if args.group else "any group"
         when = f" at or before {format_time(args.at)}" if args.at is not None else ""
-        raise KlakeError(f"no snapshot of {what}{when} in {groups_uri(root)} (klake archive takes them)")
+        raise KlakeError(f"no snapshot of {what}{when} in {groups_uri(root.root)} (klake archive takes them)")
     for row in table.to_pylist():
         if args.json:
             print(json.dumps(row))

@@ -29,22 +29,14 @@ from engine.ops.catalog_table import Catalog, CatalogNotFoundError
 from engine.ops.stored_segment import StoredSegment, stored_segment
 from engine.ops.topic_store import load_topic_config
 from engine.ops.verify import record_problems, valid_prefix
-from jobs.cli.storage import add_storage_arguments, check_reachable, storage_options
+from jobs.cli.storage import add_storage_arguments, check_reachable, paths_store, storage_options
 from jobs.offsets_for_times import parse_target
 from jobs.runtime.job_runner import add_command
 from jobs.runtime.report import plural
 from kernel.errors import CorruptRecordError, KlakeError
 from kernel.names import TopicPartition, parse_partition_dir
 from layouts.kafka_layout import group_partition_files
-from layouts.store import (
-    StorageOptions,
-    filesystem,
-    join,
-    list_objects,
-    normalize_uri,
-    object_info,
-    read_bytes,
-)
+from layouts.store import join, normalize_uri
 from layouts.store.bound import Store
 
 _SEGMENT_NAME = re.compile(r"(?P<offset>[0-9]{20})\.log")
@@ -136,9 +128,9 @@ def batch_dicts(batches: BatchHeaders) -> Iterable[dict]:
         yield row
 
 
-def _read_log(path: str, options: StorageOptions) -> tuple[bytes, BatchScan, list[CorruptRecordError]]:
+def _read_log(path: str, store: Store) -> tuple[bytes, BatchScan, list[CorruptRecordError]]:
     """Scan a file leniently: the valid prefix plus every problem found (framing, CRC, records)."""
-    data = read_bytes(path, options)
+    data = store.read(path)
     scan = scan_batches(data, path, strict=False)
     problems = list(scan.problems)
     bad = {p.position for p in problems}
@@ -156,15 +148,15 @@ def _decode_valid(data: bytes, batches: BatchHeaders, source: str) -> tuple[Batc
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    options = storage_options(args)
-    check_reachable(args.paths, options)
+    store = paths_store(args)
+    check_reachable(args.paths, store)
     several = len(args.paths) > 1
     failed = False
     for path in args.paths:
         if several and not args.json:
             sys.stdout.write(f"Dumping {path}\n")
         try:
-            problems = _dump_file(path, args, options, source=path if several else None)
+            problems = _dump_file(path, args, store, source=path if several else None)
         except (FileNotFoundError, IsADirectoryError) as exc:  # a glob that matched nothing, a typo
             problems = [f"{path}: {exc.strerror or exc}"]
         for problem in problems:
@@ -173,10 +165,10 @@ def run_dump(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _dump_file(path: str, args: argparse.Namespace, options: StorageOptions, source: str | None) -> list[str]:
+def _dump_file(path: str, args: argparse.Namespace, store: Store, source: str | None) -> list[str]:
     """Print one file's records (or batch headers), each JSON object tagged with `file: source` when
     given (one of several files, so JSON lines stay one object per record); return its problems."""
-    data, scan, problems = _read_log(path, options)
+    data, scan, problems = _read_log(path, store)
     batches = scan.headers
     tag = {} if source is None else {"file": source}
     if args.batches:
@@ -223,16 +215,16 @@ def _base_offset_of(path: str) -> int | None:
     return int(match["offset"]) if match else None
 
 
-def verify_problems(path: str, options: StorageOptions | None = None) -> tuple[list[str], int]:
+def verify_problems(path: str, store: Store) -> tuple[list[str], int]:
     """Every problem of one file, as "file: byte N: what" lines (framing, CRC, records, offset order and
     range, sidecars of a segment), and its number of batches. The same checks recovery applies."""
-    data = read_bytes(path, options)
+    data = store.read(path)
     base = _base_offset_of(path)
     start = base if base is not None else int.from_bytes(data[:8], "big", signed=True) if len(data) >= 8 else 0
     prefix = valid_prefix(data, start, path)
     lines = [str(p) for p in prefix.problems]
     if base is not None and not lines:
-        lines += _sidecar_problems(path, base, prefix.headers, options)
+        lines += _sidecar_problems(path, base, prefix.headers, store)
     return sorted(set(lines), key=_byte_of), len(prefix.headers)
 
 
@@ -241,29 +233,29 @@ def _byte_of(line: str) -> tuple[str, int]:
     return (line.split(":", 1)[0], int(match.group(1)) if match else -1)
 
 
-def _sidecar_problems(path: str, base: int, batches: BatchHeaders, options: StorageOptions | None) -> list[str]:
+def _sidecar_problems(path: str, base: int, batches: BatchHeaders, store: Store) -> list[str]:
     """Problems of the `.index`/`.timeindex` beside a segment, if it has any. The newest segment of
     its directory is the active one, which legitimately lacks the final time-index entry."""
     index_uri, time_uri = sidecar_names(path)
-    index_info, time_info = object_info(index_uri, options), object_info(time_uri, options)
+    index_info, time_info = store.info(index_uri), store.info(time_uri)
     if index_info is None and time_info is None:
         return []
     directory = path.rsplit("/", 1)[0] if "/" in path else "."
-    newest = max((b for b in (_base_offset_of(info.uri) for info in list_objects(directory, options)
+    newest = max((b for b in (_base_offset_of(info.uri) for info in store.list_objects(directory)
                               if "/" not in info.uri[len(normalize_uri(directory)) + 1:]) if b is not None),
                  default=base)
-    return check_sidecars(batches, base, read_bytes(index_uri, options) if index_info else None,
-                          read_bytes(time_uri, options) if time_info else None, path, active=base == newest,
+    return check_sidecars(batches, base, store.read(index_uri) if index_info else None,
+                          store.read(time_uri) if time_info else None, path, active=base == newest,
                           min_timestamp=KAFKA_MIN_TIMESTAMP).problems
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    options = storage_options(args)
-    check_reachable(args.paths, options)
+    store = paths_store(args)
+    check_reachable(args.paths, store)
     failed = False
     for path in args.paths:
         try:
-            problems, n_batches = verify_problems(path, options)
+            problems, n_batches = verify_problems(path, store)
         except (FileNotFoundError, KlakeError) as exc:
             problems, n_batches = [f"{path}: {exc}"], 0
         for line in problems:
@@ -279,18 +271,18 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_index_rebuild(args: argparse.Namespace) -> int:
     path = args.segment
-    options = storage_options(args)
-    check_reachable([path, *([args.out] if args.out else [])], options)
+    store = paths_store(args)
+    check_reachable([path, *([args.out] if args.out else [])], store)
     base = args.base_offset if args.base_offset is not None else _base_offset_of(path)
     if base is None:
         raise KlakeError(f"{path}: not named NNNNNNNNNNNNNNNNNNNN.log; pass --base-offset")
-    data = read_bytes(path, options)
+    data = store.read(path)
     scan = scan_batches(data, path)
     offsets, times = build_indexes(scan.headers, base, args.index_interval_bytes,
                                    min_timestamp=KAFKA_MIN_TIMESTAMP)
     stem = path.rstrip("/").rsplit("/", 1)[-1][:-len(".log")] if path.endswith(".log") else f"{base:020d}"
     out_dir = args.out if args.out else path.rsplit("/", 1)[0] if "/" in path else "."
-    fs, out_path = filesystem(out_dir, options)
+    fs, out_path = store.filesystem(out_dir)
     fs.makedirs(out_path, exist_ok=True)
     for suffix, payload in ((".index", offsets.to_bytes()), (".timeindex", times.to_bytes())):
         with fs.open(f"{out_path}/{stem}{suffix}", "wb") as handle:
@@ -303,55 +295,57 @@ def run_index_rebuild(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------- lookup
 
-def load_partition_dir(uri: str, options: StorageOptions | None = None) -> list[InMemorySegment]:
-    """Every segment of a Kafka partition directory (a broker's: Kafka's timestamp floor), with indexes
-    validated or rebuilt in memory."""
-    root = normalize_uri(uri)
+def load_partition_dir(directory: Store) -> list[InMemorySegment]:
+    """Every segment of a Kafka partition directory (the store's root; a broker's: Kafka's timestamp floor),
+    with indexes validated or rebuilt in memory."""
+    root = directory.root
     name = root.rsplit("/", 1)[-1]
     tp = parse_partition_dir(name) or TopicPartition("partition", 0)
-    files = [info for info in list_objects(root, options) if "/" not in info.uri[len(root) + 1:]]
+    files = [info for info in directory.list_objects() if "/" not in info.uri[len(root) + 1:]]
     partition = group_partition_files(tp, root, files)
     if not partition.segments:
-        raise KlakeError(f"{uri}: no NNNNNNNNNNNNNNNNNNNN.log segments found, and no klake catalog at "
+        raise KlakeError(f"{root}: no NNNNNNNNNNNNNNNNNNNN.log segments found, and no klake catalog at "
                          f"{join(root.rsplit('/', 1)[0], '_catalog')} to name its segments")
     last = partition.segments[-1].base_offset
-    return [InMemorySegment.load(seg.base_offset, read_bytes(seg.log.uri, options),
-                                 read_bytes(seg.index.uri, options) if seg.index else None,
-                                 read_bytes(seg.timeindex.uri, options) if seg.timeindex else None, seg.log.uri,
+    return [InMemorySegment.load(seg.base_offset, directory.read(seg.log.uri),
+                                 directory.read(seg.index.uri) if seg.index else None,
+                                 directory.read(seg.timeindex.uri) if seg.timeindex else None, seg.log.uri,
                                  min_timestamp=KAFKA_MIN_TIMESTAMP, active=seg.base_offset == last)
             for seg in partition.segments]
 
 
-def catalog_partition(uri: str, options: StorageOptions | None) -> tuple[list[StoredSegment], int | None, int] | None:
-    """A partition directory of a klake root (`{root}/{topic}-{partition}`, its catalog `{root}/_catalog`):
+def catalog_partition(directory: Store) -> tuple[list[StoredSegment], int | None, int] | None:
+    """A partition directory (the store's root) of a klake root (`{root}/{topic}-{partition}`, its catalog `{root}/_catalog`):
     its live segments by the catalog (a folder there also holds older object versions no row names), its log
     start offset (`partition_log_start_offset`) and its topic's smallest timestamp; None for a folder under
     no catalog (a broker's directory)."""
-    root, name = normalize_uri(uri).rsplit("/", 1)
+    uri = directory.root
+    root, name = uri.rsplit("/", 1)
     tp = parse_partition_dir(name)
     if tp is None:
         return None
     try:
-        catalog = Catalog.open(Store(join(root, "_catalog"), options))
+        catalog = Catalog.open(directory.at(join(root, "_catalog")))
     except CatalogNotFoundError:
         return None
     rows = catalog.live_segments(tp.topic, tp.partition)
     if not rows:
         raise KlakeError(f"{uri}: the catalog {join(root, '_catalog')} has no live segment of {tp}")
-    config = load_topic_config(Store(root, options), tp.topic)
-    return ([stored_segment(row, options, config) for row in rows], partition_log_start_offset(rows),
+    store = directory.at(root)
+    config = load_topic_config(store, tp.topic)
+    return ([stored_segment(row, store, config) for row in rows], partition_log_start_offset(rows),
             min_timestamp(config))
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    options = storage_options(args)
-    check_reachable([args.partition_dir], options)
-    catalogued = catalog_partition(args.partition_dir, options)
+    partition = Store(args.partition_dir, storage_options(args))
+    check_reachable([args.partition_dir], partition)
+    catalogued = catalog_partition(partition)
     if catalogued is not None:
         segments, start, floor = catalogued
         start = start if args.log_start_offset is None else max(start or 0, args.log_start_offset)
     else:
-        segments, start, floor = (load_partition_dir(args.partition_dir, options), args.log_start_offset,
+        segments, start, floor = (load_partition_dir(partition), args.log_start_offset,
                                   KAFKA_MIN_TIMESTAMP)
         for segment in segments:
             for problem in segment.index_problems:

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from jobs.runtime.config import KlakeConfig, load_config
-from layouts.store import StorageOptions, check_access, is_s3
+from layouts.store import StorageOptions, is_s3
+from layouts.store.bound import Store
 
 PATHS_ROOT = "."  # the root of a configuration read only for its storage settings: commands on paths use none
 
@@ -43,8 +44,14 @@ def storage_options(args: argparse.Namespace, config: KlakeConfig | None = None)
     return replace(config.storage, endpoint_url=args.endpoint_url) if args.endpoint_url else config.storage
 
 
-def check_reachable(uris: Iterable[str], options: StorageOptions) -> None:
-    """One LIST per distinct `s3://` folder: raises `StorageAccessError` naming the bucket and what is
-    wrong (credentials, endpoint, bucket) before any work."""
+def paths_store(args: argparse.Namespace) -> Store:
+    """A store reaching the paths and URIs a command is given (each by its scheme) with `storage_options`;
+    rooted at the working directory, which relative paths are under."""
+    return Store(PATHS_ROOT, storage_options(args))
+
+
+def check_reachable(uris: Iterable[str], store: Store) -> None:
+    """One LIST per distinct `s3://` folder, through `store`: raises `StorageAccessError` naming the bucket
+    and what is wrong (credentials, endpoint, bucket) before any work."""
     for location in dict.fromkeys(u.rstrip("/").rsplit("/", 1)[0] for u in uris if is_s3(u)):
-        check_access(location, options)
+        store.check_access(uri=location)

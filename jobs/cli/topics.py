@@ -31,7 +31,6 @@ from jobs.runtime.job_runner import add_command, at_least, check_partitions
 from kernel.errors import KlakeError
 from kernel.names import validate_topic
 from kernel.times import InvalidTimeError, format_time, parse_time
-from layouts.store import StorageOptions
 from layouts.store.bound import Store
 
 
@@ -67,22 +66,22 @@ def start_argument(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{text}: neither an offset nor a time ({exc})") from None
 
 
-def _open(args: argparse.Namespace) -> tuple[KlakeConfig | None, Catalog, str | None, StorageOptions]:
-    config, uri, root, options = catalog_location(args)
-    check_reachable([uri], options)
+def _open(args: argparse.Namespace) -> tuple[KlakeConfig | None, Catalog, Store | None]:
+    config, where, root = catalog_location(args)
+    check_reachable([where.root], where)
     try:
-        return config, Catalog.open(Store(uri, options)), root, options
+        return config, Catalog.open(where), root
     except CatalogNotFoundError:
-        raise KlakeError(f"no catalog at {uri}: import or append to create it") from None
+        raise KlakeError(f"no catalog at {where.root}: import or append to create it") from None
 
 
-def _settings(config: KlakeConfig | None, root: str | None, topic: str, options: StorageOptions) -> TopicConfig:
+def _settings(config: KlakeConfig | None, root: Store | None, topic: str) -> TopicConfig:
     """The configuration's declared settings of the topic, else those stored under the root (Kafka's defaults
     without a root), as the jobs resolve them."""
     declared = config.topic(topic) if config is not None else None
     if declared is not None:
         return declared.config
-    return TopicConfig() if root is None else load_topic_config(Store(root, options), topic)
+    return TopicConfig() if root is None else load_topic_config(root, topic)
 
 
 # ------------------------------------------------------------------------------------------ topics
@@ -109,7 +108,7 @@ def partition_summaries(table: pa.Table, floor: int) -> list[dict]:
 
 
 def run_topics(args: argparse.Namespace) -> int:
-    config, catalog, root, options = _open(args)
+    config, catalog, root = _open(args)
     names = sorted({tp.topic for tp in catalog.partitions()})
     if args.topic is not None:
         validate_topic(args.topic)
@@ -118,7 +117,7 @@ def run_topics(args: argparse.Namespace) -> int:
         names = [args.topic]
     defaults = TopicConfig().to_mapping()
     for topic in names:
-        settings = _settings(config, root, topic, options)
+        settings = _settings(config, root, topic)
         summaries = partition_summaries(catalog.segments(topic=topic), min_timestamp(settings))
         if args.json:
             for summary in summaries:
@@ -140,12 +139,12 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("utf-8", "backslashreplace")
 
 
-def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: int | None,
-                     options: StorageOptions | None) -> Iterator[dict]:
-    """The topic's records in range, partition after partition in offset order, read lazily item by item."""
-    plan = plan_read(catalog, topic, rng, options, None if partition is None else partition.__eq__)
+def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: int | None) -> Iterator[dict]:
+    """The topic's records in range, partition after partition in offset order, read lazily item by item
+    (through the catalog's store, which reaches the segments the rows name)."""
+    plan = plan_read(catalog, topic, rng, catalog.store, None if partition is None else partition.__eq__)
     for item in plan.items:
-        for batch in read_item(item, options):
+        for batch in read_item(item, catalog.store):
             columns = batch.to_pydict()
             micros = batch.column("timestamp").cast(pa.int64()).to_numpy()
             for i in range(batch.num_rows):
@@ -157,16 +156,16 @@ def consumed_records(catalog: Catalog, topic: str, rng: ReadRange, partition: in
 
 def run_consume(args: argparse.Namespace) -> int:
     validate_topic(args.topic)
-    config, catalog, root, options = _open(args)
+    config, catalog, root = _open(args)
     found = catalog.partitions()
     if args.topic not in {tp.topic for tp in found}:
         raise KlakeError(f"topic {args.topic} is not in the catalog")
     if args.partition is not None:
         check_partitions(found, {args.topic}, {args.partition}, config)
     kind, value = args.start or ("offset", None)
-    floor = min_timestamp(_settings(config, root, args.topic, options))
+    floor = min_timestamp(_settings(config, root, args.topic))
     rng = ReadRange(from_ms=value if kind == "time" else None, from_offset=value if kind == "offset" else None,
                     floor=floor)
-    for record in islice(consumed_records(catalog, args.topic, rng, args.partition, options), args.count):
+    for record in islice(consumed_records(catalog, args.topic, rng, args.partition), args.count):
         sys.stdout.write((json.dumps(record) if args.format == "json" else record["value"] or "") + "\n")
     return 0

@@ -33,6 +33,7 @@ from jobs.demo.report import append_lines, draw, result_lines, retention_lines, 
 from jobs.demo.state import claim_store, merge_bars, save_state, segment_bars
 from jobs.runtime.config import load_config
 from jobs.runtime.job_runner import add_command, at_least
+from layouts.store.bound import Store
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -48,7 +49,8 @@ def run_demo(args: argparse.Namespace) -> int:
         storage = stack.enter_context(demo_storage(args.local, out))
         config_path = stack.enter_context(demo_config(storage, out, args.master))
         config = load_config(config_path)
-        previous = claim_store(storage, config.storage, plan)
+        store = Store(config.root, config.storage)
+        previous = claim_store(storage, store, plan)
         progress(f"klake demo: storage {storage.label}" + ("; it holds this demo already: a re-run" if previous
                                                             is not None else ""))
         table = generate(plan)
@@ -59,7 +61,7 @@ def run_demo(args: argparse.Namespace) -> int:
         snaps = run_pipeline(pipeline, batches, plan, config, out)
         checks, held = run_checks(model, pipeline, plan, snaps, out)
         bars = merge_bars(previous or [], segment_bars(snaps, held))
-        save_state(storage, config.storage, plan, bars)
+        save_state(storage, store, plan, bars)
     picture = draw(bars, plan, out / "timeline.png")
     lines = [*append_lines(plan, batches, pipeline), *retention_lines(plan, pipeline, snaps, held),
              *result_lines(plan, pipeline, snaps, checks)]

@@ -13,7 +13,7 @@ from jobs.demo.generator import DemoPlan
 from jobs.demo.pipeline import Snapshots, Storage
 from jobs.demo.timeline import COMPACTED, KEPT, OUTPUT, RETENTION, SegmentBar
 from kernel.errors import KlakeError
-from layouts.store import StorageOptions, filesystem, list_objects, write_bytes
+from layouts.store.bound import Store
 
 
 def segment_bars(snaps: Snapshots, held: Sequence[SegmentRow]) -> list[SegmentBar]:
@@ -46,25 +46,24 @@ def merge_bars(previous: Sequence[SegmentBar], current: Sequence[SegmentBar]) ->
     return sorted(merged.values(), key=lambda b: (b.partition, b.base_offset, b.fate == OUTPUT))
 
 
-def claim_store(storage: Storage, options: StorageOptions, plan: DemoPlan) -> list[SegmentBar] | None:
+def claim_store(storage: Storage, store: Store, plan: DemoPlan) -> list[SegmentBar] | None:
     """The segments an earlier run of this demo recorded (None on a fresh store), after recording this
     run's plan first, so that a run that dies half-way is re-run rather than refused; a store holding
-    anything else is refused (the demo would mix its data in)."""
-    fs, path = filesystem(storage.state_uri, options)
-    if fs.exists(path):
-        state = json.loads(fs.cat_file(path))
+    anything else is refused (the demo would mix its data in); `store` reaches `storage` with its settings."""
+    if store.info(storage.state_uri) is not None:
+        state = json.loads(store.read(storage.state_uri))
         if state.get("plan") != asdict(plan):
             raise KlakeError(f"{storage.base} holds a demo run with other settings {state.get('plan')}; "
                              "remove it or choose another --out")
         previous = [SegmentBar(**b) for b in state.get("bars", [])]
-    elif list_objects(storage.base, options):
+    elif store.list_objects(storage.base):
         raise KlakeError(f"{storage.base} holds data this demo did not write; remove it or choose another --out")
     else:
         previous = None
-    save_state(storage, options, plan, previous or [])
+    save_state(storage, store, plan, previous or [])
     return previous
 
 
-def save_state(storage: Storage, options: StorageOptions, plan: DemoPlan, bars: Sequence[SegmentBar]) -> None:
-    write_bytes(storage.state_uri, json.dumps({"plan": asdict(plan), "bars": [asdict(b) for b in bars]},
-                                              indent=1).encode(), options)
+def save_state(storage: Storage, store: Store, plan: DemoPlan, bars: Sequence[SegmentBar]) -> None:
+    store.write(storage.state_uri, json.dumps({"plan": asdict(plan), "bars": [asdict(b) for b in bars]},
+                                              indent=1).encode())

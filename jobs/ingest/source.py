@@ -5,6 +5,7 @@ the job id it derives."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
@@ -34,6 +35,37 @@ ARROW_FORMATS = ("json", "csv")  # from s3:// through fsspec (Parquet: `parquet_
 
 
 @dataclass(frozen=True)
+class InputSettings:
+    """What an append reads and what it selects: `append`'s flags (`from_args`), or a caller's own, as the
+    archive's Spark Kafka source, a table of the session (issue 30)."""
+
+    input: str | None
+    table: str | None
+    format: str
+    input_options: tuple[str, ...]
+    topics: tuple[str, ...]
+    """The topics appended (`--topic`; none: every topic of the input)."""
+    partition_ids: tuple[int, ...]
+    """The partitions appended (`--partition`; none: all)."""
+    keep_offsets: bool
+    rejects: str | None
+    known_topics: tuple[str, ...] | None = None
+    """The input's topics when the caller knows them without a scan of its `topic` column (`_found_topics`)."""
+    by_partition: bool = False
+    """Whether each split of the input holds one whole topic-partition in order (`AppendInput.by_partition`)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> InputSettings:
+        return cls(args.input, args.table, args.format, tuple(args.input_options), tuple(args.topics),
+                   tuple(args.partition_ids), args.keep_offsets, args.rejects)
+
+    @property
+    def where(self) -> str:
+        """The input as a bad-input line names it."""
+        return self.input or f"table {self.table}"
+
+
+@dataclass(frozen=True)
 class AppendInput:
     """The checked input: its topics with their partition counts, its files in path order (`_rank` indexes
     them), and either its Parquet files (read by pyarrow in the input tasks) or a DataFrame of Spark's."""
@@ -51,28 +83,26 @@ class AppendInput:
     directly, nothing staged (`jobs.ingest.append_task.AppendTasks.over_input`)."""
 
 
-def open_input(ctx: JobContext) -> AppendInput:
+def open_input(ctx: JobContext, settings: InputSettings) -> AppendInput:
     """The input checked, bad input failing before anything is written: Parquet files before Spark starts
     (footers and the `topic` column), any other input through Spark (this starts it)."""
     from pyspark.sql import functions as F
 
-    args = ctx.args
-    if args.input is not None and args.format == "parquet":
-        found, files, schema = check_footers(input_files(args.input, ctx.store), ctx.store, bool(args.topics))
-        topics = selected_topics(found, args.topics)
+    topics_asked = list(settings.topics)
+    if settings.input is not None and settings.format == "parquet":
+        found, files, schema = check_footers(input_files(settings.input, ctx.store), ctx.store, bool(topics_asked))
+        topics = selected_topics(found, topics_asked)
         counts = partition_counts(ctx.config, ctx.catalogued_partitions(), topics)
         return AppendInput(topics, counts, [info.uri for info, _ in files], ParquetInput(files, schema, topics[0]),
-                           None, keeps_offsets(schema.names, args.keep_offsets, args.input))
-    df, names = _read_input(ctx)
-    where = args.input or f"table {args.table}"
-    topics = selected_topics(_found_topics(df, getattr(args, "input_topics", None), where), args.topics)
+                           None, keeps_offsets(schema.names, settings.keep_offsets, settings.input))
+    df, names = _read_input(ctx, settings)
+    topics = selected_topics(_found_topics(df, settings.known_topics, settings.where), topics_asked)
     counts = partition_counts(ctx.config, ctx.catalogued_partitions(), topics)
     if "topic" not in df.columns:
         df = df.withColumn("topic", F.lit(topics[0]))
     order = file_order(names)
-    keep = keeps_offsets(df.columns, args.keep_offsets, where)
-    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep,
-                       bool(getattr(args, "input_by_partition", False)))
+    keep = keeps_offsets(df.columns, settings.keep_offsets, settings.where)
+    return AppendInput(topics, counts, order, None, with_file_rank(df, order), keep, settings.by_partition)
 
 
 def _found_topics(df: DataFrame, known: Sequence[str] | None, where: str) -> dict[str, str] | None:
@@ -86,7 +116,7 @@ def _found_topics(df: DataFrame, known: Sequence[str] | None, where: str) -> dic
     return {r["topic"]: where for r in df.select("topic").distinct().collect() if r["topic"] is not None}
 
 
-def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:
+def _read_input(ctx: JobContext, settings: InputSettings) -> tuple[DataFrame, list[str]]:
     """Input other than Parquet files, through Spark (this starts it), with its schema checked, Spark's Kafka
     sink columns normalised and where each row comes from (`_file`, `_block`, and `_pos`: Spark's row id,
     increasing in each split); its `topic` column only if the input has one. Also the values `_file` takes:
@@ -95,28 +125,28 @@ def _read_input(ctx: JobContext) -> tuple[DataFrame, list[str]]:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    args = ctx.args
-    if args.table:
-        df = ctx.spark.table(args.table)
+    if settings.table:
+        df = ctx.spark.table(settings.table)
         df = df.withColumn("_file", F.lit("")).withColumn("_block", F.lit(0).cast("long"))
         files = [""]
-    elif is_s3(args.input):
-        df, files = _input_over_fsspec(ctx)
+    elif is_s3(settings.input):
+        df, files = _input_over_fsspec(ctx, settings)
     else:
-        reader = ctx.spark.read.format(args.format)
-        for item in args.input_options:
+        reader = ctx.spark.read.format(settings.format)
+        for item in settings.input_options:
             key, _, value = item.partition("=")
             reader = reader.option(key, value)
-        df = reader.load(args.input)
+        df = reader.load(settings.input)
         df = (df.withColumn("_file", F.col("_metadata.file_path"))
               .withColumn("_block", F.col("_metadata.file_block_start")))
         files = df.inputFiles()
     sink = [f for f in df.schema.fields if f.name in INPUT_COLUMNS]
     try:
-        schema = to_arrow_schema(StructType(sink))
+        # a TimestampType column is an instant; Arrow's type needs a zone to name (any: the epoch is the same)
+        schema = to_arrow_schema(StructType(sink), timezone="UTC")
     except (TypeError, ValueError) as exc:  # a type Arrow has no form for is no Kafka sink type either
-        raise KlakeError(f"input {args.input or args.table}: {exc}") from None
-    check_input_schema(schema, args.input or f"table {args.table}")
+        raise KlakeError(f"input {settings.input or settings.table}: {exc}") from None
+    check_input_schema(schema, settings.where)
     if "_pos" not in df.columns:  # (s3:// input has its row in the file)
         df = df.withColumn("_pos", F.monotonically_increasing_id())
     columns = set(df.columns)
@@ -160,16 +190,16 @@ def read_arrow_file(uri: str, fmt: str, store: Store) -> pa.Table:
     return {"json": pjson.read_json, "csv": pcsv.read_csv}[fmt](data)
 
 
-def _input_over_fsspec(ctx: JobContext) -> tuple[DataFrame, list[str]]:
+def _input_over_fsspec(ctx: JobContext, settings: InputSettings) -> tuple[DataFrame, list[str]]:
     """s3:// input without hadoop-aws in Spark: the driver lists the files, one task reads each with
     pyarrow through fsspec (the same storage access as the segments), in path order."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    fmt, store = ctx.args.format, ctx.store
+    fmt, store = settings.format, ctx.store
     if fmt not in ARROW_FORMATS:
         raise KlakeError(f"--format {fmt} is read from s3:// only as {'/'.join(ARROW_FORMATS)} (Spark here has no "
                          "S3 filesystem); use --table, a local path, or a cluster with hadoop-aws")
-    files = [info.uri for info in input_files(ctx.args.input, store)]
+    files = [info.uri for info in input_files(str(settings.input), store)]
     schema = read_arrow_file(files[0], fmt, store).schema
     full = schema.append(pa.field("_file", pa.string())).append(pa.field("_block", pa.int64())) \
         .append(pa.field("_pos", pa.int64()))
@@ -189,17 +219,17 @@ def _input_over_fsspec(ctx: JobContext) -> tuple[DataFrame, list[str]]:
     return ctx.spark.range(len(files), numPartitions=len(files)).mapInArrow(read, from_arrow_schema(full)), files
 
 
-def input_job_id(ctx: JobContext) -> str:
+def input_job_id(ctx: JobContext, settings: InputSettings) -> str:
     """A job id that names the input: the same files, topic and assignment settings give the same id."""
-    args = ctx.args
     digest = hashlib.sha256()
-    if args.input:
-        listing = sorted((o.uri, o.size, o.mtime_ms) for o in ctx.store.list_objects(args.input)) \
-            if is_dir(args.input, ctx.store) else [(args.input,)]
-        digest.update(json.dumps([args.format, sorted(args.input_options), listing]).encode())
+    if settings.input:
+        listing = sorted((o.uri, o.size, o.mtime_ms) for o in ctx.store.list_objects(settings.input)) \
+            if is_dir(settings.input, ctx.store) else [(settings.input,)]
+        digest.update(json.dumps([settings.format, sorted(settings.input_options), listing]).encode())
     else:
-        digest.update(f"table:{args.table}".encode())
-    digest.update(json.dumps([sorted(args.topics), args.partition_ids, ctx.config.jobs.sticky_batch_bytes]).encode())
+        digest.update(f"table:{settings.table}".encode())
+    digest.update(json.dumps([sorted(settings.topics), list(settings.partition_ids),
+                              ctx.config.jobs.sticky_batch_bytes]).encode())
     return f"append-{digest.hexdigest()[:24]}"
 
 
@@ -218,8 +248,13 @@ def with_file_rank(df: DataFrame, order: Sequence[str]) -> DataFrame:
     """`df` with its `_file` replaced by `_rank`, the file's place in `order` (`file_order`): an int per row
     instead of a path (issue 14), turned back into the path only for a rejected record or a sticky run's
     seed. Looked up in the JVM (a broadcast join on `_file` as it is: the table has both spellings of a
-    file, so no row's path is rewritten); a file not in `order` fails the job naming it."""
+    file, so no row's path is rewritten); a file not in `order` fails the job naming it. A table's rows
+    (`--table`, the archive's Kafka source: one "file", `""`) all have rank 0, without a join: the join's
+    broadcast job and its per-row probe and copy would cost the archive's benchmark (issue 30) for nothing."""
     from pyspark.sql import functions as F
+
+    if list(order) == [""]:
+        return df.withColumn("_rank", F.lit(0)).drop("_file")
 
     spellings = [(rank, spelling) for rank, name in enumerate(order)
                  for spelling in dict.fromkeys([name, re.sub(_NO_AUTHORITY, r"\1:///", name)])]

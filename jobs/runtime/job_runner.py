@@ -53,7 +53,7 @@ from kernel.errors import KlakeError
 from kernel.names import InvalidNameError, TopicPartition, validate_topic
 from kernel.times import InvalidTimeError, format_time, parse_time
 from layouts.metering import metered
-from layouts.store import StorageOptions, describe_error, normalize_uri
+from layouts.store import describe_error, normalize_uri
 from layouts.store.bound import Store
 
 if TYPE_CHECKING:
@@ -175,10 +175,6 @@ class JobContext:
         self.store = Store(config.root, config.storage)
         """The root, bound to its storage once for the run: the ops and the tasks take it, not (root, options)."""
         self.catalog_store = self.store.at(config.catalog_uri)
-
-    @property
-    def options(self) -> StorageOptions:
-        return self.config.storage
 
     @property
     def catalog(self) -> Catalog:
@@ -378,7 +374,7 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     ctx.report.bytes.update(traffic.bytes)
     ctx.report.finish()
     if args.report:
-        ctx.report.write(args.report, ctx.options)
+        ctx.report.write(args.report, ctx.store)
     if code == 2:  # bad input: the one line says it all (the report, if asked for, has the rest)
         print(f"klake {spec.name}: error: {ctx.report.failures[-1]['error']}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.ops.run import JobRun
-from layouts.store import StorageOptions, write_bytes
+from layouts.store.bound import Store
 
 SUCCEEDED, FAILED = "succeeded", "failed"
 
@@ -139,16 +139,17 @@ class RunReport:
         self.summary += [f"FAILED {f['partition']}: {f['error']}" for f in self.failures]
         self.summary += [f"anomaly: {a}" for a in self.anomalies]
 
-    def write(self, uri: str, options: StorageOptions | None) -> None:
+    def write(self, uri: str, store: Store) -> None:
         """Write the report as JSON (local path or s3://), replacing an earlier attempt's report, and its
-        side files as Parquet next to it (`retention.json` -> `retention.segments.parquet`)."""
+        side files as Parquet next to it (`retention.json` -> `retention.segments.parquet`); `store` reaches it
+        (the job's own, with its storage settings)."""
         stem = uri[:-len(".json")] if uri.endswith(".json") else uri
         for name, table in self.side_files.items():
             buffer = io.BytesIO()
             pq.write_table(table, buffer, compression="zstd")
             path = f"{stem}.{name}.parquet"
-            write_bytes(path, buffer.getvalue(), options)
+            store.write(path, buffer.getvalue())
             self.results.setdefault("files", {})[name] = {"path": path, "rows": table.num_rows,
                                                           "bytes": buffer.tell()}
             self.summary.append(f"{name}: {plural(table.num_rows, 'row')} in {path}")
-        write_bytes(uri, json.dumps(self.to_dict(), indent=2, default=str).encode(), options)
+        store.write(uri, json.dumps(self.to_dict(), indent=2, default=str).encode())

@@ -20,10 +20,9 @@ from typing import BinaryIO
 import fsspec
 
 from layouts.store import file_io, normalize_uri
-from layouts.store.errors import ObjectConflictError
 from layouts.store.file_io import DeleteResult, FileIO, ObjectInfo, merge_deletes
 from layouts.store.options import StorageOptions
-from layouts.store.parts import Parts, whole
+from layouts.store.parts import Parts
 from layouts.store.ranged import RangedObject
 from layouts.store.uris import is_local, is_s3, join
 
@@ -68,6 +67,10 @@ class Store:
     def at(self, root: str) -> Store:
         """A store at another root reached with the same options (a job's second root, a catalog elsewhere)."""
         return Store(root, self.options)
+
+    def delta_storage_options(self) -> dict[str, str] | None:
+        """What delta-rs needs to reach a table under the root: the S3 settings (`StorageOptions`), None locally."""
+        return (self.options or StorageOptions.from_env()).delta_storage_options() if is_s3(self.root) else None
 
     def uri(self, *parts: str) -> str:
         """The URI of a key under the root."""
@@ -122,13 +125,7 @@ class Store:
     def ensure(self, uri: str, data: bytes | Parts) -> bool:
         """Create `uri` with `data`; True if created, False if it already held exactly `data`, so that a re-run
         writer is idempotent without overwriting: other bytes there raise `ObjectConflictError`."""
-        try:
-            self.put_if_absent(uri, data)
-        except FileExistsError:
-            if self.read(uri) != whole(data):
-                raise ObjectConflictError(f"{uri} already exists with different content") from None
-            return False
-        return True
+        return self._io_for(uri).ensure(uri, data)
 
     def write(self, uri: str, data: bytes) -> None:
         """Write or replace a job's output object whole (reports, rejects, exported files); never a

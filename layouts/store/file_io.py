@@ -12,7 +12,8 @@ from typing import BinaryIO
 import fsspec
 
 from layouts.metering import record
-from layouts.store.parts import Parts
+from layouts.store.errors import ObjectConflictError
+from layouts.store.parts import Parts, whole
 
 DELETE_THREADS = 8
 """Deletes in flight at once. A local unlink of a file written a while ago waits on the disk's metadata
@@ -103,6 +104,18 @@ class FileIO:
 
     def put_if_absent(self, uri: str, data: bytes | Parts) -> None:
         raise ValueError(f"put-if-absent is implemented for s3:// and local paths, not {uri!r}")
+
+    def ensure(self, uri: str, data: bytes | Parts) -> bool:
+        """Create `uri` with `data` (`put_if_absent`); True if created, False if it already held exactly `data`:
+        a re-run writer is idempotent without ever overwriting an object (other bytes there raise
+        `ObjectConflictError`)."""
+        try:
+            self.put_if_absent(uri, data)
+        except FileExistsError:
+            if self.read(uri, None, None) != whole(data):
+                raise ObjectConflictError(f"{uri} already exists with different content") from None
+            return False
+        return True
 
     def check_access(self, uri: str, write: bool) -> None:
         """Raise `StorageAccessError` if `uri` is certainly out of reach (stores that cannot tell pass)."""

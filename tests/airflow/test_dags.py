@@ -12,6 +12,7 @@ import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PROJECT_PYTHON, REPO, SPARK_CONN_ID
@@ -20,6 +21,7 @@ from klake_common import MUTATING_POOL, KlakeJobOperator, job_id_for, report_pat
 CONTRACT_FIELDS = {"job", "status", "job_id", "partitions", "failures", "summary"}
 STORE_SCRIPT = Path(__file__).resolve().parent / "klake_store.py"
 STUB_JOBS = Path(__file__).resolve().parent / "stub_jobs"
+STUB_CONF = "/etc/klake/prod.yaml"
 HOUR = 3_600_000
 DAY = 24 * HOUR
 
@@ -128,93 +130,79 @@ def test_jobs_share_one_pool_retry_and_are_reported(dagbag, dag_id: str) -> None
 
 # --- runs --------------------------------------------------------------------------------------------
 
-def test_stub_job_gets_the_contract_arguments_and_a_retry_keeps_its_job_id(
-        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A retried task resubmits with the same --job-id, and the report task reads the retry's report."""
+@pytest.fixture
+def stub_run(fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Runs a freshly parsed DAG whose jobs are `stub_jobs/` (no retry delay) with the run conf given; returns the
+    run and the stub's tries (its command line, whether a report was there), in order ([]: nothing submitted)."""
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
     monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
-    dag = fresh_dag("klake_retention")
-    task = dag.get_task("retention")
-    monkeypatch.setattr(task, "retries", 1)
-    monkeypatch.setattr(task, "retry_delay", timedelta(0))
-    run = dag.test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
-                             "report_dir": str(tmp_path / "reports"), "topics": ["orders", "clicks"],
-                             "settings": ["retention.ms=1"], "dry_run": True,
-                             "spark_conf": {"spark.ui.enabled": "false"}})
+
+    def run(dag_id: str, task_id: str, retries: int | None = None, **conf: object) -> tuple[Any, list[dict]]:
+        dag = fresh_dag(dag_id)
+        monkeypatch.setattr(dag.get_task(task_id), "retry_delay", timedelta(0))
+        if retries is not None:
+            monkeypatch.setattr(dag.get_task(task_id), "retries", retries)
+        done = dag.test(run_conf={"klake_conf": STUB_CONF, "jobs_dir": str(STUB_JOBS),
+                                  "report_dir": str(tmp_path / "reports"), **conf})
+        tries = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+        return done, tries
+
+    return run
+
+
+def contract_arguments(tmp_path: Path, dag_id: str, run: Any, task_id: str) -> list[str]:
+    """What every job's command line starts with: the config, the report path and the job id of the task."""
+    report = report_path_for(tmp_path / "reports", dag_id, run.run_id, task_id)
+    return ["--conf", STUB_CONF, "--report", str(report), "--job-id", job_id_for(dag_id, run.run_id, task_id)]
+
+
+def test_stub_job_gets_the_contract_arguments_and_a_retry_keeps_its_job_id(stub_run, tmp_path: Path) -> None:
+    """A retried task resubmits with the same --job-id, and the report task reads the retry's report."""
+    run, tries = stub_run("klake_retention", "retention", retries=1, topics=["orders", "clicks"],
+                          settings=["retention.ms=1"], dry_run=True, spark_conf={"spark.ui.enabled": "false"})
 
     assert run.state == "success", task_states(run)
-    job_id = job_id_for("klake_retention", run.run_id, "retention")
-    report = report_path_for(tmp_path / "reports", "klake_retention", run.run_id, "retention")
-    tries = [json.loads(line) for line in calls.read_text().splitlines()]
     assert len(tries) == 2
     assert tries[0]["argv"] == tries[1]["argv"] == [
-        "--conf", "/etc/klake/prod.yaml", "--report", str(report), "--job-id", job_id,
+        *contract_arguments(tmp_path, "klake_retention", run, "retention"),
         "--set", "retention.ms=1", "--topic", "orders", "--topic", "clicks", "--dry-run"]
     assert [t["report_existed"] for t in tries] == [False, False]
+    report = report_path_for(tmp_path / "reports", "klake_retention", run.run_id, "retention")
     assert json.loads(report.read_text())["summary"] == "stub try 2: succeeded"
     summary = run.get_task_instance("retention_report").xcom_pull(task_ids="retention_report")
-    assert summary["status"] == "succeeded" and summary["job_id"] == job_id
+    assert summary["status"] == "succeeded" and summary["job_id"] == job_id_for("klake_retention", run.run_id,
+                                                                                "retention")
 
 
-def test_export_passes_its_own_params_as_job_options(
-        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
-    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
-    dag = fresh_dag("klake_export")
-    monkeypatch.setattr(dag.get_task("export"), "retry_delay", timedelta(0))
-    run = dag.test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
-                             "report_dir": str(tmp_path / "reports"), "topics": ["orders"],
-                             "output": "s3://archive/kafka-logs", "from_time": "2026-11-01T00:00:00Z"})
+def test_export_passes_its_own_params_as_job_options(stub_run, tmp_path: Path) -> None:
+    run, tries = stub_run("klake_export", "export", topics=["orders"], output="s3://archive/kafka-logs",
+                          from_time="2026-11-01T00:00:00Z")
     assert run.state == "success", task_states(run)
-    job_id = job_id_for("klake_export", run.run_id, "export")
-    report = report_path_for(tmp_path / "reports", "klake_export", run.run_id, "export")
-    argv = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
-    assert argv[0] == argv[-1] == [
-        "--conf", "/etc/klake/prod.yaml", "--report", str(report), "--job-id", job_id, "--topic", "orders",
+    assert tries[0]["argv"] == tries[-1]["argv"] == [
+        *contract_arguments(tmp_path, "klake_export", run, "export"), "--topic", "orders",
         "--output", "s3://archive/kafka-logs", "--from", "2026-11-01T00:00:00Z"]
 
 
-def test_export_without_an_output_fails_without_submitting(
-        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
-    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
-    run = fresh_dag("klake_export").test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
-                                                   "report_dir": str(tmp_path / "reports")})
-    assert task_states(run)["export"] == "failed" and not calls.exists()
+def test_export_without_an_output_fails_without_submitting(stub_run) -> None:
+    run, tries = stub_run("klake_export", "export")
+    assert task_states(run)["export"] == "failed" and tries == []
 
 
-def test_archive_passes_the_cluster_and_its_range_and_a_retry_keeps_its_job_id(
-        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
-    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
-    dag = fresh_dag("klake_archive")
-    monkeypatch.setattr(dag.get_task("archive"), "retry_delay", timedelta(0))
-    run = dag.test(run_conf={"klake_conf": "/etc/klake/prod.yaml", "jobs_dir": str(STUB_JOBS),
-                             "report_dir": str(tmp_path / "reports"), "topics": ["orders"],
-                             "bootstrap_servers": "broker:9092", "until_time": "2026-11-28T05:00:00Z"})
+def test_archive_passes_the_cluster_and_its_range_and_a_retry_keeps_its_job_id(stub_run, tmp_path: Path) -> None:
+    run, tries = stub_run("klake_archive", "archive", topics=["orders"], bootstrap_servers="broker:9092",
+                          until_time="2026-11-28T05:00:00Z")
     assert run.state == "success", task_states(run)
-    job_id = job_id_for("klake_archive", run.run_id, "archive")
-    report = report_path_for(tmp_path / "reports", "klake_archive", run.run_id, "archive")
-    argv = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
+    argv = [t["argv"] for t in tries]
     assert len(argv) == 2 and argv[0] == argv[1] == [  # the stub's first try fails: the retry is the same job
-        "--conf", "/etc/klake/prod.yaml", "--report", str(report), "--job-id", job_id, "--topic", "orders",
+        *contract_arguments(tmp_path, "klake_archive", run, "archive"), "--topic", "orders",
         "--bootstrap-servers", "broker:9092", "--until", "2026-11-28T05:00:00Z"]
 
 
-def test_archive_without_a_cluster_or_topics_fails_without_submitting(
-        fresh_dag, spark_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("KLAKE_STUB_LOG", str(calls))
-    monkeypatch.setenv("AIRFLOW_VAR_KLAKE_SPARK_CONN_ID", SPARK_CONN_ID)
+def test_archive_without_a_cluster_or_topics_fails_without_submitting(stub_run) -> None:
     for conf in ({"bootstrap_servers": "broker:9092"}, {"topics": ["orders"]}):
-        run = fresh_dag("klake_archive").test(run_conf={"klake_conf": "/etc/klake/prod.yaml",
-                                                        "jobs_dir": str(STUB_JOBS),
-                                                        "report_dir": str(tmp_path / "reports"), **conf})
-        assert task_states(run)["archive"] == "failed" and not calls.exists()
+        run, tries = stub_run("klake_archive", "archive", **conf)
+        assert task_states(run)["archive"] == "failed" and tries == []
 
 
 @pytest.fixture

@@ -168,7 +168,7 @@ def test_a_lookup_reads_the_manifest_and_the_chunks_holding_its_answer(
         item = range_read.WorkItem(row, None, row.size_bytes, range_read.ReadRange(from_offset=target,
                                                                                     to_offset=target + 1, floor=0))
         with metered() as meter:
-            (batch,) = list(range_read.read_item(item, backend.options))
+            (batch,) = list(range_read.read_item(item, backend.store()))
         assert batch.column("offset").to_pylist() == [target]
         reads = list(bucket_reads)
         stem = row.log_key.removeprefix("aiven+").removeprefix("file://").removesuffix(".log")
@@ -322,12 +322,12 @@ def test_scrub_checks_an_aiven_roots_rows_against_the_bucket_and_deletes_nothing
     root = str(tmp_path / "klake")
     assert run_import(tmp_path, bucket, root)[0] == 0
     catalog = Catalog.open(Store(f"{root}/_catalog"))
-    report = scrub(root, catalog, grace_ms=0)
+    report = scrub(Store(root), catalog, grace_ms=0)
     assert report.missing == [] and report.size_mismatches == [] and report.orphans == []
     next(Path(bucket).rglob("*15363-*.rsm-manifest")).unlink()  # the upload no longer reads
     aiven_file_io._manifests.clear()
     before = stored_state(bucket, local)
-    report = scrub(root, catalog, grace_ms=0)
+    report = scrub(Store(root), catalog, grace_ms=0)
     (row,) = [r for r in catalog.live_segments("timeindex_test", 0) if r.base_offset == 15363]
     assert {(m.kind, m.key) for m in report.missing} == {
         (kind, key) for kind, key in (("log", row.log_key), ("index", row.index_key), ("timeindex", row.timeindex_key))

@@ -276,7 +276,7 @@ def test_the_demos_topics_export_as_a_log_dir_kafka_clients_reads_and_whose_inde
         directory = out / name
         read = [r for path in sorted(directory.glob("*.log")) for r in java_file_records(kafka, path)]
         assert [r for r in read if r[0] >= start] == [(o, logs[name][o].timestamp) for o in offsets], name
-        segments = load_partition_dir(str(directory))
+        segments = load_partition_dir(Store(str(directory)))
         assert all(s.index_problems == [] for s in segments), name
         stamps = sorted({logs[name][o].timestamp for o in offsets})
         for target in [-1, -2, -3, stamps[0] - 1, *stamps[:: max(1, len(stamps) // 12)], stamps[-1] + 1]:

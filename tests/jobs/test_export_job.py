@@ -103,7 +103,7 @@ def test_export_writes_a_log_dir_kafka_clients_reads_whose_indexes_answer_like_t
         assert java == [(r[0], r[1]) for r in records]
         assert parse_leader_epoch_checkpoint((directory / "leader-epoch-checkpoint").read_bytes(), "e") == []
 
-        segments = load_partition_dir(str(directory))
+        segments = load_partition_dir(Store(str(directory)))
         assert all(s.index_problems == [] for s in segments), [s.index_problems for s in segments]
         for segment in segments:  # every offset through the exported .index lands in the batch holding it
             headers = scan_batches((directory / f"{segment.base_offset:020d}.log").read_bytes()).headers
@@ -112,7 +112,7 @@ def test_export_writes_a_log_dir_kafka_clients_reads_whose_indexes_answer_like_t
                 row = batch_for_offset(headers, offset_index, offset)
                 assert headers.base_offset[row] <= offset <= headers.last_offset[row] or offset in \
                     range(int(headers.last_offset[row - 1]) + 1 if row else 0, int(headers.base_offset[row]))
-        source = [stored_segment(r, None) for r in rows]
+        source = [stored_segment(r, jobs.catalog.store) for r in rows]
         stamps = sorted({r[1] for r in records})
         for target in [-1, -2, -3, stamps[0] - 1, *stamps[::7], stamps[-1], stamps[-1] + 1]:
             answer = list_offsets(segments, target, start, min_timestamp=0)

@@ -149,9 +149,9 @@ def read_locally(catalog: Catalog, backend: Backend, topic: str, split_bytes: in
     """`read`'s planner and task code without Spark (the same functions the Spark tasks run)."""
     partitions = bounds.pop("partitions", None)
     rng = range_read.ReadRange(**{"floor": 0, **bounds})
-    plan = range_read.plan_read(catalog, topic, rng, backend.options,
+    plan = range_read.plan_read(catalog, topic, rng, backend.store(),
                           None if partitions is None else set(partitions).__contains__, split_bytes)
-    batches = [b for item in plan.items for b in range_read.read_item(item, backend.options)]
+    batches = [b for item in plan.items for b in range_read.read_item(item, backend.store())]
     return as_records(pa.Table.from_batches(batches, range_read.KAFKA_ARROW_SCHEMA))
 
 
@@ -262,8 +262,8 @@ def test_data_source_pushes_filters_down_exactly(store, klake_source) -> None:
     narrow = source(EVENTS).where(f"timestamp > {_sql_time(lo - 1, 500)} AND timestamp < {_sql_time(hi)} "
                                   f"AND partition IN (0, 1) AND offset >= 10 AND topic = '{EVENTS}'")
     assert as_records(narrow.toArrow()) == expected(everything, EVENTS, lo, hi, from_offset=10, partitions={0, 1})
-    pruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(lo, hi, 10, floor=0), backend.options, {0, 1}.__contains__, 1000)
-    unpruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(floor=0), backend.options, None, 1000)
+    pruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(lo, hi, 10, floor=0), backend.store(), {0, 1}.__contains__, 1000)
+    unpruned = range_read.plan_read(catalog, EVENTS, range_read.ReadRange(floor=0), backend.store(), None, 1000)
     assert narrow.rdd.getNumPartitions() == len(pruned.items) < len(unpruned.items)
 
     cut = NOW  # after every archived timestamp: `timestamp < cut` alone also holds for -1 (no timestamp)

@@ -22,7 +22,7 @@ from engine.ops.read_output import StagedOutput
 from jobs import read
 from jobs.runtime.job_runner import main
 from kernel.names import TopicPartition
-from layouts.store import StorageOptions, filesystem, list_objects, read_bytes, write_bytes
+from layouts.store import StorageOptions, filesystem, list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.jobs.test_read_job import EVENTS_CONFIG, NOW, _records, as_records, brute_force, expected
@@ -61,8 +61,8 @@ def test_parquet_output_is_written_by_the_tasks_and_replaces_the_last_run(backen
     root, catalog = _store(backend)
     everything = brute_force(catalog, backend)
     out = backend.uri("out")
-    write_bytes(f"{out}/part-00000-earlier.snappy.parquet", b"an earlier run's file", backend.options)
-    write_bytes(f"{out}/_temporary/killed-run/part-00001-attempt-9.snappy.parquet", b"debris", backend.options)
+    backend.store().write(f"{out}/part-00000-earlier.snappy.parquet", b"an earlier run's file")
+    backend.store().write(f"{out}/_temporary/killed-run/part-00001-attempt-9.snappy.parquet", b"debris")
 
     code, report = _run(root, tmp_path, "--output", out, "--pack-bytes", "2000", "--set", "jobs.driver_max_bytes=0")
     assert code == 0 and report["results"]["executed_in"] == "spark"  # Spark's tasks write (small reads: the driver)
@@ -122,7 +122,7 @@ def test_a_corrupt_batch_fails_the_read_naming_segment_and_byte_and_commits_noth
 
 def test_a_commit_publishes_the_succeeded_attempts_only(tmp_path: Path) -> None:
     """Attempts that failed or lost (their files are not in the tasks' results) are not published."""
-    output = StagedOutput(str(tmp_path / "out"), "job-1")
+    output = StagedOutput(Store(str(tmp_path / "out")), "job-1")
     table = pa.table({"offset": pa.array([1, 2], pa.int64())})
     Path(output.staging).mkdir(parents=True)
     for task, attempt in ((0, 4), (0, 5), (1, 6)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,40 @@ def test_a_spark_kafka_source_dataframe_appends_at_the_clusters_offsets(
     again = _append(tmp_path, conf, "again", first[txn])  # the log already holds these offsets
     assert again["results"]["records_appended"] == 0
     assert again["rejected"]["by_reason"] == {"OFFSETS_OUT_OF_ORDER": first[txn].count()}
+
+
+def test_a_table_with_offsets_and_a_spark_timestamp_column_keeps_both(spark, tmp_path: Path) -> None:
+    """`append --table` of a DataFrame with an `offset` column and a Spark TimestampType `timestamp` (not Spark's
+    Kafka source: a user's own frame): each record at its offset (gaps kept, the first past the empty log's end) and
+    with its time to the millisecond, out of order and hours before the run's `--now`; truth is kafka-python
+    decoding the stored segments."""
+    from pyspark.sql import Row
+
+    from engine.ops.catalog_table import Catalog
+    from layouts.store import read_bytes
+    from layouts.store.bound import Store
+    from tests.oracles.kafka_python import read_with_kafka_python
+
+    base = 1_790_000_000_000
+    given = {0: [(1000, base + 123), (1001, base + 5), (1004, base + 999_999), (1010, base + 7)],
+             1: [(3, base - 86_400_001), (9, base + 1)]}
+    schema = "topic string, partition int, offset long, timestamp timestamp, timestampType int, value binary"
+    rows = [Row("stamped", p, o, datetime.fromtimestamp(0, UTC) + timedelta(milliseconds=ms), 0, b"v%d" % o)
+            for p, records in given.items() for o, ms in records]
+    view = f"stamped_{uuid.uuid4().hex[:8]}"
+    spark.createDataFrame(rows, schema).coalesce(1).createOrReplaceTempView(view)
+    root = tmp_path / "root"
+    conf = tmp_path / "klake.yaml"
+    conf.write_text(yaml.safe_dump({"storage": {"root": str(root)}, "topics": {"stamped": {"partitions": 2}}}))
+    report = tmp_path / "report.json"
+    code = main(append.SPEC, ["--conf", str(conf), "--table", view, "--now", str(base + 3_600_000), "--no-progress",
+                              "--report", str(report)])
+    assert code == 0 and json.loads(report.read_text())["results"]["records_appended"] == 6, report.read_text()
+    catalog = Catalog.open(Store(str(root)).at(str(root / "_catalog")))
+    for partition, records in given.items():
+        stored = [(offset, stamp) for segment in catalog.live_segments("stamped", partition)
+                  for offset, stamp, *_ in read_with_kafka_python(read_bytes(segment.log_key))[0]]
+        assert stored == records
+    back = read_records(spark, load_config(str(conf), []), "stamped").collect()
+    assert sorted((r["partition"], r["offset"], r["timestampType"]) for r in back) == sorted(
+        (p, o, 0) for p, records in given.items() for o, _ in records)

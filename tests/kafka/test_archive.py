@@ -27,7 +27,7 @@ from jobs.cli import main as cli
 from jobs.read import read_records
 from jobs.runtime.config import load_config
 from jobs.runtime.job_runner import main
-from tests.kafka_broker import KafkaBroker, free_port
+from tests.kafka_broker import SASL_USER, KafkaBroker, free_port
 from tests.oracles import fetch_jvm
 
 pytestmark = pytest.mark.spark
@@ -173,6 +173,36 @@ def test_bad_input_is_one_line_and_exit_2(kafka_broker: KafkaBroker, tmp_path: P
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0] and "hunter2" not in err[0], (name, err)
     assert not (tmp_path / "root" / "_catalog").exists()
+
+
+def test_wrong_credentials_are_one_line_naming_them_exit_2_and_the_right_ones_archive(
+        spark, kafka_broker: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's SASL_PLAINTEXT listener (PLAIN, one user): a wrong password is refused by the cluster, and the
+    run says so in one line that holds no secret, exits 2 and commits nothing; the right one, given the same way
+    (`sasl.jaas.config` from the environment, as Spark's Kafka source takes it), archives the topic."""
+    fetch_jvm.require("spark-kafka")
+    topic = kafka_broker.create_topic(f"sasl-{uuid.uuid4().hex[:8]}")
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    for i in range(5):
+        producer.send(topic, value=b"s-%d" % i)
+    producer.flush()
+    producer.close()
+    conf = _conf(tmp_path)
+    user, password = SASL_USER
+    argv = ["--conf", str(conf), "--no-progress", "--bootstrap-servers", kafka_broker.sasl_bootstrap, "--topic", topic,
+            "--kafka-option", "kafka.security.protocol=SASL_PLAINTEXT", "--kafka-option", "kafka.sasl.mechanism=PLAIN",
+            "--kafka-option", "kafka.sasl.jaas.config=env:KLAKE_TEST_JAAS"]
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="{}" password="{}";'
+    monkeypatch.setenv("KLAKE_TEST_JAAS", jaas.format(user, "wrong-" + password))
+    capsys.readouterr()
+    assert main(archive.SPEC, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the cluster refused the credentials" in err[0] and password not in err[0], err
+    assert not (tmp_path / "root" / "_catalog").exists()
+    monkeypatch.setenv("KLAKE_TEST_JAAS", jaas.format(user, password))
+    assert main(archive.SPEC, argv) == 0
+    assert [v for *_, v in _archived(spark, conf, topic)] == [b"s-%d" % i for i in range(5)]
 
 
 def test_each_run_snapshots_the_groups_committed_offsets_and_groups_answers_where_they_stood(

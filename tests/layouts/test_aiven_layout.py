@@ -27,6 +27,7 @@ from layouts.aiven_manifest import (
 )
 from layouts.store import read_bytes
 from layouts.store.aiven_file_io import aiven_uri
+from layouts.store.bound import Store
 from tests.aiven_uploads import (
     KeyPair,
     bouncycastle_wrapped_keys,
@@ -146,10 +147,9 @@ def test_a_variable_chunk_index_must_hold_every_chunk() -> None:
 
 def test_nothing_is_ever_written_through_an_upload_name(tmp_path: Path) -> None:
     shutil.copytree(HAND_CHECKED, tmp_path / "bucket")
-    from layouts.store import delete_object, put_if_absent, write_bytes
-
+    store = Store(str(tmp_path))
     name = aiven_uri(str(tmp_path / "bucket" / f"{HAND_STEM}.log"))
-    for write in (lambda: put_if_absent(name, b"x"), lambda: write_bytes(name, b"x"), lambda: delete_object(name)):
+    for write in (lambda: store.put_if_absent(name, b"x"), lambda: store.write(name, b"x"), lambda: store.delete(name)):
         with pytest.raises(AivenObjectError, match="klake never writes into a bucket a broker owns"):
             write()
     assert (tmp_path / "bucket" / f"{HAND_STEM}.log").read_bytes() == (HAND_CHECKED / f"{HAND_STEM}.log").read_bytes()

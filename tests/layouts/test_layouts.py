@@ -34,15 +34,11 @@ from layouts.object_layout import (
 from layouts.store import (
     ObjectConflictError,
     StorageOptions,
-    delete_objects,
     ensure_object,
     filesystem,
-    list_dirs,
     list_objects,
     object_info,
-    put_if_absent,
     read_bytes,
-    read_view,
 )
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
@@ -150,9 +146,9 @@ def test_new_segment_ids_are_valid_and_distinct() -> None:
 
 def test_put_if_absent_never_overwrites(backend) -> None:
     uri = backend.uri("t-0", "00000000000000000000-aa.log")
-    put_if_absent(uri, b"first", backend.options)
+    backend.store().put_if_absent(uri, b"first")
     with pytest.raises(FileExistsError):
-        put_if_absent(uri, b"second", backend.options)
+        backend.store().put_if_absent(uri, b"second")
     assert read_bytes(uri, backend.options) == b"first"
     assert ensure_object(uri, b"first", backend.options) is False
     with pytest.raises(ObjectConflictError):
@@ -184,14 +180,14 @@ def test_read_view_holds_the_range_and_outlives_the_object(backend) -> None:
     file is deleted (staged rows are deleted while their last batches may still be in use)."""
     data = bytes(range(256)) * 300
     uri = backend.uri("staging", "x.arrow")
-    put_if_absent(uri, data, backend.options)
+    backend.store().put_if_absent(uri, data)
     for start, end in ((0, len(data)), (5000, 70_001), (len(data) - 3, len(data) + 100), (9, 9)):
         with metered() as meter:
-            view = read_view(uri, start, end, backend.options)
+            view = backend.store().read_view(uri, start, end)
         assert bytes(view) == read_bytes(uri, backend.options, start, min(end, len(data)))
         assert meter.requests == {"GET": 1} and meter.bytes.get("read", 0) == len(bytes(view))
-    view = read_view(uri, 4097, 9000, backend.options)
-    delete_objects([uri], backend.options)
+    view = backend.store().read_view(uri, 4097, 9000)
+    backend.store().delete_many([uri])
     assert bytes(view) == data[4097:9000]
 
 
@@ -204,7 +200,7 @@ def test_concurrent_put_if_absent_has_exactly_one_winner(backend) -> None:
     def attempt(i: int) -> None:
         barrier.wait()
         try:
-            put_if_absent(uri, f"writer {i}".encode(), backend.options)
+            backend.store().put_if_absent(uri, f"writer {i}".encode())
             winners.append(i)
         except FileExistsError:
             losers.append(i)
@@ -251,8 +247,8 @@ def test_listing_and_bulk_delete(backend) -> None:
     listed = list_objects(backend.base, backend.options)
     assert [o.uri for o in listed] == sorted(backend.uri(n) for n in names)
     assert {o.uri: o.size for o in listed} == {backend.uri(n): i for i, n in enumerate(names)}
-    assert list_dirs(backend.base, backend.options) == [backend.uri("t-0"), backend.uri("t-1")]
-    result = delete_objects([backend.uri(n) for n in names[:4]], backend.options)
+    assert backend.store().list_dirs(backend.base) == [backend.uri("t-0"), backend.uri("t-1")]
+    result = backend.store().delete_many([backend.uri(n) for n in names[:4]])
     assert sorted(result.deleted) == sorted(backend.uri(n) for n in names[:4])
     assert not result.failed
     assert [o.uri for o in list_objects(backend.base, backend.options)] == sorted(backend.uri(n) for n in names[4:])
@@ -276,7 +272,7 @@ def test_s3_bulk_delete_sends_at_most_1000_keys_per_request(s3_backend) -> None:
 
     fs.call_s3 = counting_call
     try:
-        result = delete_objects([f"s3://{k}" for k in keys], backend.options)
+        result = backend.store().delete_many([f"s3://{k}" for k in keys])
     finally:
         del fs.call_s3
     assert calls == [1000, 1]

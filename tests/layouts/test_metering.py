@@ -17,15 +17,14 @@ from layouts.store import (
     StorageOptions,
     file_io,
     list_objects,
-    open_ranged,
-    put_if_absent,
     read_bytes,
 )
+from layouts.store.bound import Store
 
 
 def test_each_run_counts_only_its_own_requests(tmp_path: Path) -> None:
     """Two runs in one process (threads, as Spark local mode or a library user has) see their own figures."""
-    put_if_absent(str(tmp_path / "a"), b"x" * 10)
+    Store(str(tmp_path)).put_if_absent(str(tmp_path / "a"), b"x" * 10)
     barrier = threading.Barrier(2)
     seen: dict[str, dict] = {}
 
@@ -49,7 +48,7 @@ def test_each_run_counts_only_its_own_requests(tmp_path: Path) -> None:
 def test_nested_meters_all_count_and_blocks_may_end_out_of_order(tmp_path: Path) -> None:
     uri = str(tmp_path / "b")
     with metered() as job:
-        put_if_absent(uri, b"12345")
+        Store(str(tmp_path)).put_if_absent(uri, b"12345")
         outer = metered()
         task = outer.__enter__()
         inner = metered()
@@ -83,7 +82,7 @@ def test_pyarrow_reads_a_parquet_column_by_ranged_gets_counted_into_the_opener_m
     pq.write_table(pa.table({"topic": ["a", "b"] * (rows // 2), "value": values}), path, row_group_size=rows // 4)
     size = path.stat().st_size
     with metered() as meter:
-        parquet = pq.ParquetFile(open_ranged(str(path), size))
+        parquet = pq.ParquetFile(Store(str(tmp_path)).open_ranged(str(path), size))
         topics = {t for g in range(parquet.num_row_groups)
                   for t in parquet.read_row_group(g, columns=["topic"]).column(0).to_pylist()}
     assert topics == {"a", "b"}

@@ -10,7 +10,9 @@ Every storage mutation the run makes is a numbered point, counted across all its
 - the catalog: before and after each Delta commit (`Catalog._commit`) and each maintenance operation
   (delta-rs writes in Rust, out of Python's reach, so its commits are points of their own).
 
-At point `$KLAKE_CRASH_AT` the process SIGKILLs the job's process group (driver and JVM; the first
+At point `$KLAKE_CRASH_AT` (or, with `$KLAKE_CRASH_WHEN`, at the first point whose `kind target` contains that
+text: a point named by what it is, for runs whose count varies, as an archive's of a live cluster) the process
+SIGKILLs the job's process group (driver and JVM; the first
 process sets `KLAKE_CRASH_PGID` for the others) and its own (Spark's Python daemon and workers), the
 way a node dies: no `finally`, no lease release, no cleanup.
 """
@@ -29,6 +31,7 @@ def _install() -> None:
     root = os.path.abspath(os.environ.get("KLAKE_CRASH_ROOT", "/nonexistent"))
     job_group = int(os.environ.setdefault("KLAKE_CRASH_PGID", str(os.getpgrp())))  # the CLI's, inherited
     crash_at = int(os.environ.get("KLAKE_CRASH_AT") or 0)
+    crash_when = os.environ.get("KLAKE_CRASH_WHEN")
 
     def point(kind: str, target: object) -> None:
         with _open_raw(os.path.join(_DIR, "lock"), "a") as lock:
@@ -38,7 +41,8 @@ def _install() -> None:
             _write(counter, str(n))
             with _open_raw(os.path.join(_DIR, "points"), "a") as log:
                 log.write(f"{n} {os.getpid()} {kind} {target}\n")
-        if n == crash_at:
+            named = crash_when is not None and crash_when in f"{kind} {target}"
+        if n == crash_at or named:
             os.killpg(job_group, signal.SIGKILL)  # the driver and its JVM
             os.killpg(os.getpgrp(), signal.SIGKILL)  # Spark's Python daemon makes a group of its own
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from engine.format import compression
@@ -458,6 +459,27 @@ def test_kafka_clients_reads_large_klake_batches(kafka: KafkaClients, codec: int
         counts.append(batch.countOrNull())
     assert counts == lengths
     assert kafka.rewrite(b"".join(compressed), compression.NONE) == b"".join(plain)
+
+
+@pytest.mark.parametrize("codec", [compression.LZ4, compression.ZSTD], ids=compression.NAMES.get)
+def test_kafka_clients_reads_batches_encoded_from_chunked_values(kafka: KafkaClients, codec: int) -> None:
+    """Values in chunks that batches straddle (as an append's chunk of Arrow batches comes from Spark): each
+    compressed batch is encoded from its own slice of the chunks. Java decodes them to the records of the
+    values in one array, and the bytes are those of the values in one array."""
+    records = bulk_records(6_000)
+    values = [r.value for r in records]
+    chunked = pa.chunked_array([pa.array(values[i:i + 1_000], pa.binary()) for i in range(0, 6_000, 1_000)])
+    columns = ([r.key for r in records], [r.timestamp for r in records], [list(r.headers) for r in records])
+    lengths = [1, 2_499, 3_500]  # batches 2 and 3 start and end inside chunks
+    compressed = encode_batches(columns[0], chunked, *columns[1:], batch_lengths=lengths, base_offset=10,
+                                codec=codec)
+    plain = encode_batches(columns[0], values, *columns[1:], batch_lengths=lengths, base_offset=10)
+
+    for batch in kafka.iterate(kafka.memory_records(b"".join(compressed)).batches()):
+        batch.ensureValid()
+    assert kafka.rewrite(b"".join(compressed), compression.NONE) == b"".join(plain)
+    assert b"".join(compressed) == b"".join(encode_batches(columns[0], values, *columns[1:], batch_lengths=lengths,
+                                                           base_offset=10, codec=codec))
 
 
 def test_file_records_reads_a_klake_log(kafka: KafkaClients, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from engine.ops.scrub import scrub
 from engine.ops.verify import verify_partition
 from kernel.names import TopicPartition
 from layouts.object_layout import batch_index_key
-from layouts.store import delete_object, list_objects, object_info, read_bytes
+from layouts.store import list_objects, object_info, read_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.single_partition import (
@@ -121,7 +121,7 @@ def test_every_writer_writes_the_batch_index_where_it_pays(backend: Backend) -> 
     assert compact_partition(catalog, root, TP, SMALL, NOW, backend.options, force=True).cleaned
     assert _check(catalog, backend) >= 2
     _deleted_together(catalog, backend, "root")
-    rebuilt = run_single_partition(catalog, Store(root, backend.options), TP, SMALL, partial(prepare_recovery, root=root, options=backend.options, job_id="recover", now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover")
+    rebuilt = run_single_partition(catalog, Store(root, backend.options), TP, SMALL, partial(prepare_recovery, store=Store(root, backend.options), job_id="recover", now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover")
     repairs = rebuilt.outcome(TP).repairs
     assert repairs
     # the .log stays in place; the rebuilt sidecars are new objects, each .batchindex beside its .timeindex
@@ -136,8 +136,8 @@ def test_every_writer_writes_the_batch_index_where_it_pays(backend: Backend) -> 
     _deleted_together(catalog, backend, "root")
     for mode in ("preserve", "remap"):
         dest = Catalog.create(Store(backend.uri(f"{mode}-cat"), backend.options))
-        run = mirror_partitions(root, catalog, backend.uri(mode), dest, [TP], mode=mode, now_ms=NOW,
-                                dest_configs={TP.topic: SMALL}, options=backend.options)
+        run = mirror_partitions(Store(root, backend.options), catalog, Store(backend.uri(mode), backend.options), dest, [TP], mode=mode, now_ms=NOW,
+                                dest_configs={TP.topic: SMALL})
         assert run.failures == {}
         assert _check(dest, backend) >= 1
         _deleted_together(dest, backend, mode)
@@ -184,18 +184,18 @@ def test_scrub_flags_an_orphan_batch_index_a_missing_one_and_one_of_another_size
     catalog.apply(CatalogChange(add=(replace(first, segment_id="c0ffee0000000000",
                                              batchindex_size_bytes=first.batchindex_size_bytes + 20),),
                                 remove=(first.ref,)))
-    report = scrub(root, catalog, grace_ms=3_600_000, dry_run=True, options=backend.options, now=now)
+    report = scrub(Store(root, backend.options), catalog, grace_ms=3_600_000, dry_run=True, now=now)
     assert [o.uri for o in report.orphans] == [orphan]
     assert [(m.kind, m.key, m.catalog_size, m.object_size) for m in report.size_mismatches] == [
         ("batchindex", batch_index_key(first.timeindex_key), first.batchindex_size_bytes + 20,
          first.batchindex_size_bytes)]
     assert report.missing == []
-    cleaned = scrub(root, catalog, grace_ms=3_600_000, options=backend.options, now=now)
+    cleaned = scrub(Store(root, backend.options), catalog, grace_ms=3_600_000, now=now)
     assert cleaned.deleted == [orphan] and object_info(orphan, backend.options) is None
     assert object_info(batch_index_key(first.timeindex_key), backend.options) is not None
     second = next(r for r in rows[1:] if r.batchindex_size_bytes is not None)
-    assert delete_object(batch_index_key(second.timeindex_key), backend.options)
-    gone = scrub(root, catalog, grace_ms=3_600_000, dry_run=True, options=backend.options, now=now)
+    assert backend.store().delete(batch_index_key(second.timeindex_key))
+    gone = scrub(Store(root, backend.options), catalog, grace_ms=3_600_000, dry_run=True, now=now)
     assert [(m.kind, m.key) for m in gone.missing] == [("batchindex", batch_index_key(second.timeindex_key))]
 
 
@@ -206,23 +206,23 @@ def test_verify_names_a_broken_batch_index_and_recover_repairs_the_row(backend: 
     row = next(r for r in rows if r.batchindex_size_bytes is not None)
     key = batch_index_key(row.timeindex_key)
     good = read_bytes(key, backend.options)
-    assert delete_object(key, backend.options)
+    assert backend.store().delete(key)
     if damage == "damaged":  # one batch's position moved: the layout still holds, the answer would not
         broken = bytearray(good)
         broken[12:16] = (int.from_bytes(good[12:16], "big") + 1).to_bytes(4, "big")
         backend.put(key, bytes(broken))
-    check = verify_partition(catalog, TP, backend.options, SMALL)
+    check = verify_partition(catalog, TP, SMALL)
     problems = [p for p in check.all_problems if p.kind == "batchindex"]
     assert [p.object for p in problems] == [key] and len(check.all_problems) == 1
     assert problems[0].what.startswith("missing" if damage == "missing" else "batchindex")
-    report = recover_partition(catalog, root, TP, backend.options, now_ms=NOW, config=SMALL)
+    report = recover_partition(catalog, Store(root, backend.options), TP, now_ms=NOW, config=SMALL)
     assert [r.segment_id for r in report.repairs] == [row.segment_id]
-    assert verify_partition(catalog, TP, backend.options, SMALL).ok
+    assert verify_partition(catalog, TP, SMALL).ok
     repaired = next(r for r in catalog.live_segments(TP.topic, TP.partition) if r.base_offset == row.base_offset)
     # written anew beside the rebuilt .timeindex (a new object: the broken one is left to scrub)
     assert repaired.timeindex_key != row.timeindex_key and repaired.batchindex_size_bytes == len(good)
     assert read_bytes(batch_index_key(repaired.timeindex_key), backend.options) == good
-    assert recover_partition(catalog, root, TP, backend.options, now_ms=NOW, config=SMALL).nothing_to_do
+    assert recover_partition(catalog, Store(root, backend.options), TP, now_ms=NOW, config=SMALL).nothing_to_do
 
 
 def test_an_older_catalog_without_the_column_gains_it(backend: Backend) -> None:

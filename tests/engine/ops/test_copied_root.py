@@ -23,7 +23,7 @@ from engine.ops.importer import import_log_dir
 from engine.ops.scrub import scrub
 from jobs.runtime.embedded_s3 import create_bucket
 from kernel.names import TopicPartition
-from layouts.store import delete_object, delete_tree, filesystem, join, list_objects, object_info, read_bytes
+from layouts.store import filesystem, join, list_objects, object_info, read_bytes
 from layouts.store.bound import Store
 from tests.conftest import Backend
 from tests.engine.ops.test_partition_compact import CONFIG as COMPACT
@@ -121,7 +121,7 @@ def test_jobs_on_a_copied_root_never_touch_the_original(backend: Backend, broker
     compacted = compact_partition(copy, b, ORDERS, COMPACT, NOW, backend.options)
     target = copy.live_segments(IMPORTED.topic, IMPORTED.partition)[1].base_offset + 5
     truncated = truncate_partition(copy, b, IMPORTED, target, TopicConfig(), NOW, backend.options)
-    scrubbed = scrub(b, copy, grace_ms=0, options=backend.options, now=LATER)
+    scrubbed = scrub(Store(b, backend.options), copy, grace_ms=0, now=LATER)
 
     assert _snapshot(a, backend) == objects and _answers(a, backend) == answers  # the original, byte for byte
     assert _snapshot(broker, backend) == broker_objects  # the broker's files: external, left in place
@@ -143,7 +143,7 @@ def test_jobs_on_a_copied_root_never_touch_the_original(backend: Backend, broker
 
 def _write_legacy_catalog(catalog_uri: str, rows: pa.Table, backend: Backend) -> None:
     """Rewrite a catalog the way klake wrote it before keys were relative: absolute keys, no `external`."""
-    delete_tree(catalog_uri, backend.options)
+    backend.store().delete_tree(catalog_uri)
     storage = Catalog._storage_options(Store(catalog_uri, backend.options))
     DeltaTable.create(catalog_uri, schema=CATALOG_SCHEMA, partition_by=PARTITION_COLUMNS, name="klake_segments",
                       configuration=TABLE_CONFIGURATION, storage_options=storage)
@@ -188,10 +188,10 @@ def test_a_copied_root_with_an_absolute_key_catalog_re_anchors_only_what_it_hold
     events = copy.live_segments(EVENTS.topic, EVENTS.partition)
     lost = events[0].log_key  # the original's key; its copy under B goes missing (a partial sync)
     assert lost.startswith(a + "/")
-    delete_object(b + lost[len(a):], backend.options)
+    backend.store().delete(b + lost[len(a):])
     objects, answers = _snapshot(a, backend), _answers(a, backend)
 
-    scrubbed = scrub(b, copy, grace_ms=0, options=backend.options, now=LATER)  # its first write: the migration
+    scrubbed = scrub(Store(b, backend.options), copy, grace_ms=0, now=LATER)  # its first write: the migration
     assert not scrubbed.orphans and not scrubbed.deleted  # the copy's objects are its rows'
     assert not scrubbed.missing  # the row whose copy is missing reads the original: external
     retained = apply_retention(copy, b, EVENTS, RETAIN, NOW, backend.options)

@@ -22,7 +22,7 @@ from engine.ops.importer import import_log_dir
 from engine.ops.stored_segment import stored_segment
 from jobs.cli.inspect import load_partition_dir
 from kernel.names import TopicPartition
-from layouts.store import delete_object, list_objects, read_bytes, write_bytes
+from layouts.store import list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.codecs_for_tests import parse_leader_epoch_checkpoint
 from tests.engine.ops.test_import import BROKER_PARTITIONS, facts
@@ -84,7 +84,7 @@ def test_an_imported_broker_dir_exports_as_the_brokers_bytes_and_imports_back_th
     for dir_name in BROKER_PARTITIONS:
         entries = golden(kafka_fixtures, dir_name)
         assert exported_records(backend, "out", dir_name) == as_records(entries)
-        segments = load_partition_dir(backend.uri("out", dir_name))
+        segments = load_partition_dir(backend.store("out", dir_name))
         assert all(s.index_problems == [] for s in segments)  # the rebuilt sidecars check out against the log
         topic, partition = dir_name.rsplit("-", 1)
         ends[TopicPartition(topic, int(partition))] = entries[-1]["offset"] + 1
@@ -110,12 +110,11 @@ def test_an_imported_broker_dir_exports_as_the_brokers_bytes_and_imports_back_th
     rerun = export_log_dir(imported, backend.uri("root"), configs(imported), out,
                            topic_ids={"timeindex_test": BROKER_TOPIC_ID}, options=backend.options)
     assert [p.written for p in rerun.partitions] == [[]] * 4 and rerun.checkpoints_written == []
-    delete_object(exported["00000000000000007729.index"], backend.options)
-    write_bytes(exported["00000000000000015363.log"], (broker / "00000000000000015363.log").read_bytes()[:999],
-                backend.options)
+    backend.store().delete(exported["00000000000000007729.index"])
+    backend.store().write(exported["00000000000000015363.log"], (broker / "00000000000000015363.log").read_bytes()[:999])
     stale = backend.uri("out", "timeindex_test-0", "00000000000000099999.log")
-    write_bytes(stale, b"from an earlier export", backend.options)
-    delete_object(backend.uri("out", "log-start-offset-checkpoint"), backend.options)
+    backend.store().write(stale, b"from an earlier export")
+    backend.store().delete(backend.uri("out", "log-start-offset-checkpoint"))
     finished = export_log_dir(imported, backend.uri("root"), configs(imported), out,
                               topic_ids={"timeindex_test": BROKER_TOPIC_ID}, options=backend.options)
     part = next(p for p in finished.partitions if p.topic == "timeindex_test")
@@ -142,7 +141,7 @@ def test_a_rerun_removes_the_temporaries_a_killed_export_left(backend, imported)
     foreign = [backend.uri("out", f".meta.properties.tmp-{'d' * 32}"),  # a broker's log dir file, not the export's
                backend.uri("out", "other-0", f".00000000000000000000.log.tmp-{'e' * 32}")]
     for uri in left + foreign:
-        write_bytes(uri, b"cut short", backend.options)
+        backend.store().write(uri, b"cut short")
     rerun = export_log_dir(imported, backend.uri("root"), configs(imported), out, options=backend.options)
     assert rerun.failures == {}
     got = {info.uri[len(out):]: read_bytes(info.uri, backend.options) for info in list_objects(out, backend.options)
@@ -170,9 +169,9 @@ def test_a_range_is_cut_at_batches_with_the_brokers_recovery_indexes(backend, im
     assert part.leader_epochs == [(0, 7000)]
 
     # the exported indexes answer every lookup as the source does (and as brute force over the records)
-    segments = load_partition_dir(backend.uri("out", "timeindex_test-0"))
+    segments = load_partition_dir(backend.store("out", "timeindex_test-0"))
     assert [s.base_offset for s in segments] == [7000, 7729, 15363] and all(not s.index_problems for s in segments)
-    source = [stored_segment(r, backend.options) for r in imported.live_segments("timeindex_test", 0)]
+    source = [stored_segment(r, backend.store()) for r in imported.live_segments("timeindex_test", 0)]
     kept = [e for e in entries if 7000 <= e["offset"] < 16000]
     for target in sorted({e["timestamp"] for e in kept[::97]} | {kept[0]["timestamp"] - 1, kept[-1]["timestamp"]}):
         brute = next(((e["offset"], e["timestamp"]) for e in kept if e["timestamp"] >= target), (-1, -1))
@@ -215,7 +214,7 @@ def test_a_partition_with_an_aborted_transaction_gets_kafkas_txnindex_and_a_reco
     the recovery point is the log end offset: a broker loading the dir has nothing to rebuild."""
     records = kafka_fixtures / "kafka-clients"  # producer 42's transaction at 200-202, its marker at 203
     for dir_name, name in (("aborted-0", "txn-abort.records"), ("committed-0", "txn-commit.records")):
-        write_bytes(backend.uri("src", dir_name, f"{200:020d}.log"), (records / name).read_bytes(), backend.options)
+        backend.store().write(backend.uri("src", dir_name, f"{200:020d}.log"), (records / name).read_bytes())
     catalog = Catalog.create(Store(backend.uri("catalog"), backend.options))
     assert not import_log_dir(backend.store("src"), backend.store("root"), catalog).failed
     report = export_log_dir(catalog, backend.uri("root"), configs(catalog), backend.uri("out"),

@@ -28,7 +28,7 @@ from engine.ops.versions import segment_object_keys
 from jobs.cli.main import main as klake
 from jobs.runtime.embedded_s3 import FAKE_AWS_ENV
 from kernel.names import TopicPartition
-from layouts.store import delete_object, filesystem, list_objects, object_info, read_bytes
+from layouts.store import filesystem, list_objects, object_info, read_bytes
 from layouts.store.bound import Store
 from tests.catalog_rows import offset_bounds
 from tests.golden import golden_text
@@ -402,7 +402,7 @@ def test_a_partition_whose_lease_was_taken_over_is_not_committed(backend, kafka_
     def run_then_lose_the_lease(self) -> None:
         import_partition(self)
         if self.part.tp.topic == "_confluent-command":  # another job takes the lease over meanwhile
-            assert delete_object(lease_uri(Store(root), self.part.tp), backend.options)
+            assert backend.store().delete(lease_uri(Store(root), self.part.tp))
             acquire_lease(Store(root, backend.options), self.part.tp, "thief", "job-x", 60_000)
 
     monkeypatch.setattr(_PartitionImporter, "run", run_then_lose_the_lease)

@@ -18,7 +18,7 @@ from engine.ops.lease import (
     release_lease,
 )
 from kernel.names import TopicPartition
-from layouts.store import list_objects, put_if_absent
+from layouts.store import list_objects
 
 TP = TopicPartition("orders", 3)
 
@@ -122,7 +122,7 @@ def test_a_takeover_marker_left_by_a_dead_taker_expires(backend) -> None:
     expired = acquire_lease(backend.store(), TP, "a", "job-a", 1_000, clock)
     clock.now += 2_000
     marker = f"{lease_uri(backend.store(), TP)}.takeover-{expired.token}"
-    put_if_absent(marker, json.dumps({"claimed_at_ms": clock.now}).encode(), backend.options)
+    backend.store().put_if_absent(marker, json.dumps({"claimed_at_ms": clock.now}).encode())
     with pytest.raises(LeaseHeldError, match="being taken over by another job"):
         acquire_lease(backend.store(), TP, "b", "job-b", 60_000, clock)
     clock.now += TAKEOVER_TIMEOUT_MS

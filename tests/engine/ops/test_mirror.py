@@ -30,7 +30,7 @@ from engine.ops.mirror import (
 from engine.ops.topic_store import load_topic_config, save_topic_config
 from kernel.errors import KlakeError
 from kernel.names import TopicPartition
-from layouts.store import StorageOptions, delete_object, list_objects, read_bytes
+from layouts.store import StorageOptions, list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
@@ -93,7 +93,7 @@ def test_replica_round_trip_local_s3_local_is_exact_and_incremental(tmp_path: Pa
     assert len(source) >= 4
 
     def mirror(src: str, dst: str, now: int = NOW):
-        return mirror_partitions(roots[src], cats[src], roots[dst], cats[dst], [TP], now_ms=now, options=options)
+        return mirror_partitions(Store(roots[src], options), cats[src], Store(roots[dst], options), cats[dst], [TP], now_ms=now)
 
     first = mirror("a", "b")
     assert first.failures == {} and _copied(first) == len(source)
@@ -124,14 +124,14 @@ def test_preserve_refuses_a_destination_that_is_no_replica_and_writes_nothing(ba
     append_to_partition(cat_b, b, TP, _records(10, first=500), CONFIG, NOW, options)
     before = cat_b.version
     with pytest.raises(NotAReplicaError):
-        mirror_partitions(a, cat_a, b, cat_b, [TP], mode="preserve", now_ms=NOW, options=options,
+        mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="preserve", now_ms=NOW,
                           execute=lambda prepare: lambda items: [_strict(prepare, i) for i in items])
     assert cat_b.version == before
     lat = TopicConfig.from_mapping({"message.timestamp.type": "LogAppendTime"})
     c = backend.uri("c")
     save_topic_config(Store(c, options), TP.topic, lat)
-    run = mirror_partitions(a, cat_a, c, Catalog.create(Store(f"{c}/_catalog", options)), [TP], mode="preserve",
-                            now_ms=NOW, options=options)
+    run = mirror_partitions(Store(a, options), cat_a, Store(c, options), Catalog.create(Store(f"{c}/_catalog", options)), [TP], mode="preserve",
+                            now_ms=NOW)
     assert "message.timestamp.type" in run.failures[str(TP)] and run.commit is None
 
 
@@ -152,16 +152,16 @@ def test_a_killed_replica_of_an_imported_compacted_topic_is_finished_by_a_rerun_
     with monkeypatch.context() as patch:
         patch.setattr(Catalog, "apply", _killing)
         with pytest.raises(RuntimeError, match="killed"):
-            mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+            mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)
     assert cat_b.live_segments(TP.topic, TP.partition) == []
-    done = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)  # the objects are there
+    done = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)  # the objects are there
     assert _copied(done) == 1 and done.results[0].step.outcome.mode == "preserve"
     assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
 
     later.write_bytes(held)
     import_log_dir(Store(str(broker), options), Store(a, options), cat_a, copy=True)
     assert [r.state for r in cat_a.live_segments(TP.topic, TP.partition)] == ["ROLLED", "ACTIVE"]
-    again = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    again = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)
     assert _copied(again) == 1 and again.commit.transitioned == 1
     assert _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
     assert _read(b, cat_b, TP, options) == _read(a, cat_a, TP, options)
@@ -176,17 +176,17 @@ def test_a_replica_follows_delete_records_and_stays_a_replica_when_the_source_is
     a, b = backend.uri("a"), backend.uri("b")
     cat_a, cat_b = Catalog.create(Store(f"{a}/_catalog", options)), Catalog.create(Store(f"{b}/_catalog", options))
     append_to_partition(cat_a, a, TP, _records(200), CONFIG, NOW, options)
-    mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)
     rows = cat_a.live_segments(TP.topic, TP.partition)
     delete_records(cat_a, a, TP, rows[1].base_offset + 1, NOW, options)  # a new version of segment 1
-    followed = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    followed = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)
     assert followed.results[0].step.outcome.segments_replaced == 1
     kept = _replica_facts(cat_b, TP, options)  # the destination keeps segment 0, which the source deleted
     assert kept[1:] == _replica_facts(cat_a, TP, options) and kept[0][0]["base_offset"] == rows[0].base_offset
 
     truncate_partition(cat_a, a, TP, rows[-1].base_offset - 5, CONFIG, NOW, options)
     before = cat_b.version
-    cut = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    cut = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)
     assert "no version of a source segment" in cut.failures[str(TP)] and cat_b.version == before
     assert _replica_facts(cat_b, TP, options) == kept  # auto did not append the source again after it
 
@@ -229,8 +229,8 @@ def _compacted_log_dir(where: Path) -> Path:
 def _offset_map(root: str, tp: TopicPartition, catalog: Catalog, options: StorageOptions) -> pa.Table:
     """The partition's committed maps, concatenated; every map file left is a committed one."""
     recorded = catalog.transaction_versions([offset_map_app_id(tp)]).get(offset_map_app_id(tp))
-    maps = committed_offset_maps(root, tp, recorded, options)
-    assert maps == offset_maps(root, tp, options)
+    maps = committed_offset_maps(Store(root, options), tp, recorded)
+    assert maps == offset_maps(Store(root, options), tp)
     return pa.concat_tables([pq.read_table(pa.BufferReader(read_bytes(uri, options))) for _, uri in maps])
 
 
@@ -261,7 +261,7 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
     source, source_batches = _read(roots["a"], cats["a"], TP, options)
     assert any(r[3] is None for r in source) and any(f[5] for *_, f in source_batches)
 
-    first = mirror_partitions(roots["a"], cats["a"], roots["b"], cats["b"], [TP], now_ms=NOW, options=options)
+    first = mirror_partitions(Store(roots["a"], options), cats["a"], Store(roots["b"], options), cats["b"], [TP], now_ms=NOW)
     assert first.failures == {} and first.results[0].step.outcome.mode == "remap"
     mirrored, b_batches = _read(roots["b"], cats["b"], TP, options)
     assert mirrored[:len(own)] == own
@@ -277,12 +277,11 @@ def test_remapped_round_trip_keeps_tombstones_transactions_and_maps_every_offset
     spans = [hi - lo for lo, hi, _ in source_batches]
     assert (pa.compute.subtract(ab["source_last_offset"], ab["source_base_offset"]).to_pylist() == spans)
 
-    rerun = mirror_partitions(roots["a"], cats["a"], roots["b"], cats["b"], [TP], now_ms=NOW, options=options)
+    rerun = mirror_partitions(Store(roots["a"], options), cats["a"], Store(roots["b"], options), cats["b"], [TP], now_ms=NOW)
     assert _copied(rerun) == 0 and rerun.commit is None
     assert _read(roots["b"], cats["b"], TP, options)[0] == mirrored
 
-    back = mirror_partitions(roots["b"], cats["b"], roots["c"], cats["c"], [TP], mode="remap", now_ms=NOW,
-                             options=options)
+    back = mirror_partitions(Store(roots["b"], options), cats["b"], Store(roots["c"], options), cats["c"], [TP], mode="remap", now_ms=NOW)
     assert back.failures == {}
     in_c, _ = _read(roots["c"], cats["c"], TP, options)
     bc = _offset_map(roots["c"], TP, cats["c"], options)
@@ -301,7 +300,7 @@ def test_log_append_time_destination_restamps_monotonically(backend: Backend) ->
     lat = TopicConfig.from_mapping({**CONFIG.to_mapping(), "message.timestamp.type": "LogAppendTime",
                                     "klake.log.append.time.monotonic": "true"})
     save_topic_config(Store(b, options), TP.topic, lat)
-    run = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW + 5_000, options=options)
+    run = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW + 5_000)
     assert run.results[0].step.outcome.mode == "remap"  # auto: a LogAppendTime destination re-stamps
     source, _ = _read(a, cat_a, TP, options)
     mirrored, batches = _read(b, cat_b, TP, options)
@@ -310,7 +309,7 @@ def test_log_append_time_destination_restamps_monotonically(backend: Backend) ->
     assert [r[2:5] for r in mirrored] == [r[2:5] for r in source]
 
     append_to_partition(cat_a, a, TP, _records(10, first=40), CONFIG, NOW, options)
-    mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)  # the clock went back
+    mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)  # the clock went back
     more, _ = _read(b, cat_b, TP, options)
     assert more[:len(mirrored)] == mirrored and len(more) == 50
     assert {r[1] for r in more[len(mirrored):]} == {NOW + 5_000}  # max(last appended, now)
@@ -320,9 +319,9 @@ def test_unknown_topic_and_bad_mode_are_bad_input(backend: Backend) -> None:
     a, b = backend.uri("a"), backend.uri("b")
     cat = Catalog.create(Store(f"{a}/_catalog", backend.options))
     with pytest.raises(KlakeError, match="offsets mode"):
-        mirror_partitions(a, cat, b, cat, [TP], mode="keep", now_ms=NOW, options=backend.options)
+        mirror_partitions(Store(a, backend.options), cat, Store(b, backend.options), cat, [TP], mode="keep", now_ms=NOW)
     with pytest.raises(KlakeError, match="same root"):
-        mirror_partitions(a, cat, a, cat, [TP], now_ms=NOW, options=backend.options)
+        mirror_partitions(Store(a, backend.options), cat, Store(a, backend.options), cat, [TP], now_ms=NOW)
     assert list_objects(b, backend.options) == []
 
 
@@ -336,9 +335,9 @@ def test_legacy_batches_are_replicated_but_not_moved(tmp_path: Path, kafka_fixtu
     a, b, c = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")
     cat_a, cat_b, cat_c = (Catalog.create(Store(f"{root}/_catalog", options)) for root in (a, b, c))
     import_log_dir(Store(str(tmp_path / "broker"), options), Store(a, options), cat_a, copy=True)
-    replica = mirror_partitions(a, cat_a, b, cat_b, [TP], now_ms=NOW, options=options)
+    replica = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], now_ms=NOW)
     assert replica.failures == {} and _replica_facts(cat_b, TP, options) == _replica_facts(cat_a, TP, options)
-    moved = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
+    moved = mirror_partitions(Store(a, options), cat_a, Store(c, options), cat_c, [TP], mode="remap", now_ms=NOW)
     assert "magic-1" in moved.failures[str(TP)] and f"{1000:020d}" in moved.failures[str(TP)]
     assert moved.commit is None and not (tmp_path / "c" / TP.dir_name).exists()
 
@@ -357,18 +356,19 @@ def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicate
     append_to_partition(cat_a, a, TP, _records(60), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(5, first=1000), CONFIG, NOW, options)  # B's own records
     if earlier_runs:
-        assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}
+        assert mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW).failures == {}
         append_to_partition(cat_a, a, TP, _records(50, first=60), CONFIG, NOW, options)
     with monkeypatch.context() as patch:
         patch.setattr(Catalog, "apply", _killing)
         with pytest.raises(RuntimeError, match="killed"):
-            mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
-    (stale, _), = [m for m in offset_maps(b, TP, options) if m not in committed_offset_maps(
-        b, TP, cat_b.transaction_versions([offset_map_app_id(TP)]).get(offset_map_app_id(TP)), options)]
+            mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW)
+    recorded = cat_b.transaction_versions([offset_map_app_id(TP)]).get(offset_map_app_id(TP))
+    (stale, _), = [m for m in offset_maps(Store(b, options), TP)
+                   if m not in committed_offset_maps(Store(b, options), TP, recorded)]
     append_to_partition(cat_b, b, TP, _records(30, first=2000), CONFIG, NOW, options)  # past the stale map
     assert cat_b.live_segments(TP.topic, TP.partition)[-1].next_offset > stale
 
-    rerun = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    rerun = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW)
     assert rerun.failures == {} and rerun.results[0].step.outcome.offset_map is not None
     source, _ = _read(a, cat_a, TP, options)
     mirrored, _ = _read(b, cat_b, TP, options)
@@ -378,7 +378,7 @@ def test_a_remap_killed_after_writing_its_map_then_an_append_loses_and_duplicate
     assert [r[1:] for r in copied] == [r[1:] for r in source]  # every source record exactly once, in order
     ab = _offset_map(b, TP, cat_b, options)  # the stale map is gone; the committed ones cover each record once
     assert [_mapped(ab, r[0]) for r in source] == [r[0] for r in copied]
-    idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    idle = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW)
     assert _copied(idle) == 0 and idle.commit is None and _read(b, cat_b, TP, options)[0] == mirrored
 
 
@@ -405,17 +405,17 @@ def test_remap_refuses_a_batch_larger_than_the_destination_takes_and_writes_noth
     b = backend.uri("b")
     cat_b = Catalog.create(Store(f"{b}/_catalog", options))
     save_topic_config(Store(b, options), TP.topic, CONFIG)
-    refused = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    refused = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW)
     reason = refused.failures[str(TP)]
     assert segment in reason and f"offset {offset} is a {size}-byte batch" in reason
     assert "max.message.bytes = 400" in reason and refused.commit is None
     assert [o.name for o in list_objects(b, options) if o.name.endswith((".log", ".index", ".timeindex"))] == []
-    assert cat_b.live_segments(TP.topic, TP.partition) == [] and offset_maps(b, TP, options) == []
+    assert cat_b.live_segments(TP.topic, TP.partition) == [] and offset_maps(Store(b, options), TP) == []
 
     c = backend.uri("c")
     cat_c = Catalog.create(Store(f"{c}/_catalog", options))
     save_topic_config(Store(c, options), TP.topic, TopicConfig.from_mapping({**CONFIG.to_mapping(), "max.message.bytes": largest}))
-    fits = mirror_partitions(a, cat_a, c, cat_c, [TP], mode="remap", now_ms=NOW, options=options)
+    fits = mirror_partitions(Store(a, options), cat_a, Store(c, options), cat_c, [TP], mode="remap", now_ms=NOW)
     assert fits.failures == {} and _read(c, cat_c, TP, options)[0] == _read(a, cat_a, TP, options)[0]
 
 
@@ -429,7 +429,7 @@ def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend,
     source, batches = _read(a, cat_a, TP, options)
     sizes = [len(read_bytes(r.log_key, options)) for r in cat_a.live_segments(TP.topic, TP.partition)]
 
-    planned = mirror_partitions(a, cat_a, b, None, [TP], mode=mode, now_ms=NOW, options=options, dry_run=True)
+    planned = mirror_partitions(Store(a, options), cat_a, Store(b, options), None, [TP], mode=mode, now_ms=NOW, dry_run=True)
     assert planned.failures == {} and planned.commit is None and list_objects(b, options) == []  # not even a catalog
     would = planned.results[0].step.outcome
     assert would.dry_run and would.mode == mode and would.offset_map is None and would.segments_written == []
@@ -438,12 +438,12 @@ def test_a_dry_run_says_what_the_run_copies_and_writes_nothing(backend: Backend,
     assert would.log_end_offset == source[-1][0] + 1
 
     cat_b = Catalog.create(Store(f"{b}/_catalog", options))
-    done = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options).results[0].step.outcome
+    done = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode=mode, now_ms=NOW).results[0].step.outcome
     assert {k: v for k, v in done.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")} == {
         k: v for k, v in would.to_dict().items() if k not in ("dry_run", "offset_map", "segments_written")}
     assert done.segments_copied == len(cat_b.live_segments(TP.topic, TP.partition))
     before, version = list_objects(b, options), cat_b.version()
-    idle = mirror_partitions(a, cat_a, b, cat_b, [TP], mode=mode, now_ms=NOW, options=options, dry_run=True)
+    idle = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode=mode, now_ms=NOW, dry_run=True)
     assert idle.results[0].step.outcome.source_first_offset is None
     assert list_objects(b, options) == before and cat_b.version() == version
 
@@ -458,11 +458,11 @@ def test_a_recorded_map_that_is_missing_fails_the_partition(backend: Backend) ->
         save_topic_config(Store(root, options), TP.topic, CONFIG)
     append_to_partition(cat_a, a, TP, _records(40), CONFIG, NOW, options)
     append_to_partition(cat_b, b, TP, _records(10, first=1000), CONFIG, NOW, options)
-    assert mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options).failures == {}
-    (first, uri), = offset_maps(b, TP, options)
+    assert mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW).failures == {}
+    (first, uri), = offset_maps(Store(b, options), TP)
     assert first == 10
-    delete_object(uri, options)
+    Store(b, options).delete(uri)
     before, version = list_objects(b, options), cat_b.version()
-    lost = mirror_partitions(a, cat_a, b, cat_b, [TP], mode="remap", now_ms=NOW, options=options)
+    lost = mirror_partitions(Store(a, options), cat_a, Store(b, options), cat_b, [TP], mode="remap", now_ms=NOW)
     assert uri in lost.failures[str(TP)] and "missing" in lost.failures[str(TP)]
     assert list_objects(b, options) == before and cat_b.version() == version

@@ -107,7 +107,7 @@ def test_lookups_over_appended_data_equal_brute_force(backend: Backend) -> None:
     catalog = Catalog.create(Store(backend.uri("cat"), backend.options))
     append_to_partition(catalog, backend.uri("root"), TP, records, CONFIG, NOW, backend.options)
     ts = np.asarray(records["timestamp"].to_pylist())
-    segments = partition_segments(catalog, TP.topic, TP.partition, backend.options)
+    segments = partition_segments(catalog, TP.topic, TP.partition)
     for target in [int(ts.min()) - 1, *ts[::17].tolist(), int(ts.max()), int(ts.max()) + 1]:
         hits = np.flatnonzero(ts >= target)
         expected = (int(hits[0]), int(ts[hits[0]])) if hits.size else (-1, -1)

@@ -76,7 +76,7 @@ def test_delete_records_raises_the_log_start_and_retires_segments_below(appended
     rows = catalog.live_segments(TP.topic, TP.partition)
     assert rows[0].base_offset == holder.base_offset and partition_log_start_offset(rows) == 101
     assert outcome.records_removed == sum(r.record_count for r in before if r.base_offset < holder.base_offset)
-    segments = partition_segments(catalog, TP.topic, TP.partition, backend.options)
+    segments = partition_segments(catalog, TP.topic, TP.partition)
     assert list_offsets(segments, EARLIEST, partition_log_start_offset(rows), min_timestamp=0).offset == 101
     ts = np.asarray(records["timestamp"].to_pylist())
     for target in ts[::13].tolist():

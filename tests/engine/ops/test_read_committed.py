@@ -26,7 +26,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
 from kernel.names import TopicPartition
-from layouts.store import StorageOptions, list_objects, read_bytes, write_bytes
+from layouts.store import StorageOptions, list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
@@ -142,8 +142,8 @@ def consumer_model(batches: list[Gen]) -> list[int]:
 
 def build(backend, segments: list[list[Gen]], name: str) -> Catalog:
     for batches in segments:
-        write_bytes(backend.uri(name, f"{TOPIC}-0", f"{batches[0].base:020d}.log"),
-                    b"".join(b.blob for b in batches), backend.options)
+        backend.store().write(backend.uri(name, f"{TOPIC}-0", f"{batches[0].base:020d}.log"),
+                    b"".join(b.blob for b in batches))
     catalog = Catalog.create(Store(backend.uri(f"{name}-root", "_catalog"), backend.options))
     assert not import_log_dir(backend.store(name), backend.store(f"{name}-root"), catalog).failed
     return catalog
@@ -152,8 +152,8 @@ def build(backend, segments: list[list[Gen]], name: str) -> Catalog:
 def read_offsets(catalog: Catalog, backend, isolation: range_read.IsolationLevel, split_bytes: int = 1 << 30,
                  **bounds) -> list[int]:
     rng = range_read.ReadRange(**{"floor": 0, **bounds})
-    plan = range_read.plan_read(catalog, TOPIC, rng, backend.options, None, split_bytes, isolation=isolation)
-    batches = [b for item in plan.items for b in range_read.read_item(item, backend.options)]
+    plan = range_read.plan_read(catalog, TOPIC, rng, backend.store(), None, split_bytes, isolation=isolation)
+    batches = [b for item in plan.items for b in range_read.read_item(item, backend.store())]
     return pa.Table.from_batches(batches, range_read.KAFKA_ARROW_SCHEMA).column("offset").to_pylist()
 
 

@@ -23,7 +23,7 @@ from engine.ops.verify import valid_prefix
 from engine.ops.versions import segment_row, store_segment_version
 from kernel.names import TopicPartition
 from layouts.object_layout import SegmentKeys, new_segment_id, object_segment_keys, put_segment_objects
-from layouts.store import delete_object, list_objects, read_bytes
+from layouts.store import list_objects, read_bytes
 from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, all_segments
 from tests.conftest import Backend
@@ -112,7 +112,7 @@ def _plant(backend: Backend, rows: list[SegmentRow]) -> Planted:
     middle; 3: a record broken under a valid CRC; 4: intact; 5 (ACTIVE): truncated mid-batch."""
     opts = backend.options
     originals = [read_bytes(r.log_key, opts) for r in rows]
-    delete_object(rows[0].index_key, opts)
+    backend.store().delete(rows[0].index_key)
     timeindex = read_bytes(rows[1].timeindex_key, opts)
     backend.put(rows[1].timeindex_key, timeindex + bytes(12 * 40))
 
@@ -152,7 +152,7 @@ def _listing(backend: Backend) -> dict[str, int]:
 def test_verify_names_each_defect_and_recover_repairs_it_without_losing_a_byte(planted) -> None:
     backend, catalog, before, p = planted
     rows, root = p.rows, backend.uri("root")
-    check = verify_partition(catalog, TP, backend.options)
+    check = verify_partition(catalog, TP)
     found = {(x.kind, x.object, x.position) for x in check.all_problems}
     assert ("sidecar", rows[0].index_key, None) in found
     assert ("sidecar", rows[1].timeindex_key, p.padded_timeindex_size) in found
@@ -165,11 +165,11 @@ def test_verify_names_each_defect_and_recover_repairs_it_without_losing_a_byte(p
     assert check.to_dict()["ok"] is False and len(check.to_dict()["lines"]) == len(check.lines())
 
     version, objects = catalog.version(), _listing(backend)
-    dry = recover_partition(catalog, root, TP, backend.options, dry_run=True, config=CONFIG, now_ms=T0)
+    dry = recover_partition(catalog, Store(root, backend.options), TP, dry_run=True, config=CONFIG, now_ms=T0)
     assert catalog.version() == version and _listing(backend) == objects
     assert [r.action for r in dry.repairs] == ["rebuild-sidecars"] * 2 + ["cut-tail"] * 2 + ["cut-tail"]
 
-    report = recover_partition(catalog, root, TP, backend.options, config=CONFIG, now_ms=T0)
+    report = recover_partition(catalog, Store(root, backend.options), TP, config=CONFIG, now_ms=T0)
     assert [r.new_segment_id for r in report.repairs] == [r.new_segment_id for r in dry.repairs]
     assert report.rows_removed == 5 and report.rows_added == 5 and report.commit_version == version + 1
     assert report.to_dict()["quarantined"] == {quarantine_key(root, TP, rows[i], p.cuts[i]): len(p.defected[i]) - p.cuts[i]
@@ -188,10 +188,10 @@ def test_verify_names_each_defect_and_recover_repairs_it_without_losing_a_byte(p
     assert [(g.from_offset, g.to_offset) for g in report.gaps_after] == [
         (live[2].next_offset, rows[3].base_offset), (live[3].next_offset, rows[4].base_offset)]
 
-    again = verify_partition(catalog, TP, backend.options)
+    again = verify_partition(catalog, TP)
     assert again.ok, again.lines()
     assert [(g.from_offset, g.to_offset) for g in again.gaps] == [(g.from_offset, g.to_offset) for g in report.gaps_after]
-    second = recover_partition(catalog, root, TP, backend.options, config=CONFIG)
+    second = recover_partition(catalog, Store(root, backend.options), TP, config=CONFIG)
     assert second.nothing_to_do and second.repairs == [] and second.commit_version is None
     assert catalog.version() == version + 1
 
@@ -206,12 +206,12 @@ def test_a_crash_before_the_commit_is_redone_identically(planted, monkeypatch) -
     with monkeypatch.context() as m:
         m.setattr(Catalog, "apply", crash)
         with pytest.raises(RuntimeError):
-            recover_partition(catalog, root, TP, backend.options, config=CONFIG)
+            recover_partition(catalog, Store(root, backend.options), TP, config=CONFIG)
     written = _listing(backend)
-    report = recover_partition(catalog, root, TP, backend.options, config=CONFIG)  # lease released by the crash
+    report = recover_partition(catalog, Store(root, backend.options), TP, config=CONFIG)  # lease released by the crash
     assert report.rows_added == 5 and all(not r.objects_written for r in report.repairs)  # all already there
     assert _listing(backend) == written
-    assert verify_partition(catalog, TP, backend.options).ok
+    assert verify_partition(catalog, TP).ok
     lost = set().union(*(_records(p.originals[i], p.cuts[i]) for i in (2, 3, 5)))
     assert _readable(backend, catalog) == before - lost
 
@@ -224,7 +224,7 @@ def test_an_empty_valid_prefix_leaves_the_log_and_an_active_one_stays_empty(back
         data = bytearray(read_bytes(row.log_key, backend.options))
         data[30] ^= 0xFF
         backend.put(row.log_key, bytes(data))
-    report = recover_partition(catalog, root, TP, backend.options, now_ms=T0 + 5)
+    report = recover_partition(catalog, Store(root, backend.options), TP, now_ms=T0 + 5)
     assert [r.action for r in report.repairs] == ["remove", "cut-tail"]
     assert [r.quarantined_bytes for r in report.repairs] == [rows[1].size_bytes, rows[2].size_bytes]
     live = catalog.live_segments(TP.topic, TP.partition)
@@ -232,8 +232,8 @@ def test_an_empty_valid_prefix_leaves_the_log_and_an_active_one_stays_empty(back
         (0, rows[0].next_offset, rows[0].size_bytes, "ROLLED"), (rows[2].base_offset, rows[2].base_offset, 0, "ACTIVE")]
     assert live[1].created_at_ms == T0 + 5  # an emptied segment's creation time resets, as in Kafka
     assert [(g.from_offset, g.to_offset) for g in report.gaps_after] == [(rows[1].base_offset, rows[2].base_offset)]
-    assert verify_partition(catalog, TP, backend.options).ok
-    assert recover_partition(catalog, root, TP, backend.options).nothing_to_do
+    assert verify_partition(catalog, TP).ok
+    assert recover_partition(catalog, Store(root, backend.options), TP).nothing_to_do
 
 
 def test_a_kafka_layout_row_keeps_its_log_and_missing_objects_are_left_for_the_operator(backend: Backend) -> None:
@@ -253,20 +253,20 @@ def test_a_kafka_layout_row_keeps_its_log_and_missing_objects_are_left_for_the_o
                                 state, "import", created_at_ms=T0,
                                 index_size_bytes=len(seg.index), timeindex_size_bytes=None))
     add_segments(catalog, rows)
-    delete_object(rows[1].log_key, backend.options)
+    backend.store().delete(rows[1].log_key)
 
-    check = verify_partition(catalog, TP, backend.options)
+    check = verify_partition(catalog, TP)
     assert {(x.kind, x.object) for x in check.all_problems} == {("sidecar", rows[0].timeindex_key),
                                                                  ("missing", rows[1].log_key)}
-    report = recover_partition(catalog, root, TP, backend.options)
+    report = recover_partition(catalog, Store(root, backend.options), TP)
     assert [r.action for r in report.repairs] == ["rebuild-sidecars", "left-for-operator"]
     live = catalog.live_segments(TP.topic, TP.partition)
     assert live[0].layout == "kafka" and live[0].log_key == rows[0].log_key
     assert live[0].index_key.startswith(root + "/") and live[0].timeindex_key.startswith(root + "/")
     assert live[1] == rows[1]
     assert read_bytes(rows[0].log_key, backend.options) == segments[0].log  # the broker copy is untouched
-    assert [x.kind for x in verify_partition(catalog, TP, backend.options).all_problems] == ["missing"]
-    assert [r.action for r in recover_partition(catalog, root, TP, backend.options).repairs] == ["left-for-operator"]
+    assert [x.kind for x in verify_partition(catalog, TP).all_problems] == ["missing"]
+    assert [r.action for r in recover_partition(catalog, Store(root, backend.options), TP).repairs] == ["left-for-operator"]
 
 
 def test_valid_prefix_finds_every_record_level_defect_in_order() -> None:
@@ -318,13 +318,13 @@ def test_a_sidecar_of_another_size_than_its_row_says_is_reported_and_rebuilt_wit
     rows[1] = replace(rows[1], index_size_bytes=None, timeindex_size_bytes=None)
     add_segments(catalog, rows)
 
-    check = verify_partition(catalog, TP, backend.options, CONFIG)
+    check = verify_partition(catalog, TP, CONFIG)
     assert [(x.kind, x.object, x.position) for x in check.all_problems] == [("size", rows[0].timeindex_key, size)]
     assert f"the object holds {size} bytes but the catalog row says {size + 12}" in check.lines()[0]
-    report = recover_partition(catalog, root, TP, backend.options, config=CONFIG, now_ms=T0)
+    report = recover_partition(catalog, Store(root, backend.options), TP, config=CONFIG, now_ms=T0)
     assert [r.action for r in report.repairs] == ["rebuild-sidecars"]
     live = catalog.live_segments(TP.topic, TP.partition)
     assert live[1:] == rows[1:] and live[0].log_key == rows[0].log_key
     assert (live[0].index_size_bytes, live[0].timeindex_size_bytes) == (
         len(read_bytes(live[0].index_key, backend.options)), len(read_bytes(live[0].timeindex_key, backend.options)))
-    assert verify_partition(catalog, TP, backend.options, CONFIG).ok
+    assert verify_partition(catalog, TP, CONFIG).ok

@@ -14,7 +14,7 @@ from engine.ops.scrub import scrub
 from jobs.cli.main import main as klake
 from kernel.names import TopicPartition
 from layouts.object_layout import object_segment_keys, put_segment_objects
-from layouts.store import delete_object, filesystem, list_objects, object_info
+from layouts.store import filesystem, list_objects, object_info
 from layouts.store.bound import Store
 from tests.catalog_rows import add_segments, make_row, transition
 from tests.scrub_findings import scrub_findings
@@ -57,7 +57,7 @@ def _plant(backend, catalog: Catalog) -> dict[str, set[str]]:
     for uri in keep_out:
         backend.put(uri, b"not klake's")
     command = catalog.live_segments("_confluent-command", 0)[0]
-    assert delete_object(command.timeindex_key, backend.options)
+    assert backend.store().delete(command.timeindex_key)
     status = catalog.live_segments("docker-connect-status", 0)[0]
     fs, path = filesystem(status.log_key, backend.options)
     backend.put(status.log_key, fs.cat_file(path)[:1000])
@@ -115,11 +115,11 @@ def test_young_orphans_are_kept_for_the_grace_period(backend, kafka_fixtures) ->
     stray = object_segment_keys(backend.uri("root"), TopicPartition("_confluent-command", 0), 2, "0123456789abcdef")
     put_segment_objects(stray, b"L", b"", b"", backend.store())
     now = time.time_ns() // 1_000_000
-    young = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now)
+    young = scrub(Store(backend.uri("root"), backend.options), catalog, grace_ms=3_600_000, now=now)
     assert young.orphans == [] and young.orphans_within_grace == 3 and young.clean
     assert all(object_info(k, backend.options) for k in stray.all())
     before = _listing(backend)
-    later = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now + 7_200_000)
+    later = scrub(Store(backend.uri("root"), backend.options), catalog, grace_ms=3_600_000, now=now + 7_200_000)
     assert sorted(later.deleted) == sorted(stray.all())
     assert _listing(backend) == {uri: size for uri, size in before.items() if uri not in stray.all()}
     assert Catalog.open(Store(backend.uri("root", "_catalog"), backend.options)).all_rows().num_rows == 2
@@ -129,9 +129,9 @@ def test_scrub_checks_rows_that_point_outside_the_root_and_never_deletes_there(b
     catalog = _imported(backend, kafka_fixtures, copy=False)
     command = catalog.live_segments("_confluent-command", 0)[0]
     assert command.log_key.startswith(backend.uri("src") + "/")
-    assert delete_object(command.log_key, backend.options)
+    assert backend.store().delete(command.log_key)
     source_before = {o.uri for o in list_objects(backend.uri("src"), backend.options)}
-    report = scrub(backend.uri("root"), catalog, grace_ms=0, options=backend.options)
+    report = scrub(Store(backend.uri("root"), backend.options), catalog, grace_ms=0)
     assert [(m.kind, m.key) for m in report.missing] == [("log", command.log_key)]
     assert report.orphans == [] and report.size_mismatches == []
     assert {o.uri for o in list_objects(backend.uri("src"), backend.options)} == source_before
@@ -165,9 +165,9 @@ def test_scrub_reclaims_lease_temporaries_and_rejects_of_partitions_their_job_ne
     for uri in [*debris, *kept]:
         backend.put(uri, b"x")
     now = time.time_ns() // 1_000_000
-    young = scrub(backend.uri("root"), catalog, grace_ms=3_600_000, options=backend.options, now=now)
+    young = scrub(Store(backend.uri("root"), backend.options), catalog, grace_ms=3_600_000, now=now)
     assert young.debris == [] and young.deleted == []
-    report = scrub(backend.uri("root"), catalog, grace_ms=0, options=backend.options, now=now + 1)
+    report = scrub(Store(backend.uri("root"), backend.options), catalog, grace_ms=0, now=now + 1)
     assert {d.uri: d.kind for d in report.debris} == debris and sorted(report.deleted) == sorted(debris)
     assert all(object_info(uri, backend.options) is None for uri in debris)
     assert all(object_info(uri, backend.options) is not None for uri in kept)
@@ -185,7 +185,7 @@ def test_scrub_reports_a_sidecar_of_another_size_than_its_row_records(backend, k
                                         timeindex_size_bytes=None)),
                            remove=(command.ref, status.ref))
     catalog.apply(change)
-    report = scrub(backend.uri("root"), catalog, grace_ms=10**9, dry_run=True, options=backend.options)
+    report = scrub(Store(backend.uri("root"), backend.options), catalog, grace_ms=10**9, dry_run=True)
     assert [(m.segment, m.key, m.catalog_size, m.object_size) for m in report.size_mismatches] == [
         ("_confluent-command-0/c0ffee0000000000", command.timeindex_key, size + 12, size)]
     assert report.missing == []

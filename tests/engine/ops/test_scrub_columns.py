@@ -84,7 +84,7 @@ def test_scrub_matches_a_per_row_brute_force(rows: list[tuple[SegmentRow, str, b
             if gone:
                 transition(catalog, gone, SegmentState.DELETE_STARTED)
         expected = brute_force(placed, root)
-        report = scrub(root, catalog, grace_ms=0, dry_run=True, now=FUTURE)
+        report = scrub(Store(root), catalog, grace_ms=0, dry_run=True, now=FUTURE)
         assert report.live_segments == expected["live"]
         assert {o.uri for o in report.orphans} == expected["orphans"]
         assert {(m.segment, m.kind, m.key) for m in report.missing} == expected["missing"]

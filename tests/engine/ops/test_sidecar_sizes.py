@@ -71,14 +71,13 @@ def test_every_writer_records_the_sizes_of_the_sidecars_its_rows_name(backend: B
     _assert_sizes(catalog, backend)
     apply_retention(catalog, root, TP, CONFIG, NOW + 28 * DAY + DAY // 2, backend.options)
     _assert_sizes(catalog, backend)
-    rebuilt = run_single_partition(catalog, Store(root, backend.options), TP, CONFIG, partial(prepare_recovery, root=root, options=backend.options, job_id="recover", now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover")
+    rebuilt = run_single_partition(catalog, Store(root, backend.options), TP, CONFIG, partial(prepare_recovery, store=Store(root, backend.options), job_id="recover", now_ms=NOW, rebuild_all=True), operation="recover", job_id="recover")
     assert rebuilt.outcome(TP).repairs
     _assert_sizes(catalog, backend)
 
     for mode in ("preserve", "remap"):
         dest = Catalog.create(Store(backend.uri(f"{mode}-cat"), backend.options))
-        run = mirror_partitions(root, catalog, backend.uri(mode), dest, [TP], mode=mode, now_ms=NOW,
-                                options=backend.options)
+        run = mirror_partitions(Store(root, backend.options), catalog, Store(backend.uri(mode), backend.options), dest, [TP], mode=mode, now_ms=NOW)
         assert run.failures == {}
         assert _assert_sizes(dest, backend) > 0
 

@@ -47,10 +47,10 @@ def test_catalog_lookups_equal_golden_with_bounded_requests(catalogued) -> None:
     catalog, backend = catalogued
     golden = [json.loads(line) for line in
               (KAFKA_FIXTURES / "broker" / f"{PARTITION}.lookups.golden.jsonl").read_text().splitlines()]
-    assert [s.row for s in partition_segments(catalog, "timeindex_test", 0, backend.options)] == \
+    assert [s.row for s in partition_segments(catalog, "timeindex_test", 0)] == \
         (rows := catalog.live_segments("timeindex_test", 0))
     for expected in golden if backend.name == "local" else golden[::5]:  # moto answers slowly
-        segments = [StoredSegment(row, backend.options,
+        segments = [StoredSegment(row, backend.store(),
                                   min_timestamp=0) for row in rows]  # cold: nothing cached
         with metered() as meter:
             requests = meter.requests
@@ -67,7 +67,7 @@ def test_small_read_window_still_finds_records_across_chunks(catalogued) -> None
     rows = catalog.live_segments("timeindex_test", 0)
     golden = [json.loads(line) for line in
               (KAFKA_FIXTURES / "broker" / f"{PARTITION}.lookups.golden.jsonl").read_text().splitlines()]
-    segments = [StoredSegment(row, backend.options, read_window=100, min_timestamp=0) for row in rows]
+    segments = [StoredSegment(row, backend.store(), read_window=100, min_timestamp=0) for row in rows]
     for expected in golden[::7] if backend.name == "local" else golden[::31]:
         answer = list_offsets(segments, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
@@ -84,9 +84,9 @@ def test_lookup_windows_read_little_and_a_task_reads_each_range_once(catalogued)
     sidecars = sum(object_info(key, backend.options).size for row in rows for key in (row.index_key, row.timeindex_key))
     window = max(lookup_window(row, config.index_interval_bytes) for row in rows)
     assert window < DEFAULT_READ_WINDOW
-    warm = [stored_segment(row, backend.options, config) for row in rows]
+    warm = [stored_segment(row, backend.store(), config) for row in rows]
     for expected in golden if backend.name == "local" else golden[::5]:
-        cold = [stored_segment(row, backend.options, config) for row in rows]
+        cold = [stored_segment(row, backend.store(), config) for row in rows]
         with metered() as meter:
             answer = list_offsets(cold, expected["target"], min_timestamp=0)
         assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
@@ -125,11 +125,11 @@ def test_paged_sidecars_answer_as_brute_force_and_fall_back_whole_when_damaged(b
     rng = np.random.default_rng(1)
     targets = [int(stamps.min()) - 1, int(stamps.max()), int(stamps.max()) + 1,
                *rng.integers(int(stamps.min()), int(stamps.max()), 12 if backend.name == "local" else 4).tolist()]
-    task = [stored_segment(rows[0], backend.options)]
+    task = [stored_segment(rows[0], backend.store())]
     for target in targets:
         hits = np.flatnonzero(stamps >= target)
         expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
-        cold = [stored_segment(rows[0], backend.options)]
+        cold = [stored_segment(rows[0], backend.store())]
         with metered() as meter:
             answer = list_offsets(cold, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected, (damage, target)
@@ -147,7 +147,7 @@ def test_chunks_go_on_when_a_window_ends_exactly_on_a_batch_boundary(backend: Ba
     read on from there)."""
     rows, stamps = _paged_partition(backend)
     first = scan_batches(read_bytes(rows[0].log_key, backend.options, 0, 4096), strict=False).headers
-    segment = StoredSegment(rows[0], backend.options, read_window=int(first.size[0]) * 3, min_timestamp=0)
+    segment = StoredSegment(rows[0], backend.store(), read_window=int(first.size[0]) * 3, min_timestamp=0)
     assert sum(len(headers) for _, headers in segment.chunks_from(0)) == rows[0].batch_count == len(stamps)
 
 
@@ -173,7 +173,7 @@ def test_rows_carry_the_sidecar_sizes_so_a_cold_lookup_gets_the_searched_pages_d
             hits = np.flatnonzero(stamps >= target) if target >= 0 else [int(np.argmax(stamps))]
             expected = (int(hits[0]), int(stamps[hits[0]])) if len(hits) else (-1, -1)
             with metered() as meter:
-                answer = list_offsets([stored_segment(variant, backend.options)], target, min_timestamp=0)
+                answer = list_offsets([stored_segment(variant, backend.store())], target, min_timestamp=0)
             assert (answer.offset, answer.timestamp) == expected, (name, target)
             if name == "sizes":
                 assert meter.requests["GET"] <= 3 and sum(meter.requests.values()) == meter.requests["GET"], \
@@ -198,7 +198,7 @@ def test_decoded_chunks_check_every_crc_and_name_the_absolute_byte(backend: Back
     if broken is not None:
         log = _crc_flipped(log, int(truth.position[broken]))
     row = store_segment_version(Store(backend.uri("crcs"), backend.options), TopicPartition("t", 0), 0, log, b"", b"", SegmentState.ROLLED, "test", 0, min_timestamp=0)
-    segment = StoredSegment(row, backend.options, read_window=int(truth.size[0]) * 3 + 10, min_timestamp=0)
+    segment = StoredSegment(row, backend.store(), read_window=int(truth.size[0]) * 3 + 10, min_timestamp=0)
     pick = lambda h: np.arange(0, len(h), step)  # noqa: E731
     if broken is None:
         offsets = np.concatenate([r.offset for r, _, _ in segment.decoded_from(0, pick)])
@@ -240,11 +240,11 @@ def test_a_batch_index_leads_a_cold_lookup_to_the_answering_batch_alone(backend:
     targets = [int(stamps.min()) - 1, int(stamps.min()), int(stamps.max()), int(stamps.max()) + 1,
                *rng.choice(stamps, 40 if backend.name == "local" else 8).tolist(),
                *rng.integers(int(stamps.min()), int(stamps.max()), 40 if backend.name == "local" else 8).tolist()]
-    task = [stored_segment(row, backend.options) for row in rows]
+    task = [stored_segment(row, backend.store()) for row in rows]
     for target in targets:
         hits = np.flatnonzero(stamps >= target)
         expected = (int(hits[0]), int(stamps[hits[0]])) if hits.size else (-1, -1)
-        cold = [stored_segment(row, backend.options) for row in rows]
+        cold = [stored_segment(row, backend.store()) for row in rows]
         with metered() as meter:
             answer = list_offsets(cold, target, min_timestamp=0)
         assert (answer.offset, answer.timestamp) == expected, target
@@ -274,7 +274,7 @@ def test_a_batch_index_that_places_batches_wrongly_is_set_aside_and_answers_stay
         entries["position"][used], entries["size"][used] = headers.position[nxt], headers.size[nxt]
         backend.put(key, entries.tobytes())
     rng = np.random.default_rng(8)
-    task = [stored_segment(row, backend.options) for row in rows]
+    task = [stored_segment(row, backend.store()) for row in rows]
     for target in rng.choice(stamps, 30 if backend.name == "local" else 6).tolist():
         hits = np.flatnonzero(stamps >= target)
         answer = list_offsets(task, target, min_timestamp=0)
@@ -299,7 +299,7 @@ def test_max_timestamp_of_a_stored_pre_1970_partition_with_an_empty_active_segme
     rows = [store_segment_version(Store(root, backend.options), tp, s.base_offset, s.log, s.index, s.timeindex, SegmentState.ROLLED, "test", 0, min_timestamp=floor) for s in closed]
     empty = store_segment_version(Store(root, backend.options), tp, len(stamps), b"", b"", b"", SegmentState.ACTIVE, "test", 0, min_timestamp=floor)
     assert len(rows) > 1 and empty.largest_timestamp == empty.first_batch_timestamp == floor - 1
-    segments = [stored_segment(row, backend.options, config) for row in [*rows, empty]]
+    segments = [stored_segment(row, backend.store(), config) for row in [*rows, empty]]
     top = max(stamps)
     answer = list_offsets(segments, -3, min_timestamp=floor)
     assert (answer.offset, answer.timestamp) == (stamps.index(top), top) == (1, -5_000)
