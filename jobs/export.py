@@ -4,6 +4,8 @@ broker's log dir, Kafka's layout: `<topic>-<partition>/<base_offset:020d>.log|.i
 `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and `replication-offset-checkpoint`
 (`engine.ops.export` has the rules). One Spark task per partition; the driver writes the checkpoints
 last. The klake root is only read. Re-running is idempotent and finishes an interrupted export.
+`--groups-csv DIR` also writes the archived consumer groups' positions on the exported partitions for
+`kafka-consumer-groups --reset-offsets --from-file` (the offline restore of issue 30, item 4).
 
     spark-submit jobs/export.py --conf conf/s3.example.yaml --topic orders --output s3://handover/kafka-logs
 """
@@ -14,20 +16,24 @@ import argparse
 import sys
 from functools import partial
 
+from engine.log.group_position import kept_position, reset_offsets_csv
 from engine.log.kafka_files import KafkaFileError, parse_topic_id
 from engine.ops.export import (
     ExportRange,
     ExportReport,
+    PartitionExport,
     check_output,
     check_times,
     prepare_export,
     report_of,
     write_checkpoints,
 )
+from engine.ops.groups_table import group_positions
 from engine.ops.read import IsolationLevel
 from jobs.runtime.job_runner import JobContext, JobSpec, at_least, main, time_argument
+from jobs.runtime.report import plural
 from kernel.errors import KlakeError
-from kernel.names import validate_topic
+from kernel.names import TopicPartition, validate_topic
 
 
 def topic_id_argument(text: str) -> tuple[str, str]:
@@ -57,6 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic-id", dest="topic_ids", action="append", default=[], type=topic_id_argument,
                         metavar="TOPIC=ID", help="the topic id for partition.metadata (the cluster's, as "
                         "kafka-topics --describe prints it); default: one derived from the topic name")
+    parser.add_argument("--groups-csv", metavar="DIR",
+                        help="also write each archived consumer group's positions on the exported partitions as "
+                        "DIR/{group}.csv, for kafka-consumer-groups --reset-offsets --from-file")
+    parser.add_argument("--groups-at", type=time_argument, metavar="TIME",
+                        help="the group positions as of this time (default: the last snapshot)")
 
 
 def run(ctx: JobContext) -> None:
@@ -76,6 +87,28 @@ def run(ctx: JobContext) -> None:
                                     "segments": sum(len(p.segments) for p in exported),
                                     "checkpoints_written": report.checkpoints_written}
     ctx.report.summary += export_summary(report)
+    if args.groups_csv:
+        _write_group_positions(ctx, exported)
+
+
+def _write_group_positions(ctx: JobContext, exported: list[PartitionExport]) -> None:
+    """Each group's archived committed offsets (`_groups`, the newest snapshot at or before --groups-at) on
+    the exported partitions, as `DIR/{group}.csv`: the export keeps every record's offset, so a group's
+    position is its own, held inside the exported range (`kept_position`). A broker cannot take them from
+    its log dir (they live in `__consumer_offsets`): `kafka-consumer-groups --reset-offsets --from-file
+    DIR/{group}.csv --execute` commits them once the broker runs (README: Restoring)."""
+    ranges = {p.tp: (p.log_start_offset, p.log_end_offset) for p in exported}
+    by_group: dict[str, list[tuple[str, int, int]]] = {}
+    for row in group_positions(ctx.store, at_ms=ctx.args.groups_at).to_pylist():
+        if (bounds := ranges.get(TopicPartition(row["topic"], row["partition"]))) is not None:
+            by_group.setdefault(row["group"], []).append(
+                (row["topic"], row["partition"], kept_position(row["offset"], *bounds)))
+    plans = ctx.store.at(ctx.args.groups_csv)
+    for group, positions in sorted(by_group.items()):
+        plans.write(plans.uri(f"{group}.csv"), reset_offsets_csv(positions).encode())
+    ctx.report.results["groups"] = sorted(by_group)
+    ctx.report.summary.append(f"export: positions of {plural(len(by_group), 'group')} written to "
+                              f"{ctx.args.groups_csv} (kafka-consumer-groups --reset-offsets --from-file)")
 
 
 def export_summary(report: ExportReport) -> list[str]:

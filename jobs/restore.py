@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.log.group_position import translate_position
+from engine.log.group_position import reset_offsets_csv, translate_position
 from engine.ops.groups_table import group_positions
 from jobs.archive import Cluster, client_options
 from jobs.read import read_records
@@ -142,9 +141,8 @@ def _restore_groups(ctx: JobContext, cluster: Cluster, source: str, target: str,
     applied, skipped = [], []
     for group, moved in sorted(by_group.items()):
         if args.groups_csv:
-            path = Path(args.groups_csv) / f"{group}.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(f"{target},{p},{o}\n" for p, o in sorted(moved.items())))
+            plans = ctx.store.at(args.groups_csv)
+            plans.write(plans.uri(f"{group}.csv"), reset_offsets_csv((target, p, o) for p, o in moved.items()).encode())
             applied.append(group)
             continue
         members = cluster.admin.describe_groups([group])

@@ -8,6 +8,8 @@ command's exit code and output are captured on their own. The commands run in a 
 checkout's code with the Python running the tests (a fresh clone's own `.venv` in CI), and
 `tests/fixtures` is the checkout's (the Kafka fixtures the examples read). The tour's first command is
 the demo itself (`klake demo --local`), so every later command sees a fresh demo's output, made once.
+The archive and restore examples read a live cluster, `$KAFKA_BOOTSTRAP`: the session's broker (always
+there under `make test`), into which `seed_cluster` writes the topics and the consumer group they name.
 
 Checked: each command exits 0 and prints something; each `#> text` line under a command appears in
 what that command printed; and, against the demo's own input, the tour's ListOffsets answers are real
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -34,6 +37,7 @@ import pytest
 import yaml
 
 from tests.conftest import PROJECT_ROOT
+from tests.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -163,14 +167,38 @@ def clone_like(tmp: Path, fixtures: Path) -> Path:
     return clone
 
 
-def run_block(block: Block, clone: Path, outputs: Path) -> dict[int, Outcome]:
-    """One bash script per block, each command's output and exit code captured on their own."""
+def seed_cluster(broker: KafkaBroker) -> None:
+    """What the README's archive and restore examples read from `$KAFKA_BOOTSTRAP`: the topics `orders`
+    (two partitions, 6 records each) and `payments`, and the group `billing`, committed mid-`orders`."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    broker.create_topic("orders", partitions=2, retention_ms=-1)
+    broker.create_topic("payments", retention_ms=-1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(12):
+        producer.send("orders", key=b"customer-%d" % (i % 5), value=b'{"order": %d}' % i, partition=i % 2,
+                      headers=[("source", b"readme")])
+    for i in range(5):
+        producer.send("payments", key=b"customer-%d" % i, value=b'{"payment": %d}' % i)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="billing", enable_auto_commit=False)
+    consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(4, "", -1),
+                     TopicPartition("orders", 1): OffsetAndMetadata(2, "", -1)})
+    consumer.close()
+
+
+def run_block(block: Block, clone: Path, outputs: Path, bootstrap: str) -> dict[int, Outcome]:
+    """One bash script per block, each command's output and exit code captured on their own; the cluster
+    the examples name is `$KAFKA_BOOTSTRAP`."""
     script = ["set -o pipefail"]
     cmds = commands(block)
     for cmd in cmds:
         stem = shlex.quote(str(outputs / f"{cmd.line}"))
         script.append(f"{{ {cmd.text}\n}} >{stem}.out 2>{stem}.err; echo $? >{stem}.rc")
-    subprocess.run(["bash", "-c", "\n".join(script)], cwd=clone, check=True, timeout=TIMEOUT_S)
+    subprocess.run(["bash", "-c", "\n".join(script)], cwd=clone, check=True, timeout=TIMEOUT_S,
+                   env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap})
     return {cmd.line: Outcome(int((outputs / f"{cmd.line}.rc").read_text()),
                               (outputs / f"{cmd.line}.out").read_text(), (outputs / f"{cmd.line}.err").read_text())
             for cmd in cmds}
@@ -182,12 +210,13 @@ def clone(tmp_path_factory: pytest.TempPathFactory, kafka_fixtures: Path) -> Pat
 
 
 @pytest.fixture(scope="module")
-def outcomes(clone: Path) -> dict[int, Outcome]:
+def outcomes(clone: Path, kafka_broker: KafkaBroker) -> dict[int, Outcome]:
+    seed_cluster(kafka_broker)
     outputs = clone.parent / "outputs"
     outputs.mkdir()
     results: dict[int, Outcome] = {}
     for block in RUN:
-        results.update(run_block(block, clone, outputs))
+        results.update(run_block(block, clone, outputs, kafka_broker.bootstrap))
     return results
 
 
@@ -263,3 +292,36 @@ def test_the_tours_read_returns_every_input_record_of_its_range(clone: Path, out
     assert len(rows) == len(read) > 0
     assert read == expected
     assert f"read: {len(read)} record(s)" in outcomes[cmd.line].out
+
+
+# --- the archive and restore examples against the cluster ---------------------------------------------
+
+
+def _served(broker: KafkaBroker, topic: str) -> list[tuple]:
+    """(partition, offset, timestamp, key, value, headers) of every record of `topic` in the cluster."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))])
+    consumer.seek_to_beginning()
+    records = sorted((r.partition, r.offset, r.timestamp, r.key, r.value, r.headers) for r in consumer)
+    consumer.close()
+    return records
+
+
+def test_the_restored_topic_holds_the_archived_records_and_the_group_reads_next_what_it_would_have(
+        outcomes: dict[int, Outcome], kafka_broker: KafkaBroker) -> None:
+    from kafka import TopicPartition
+
+    restore, = [c for c in COMMANDS if re.search(r"klake restore\b", c.text)]
+    assert outcomes[restore.line].code == 0
+    source, restored = _served(kafka_broker, "orders"), _served(kafka_broker, "orders-restored")
+    assert [(p, t, k, v, h) for p, _, t, k, v, h in restored] == [(p, t, k, v, h) for p, _, t, k, v, h in source]
+    admin = kafka_broker.admin()
+    committed = admin.list_group_offsets({"billing": None})["billing"]
+    admin.close()
+    for tp, position in committed.items():
+        if tp.topic == "orders":  # the record the group reads next, on the source and on the restored topic
+            moved = committed[TopicPartition("orders-restored", tp.partition)].offset
+            assert (next(v for p, o, _, _, v, _ in restored if (p, o) == (tp.partition, moved))
+                    == next(v for p, o, _, _, v, _ in source if (p, o) == (tp.partition, position.offset)))

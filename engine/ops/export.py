@@ -5,6 +5,7 @@ For each partition, under `{output}/{topic}-{partition}/`:
   sidecars when they check out against the log (a segment imported from a broker keeps the broker's
   files, byte for byte), else rebuilt (`settle_indexes`), and for every segment cut by a range rebuilt,
   with Kafka's recovery rule (`engine.index.rebuild`), which a broker applies to a segment it recovers;
+  the active segment's time index ends with the entry a broker's clean shutdown appends (`closed_time_index`);
 - `.txnindex` beside each segment holding the ABORT marker of a non-empty transaction: its aborted
   transactions as a broker recovering the exported batches from the first one writes them
   (`engine.cleaner.txn.completed_transactions`, `engine.index.txn_index`), so a broker serving the dir
@@ -43,8 +44,11 @@ import numpy as np
 from engine.catalog.schema import SegmentRow, SegmentState, partition_log_start_offset
 from engine.cleaner.txn import completed_transactions, control_types
 from engine.format.batch import BatchHeaders, scan_batches
+from engine.index.append_rule import SegmentIndexer
 from engine.index.checks import settle_indexes
+from engine.index.offset_index import OffsetIndex
 from engine.index.rebuild import build_indexes
+from engine.index.time_index import TimeIndex
 from engine.index.txn_index import txn_index_bytes
 from engine.log.kafka_files import (
     LeaderEpochCache,
@@ -255,6 +259,8 @@ def prepare_export(item: PartitionInput[None], *, source: Store, output: Store, 
             offsets, times, check = settle_indexes(
                 headers, row.base_offset, source.read(row.index_key), source.read(row.timeindex_key),
                 row.log_key, config.index_interval_bytes, row.state == SegmentState.ACTIVE, min_timestamp=floor)
+            if row.state == SegmentState.ACTIVE and len(headers):
+                times = closed_time_index(offsets, times, headers, row)
         else:  # a slice is a new segment: its indexes are what recovery builds for it
             log = data[cut.start:cut.stop]
             headers = scan_batches(log, row.log_key).headers
@@ -288,6 +294,16 @@ def prepare_export(item: PartitionInput[None], *, source: Store, output: Store, 
             raise KlakeError(f"{tp}: could not delete the stale file {uri} of an earlier export: {why}")
     outcome.written, outcome.unchanged, outcome.deleted = writer.written, len(writer.kept), stale
     return PartitionStep(outcome)
+
+
+def closed_time_index(offsets: OffsetIndex, times: TimeIndex, headers: BatchHeaders, row: SegmentRow) -> TimeIndex:
+    """The active segment's time index as a broker leaves it at a clean shutdown: `LogSegment.close` appends
+    the final entry `(segment max, its offset)` (`maybeAppend`, skipping the full check), and a broker that
+    loads the log dir without recovery answers ListOffsets MAX_TIMESTAMP from that last entry (an index
+    without it answers no offset at all)."""
+    return SegmentIndexer.resume(offsets, times, size=row.size_bytes, last_offset=int(headers.last_offset[-1]),
+                                 max_timestamp=row.largest_timestamp,
+                                 offset_of_max_timestamp=row.offset_of_largest_timestamp).close()[1]
 
 
 def transaction_indexes(segments: Sequence[tuple[str, BatchHeaders, np.ndarray]]) -> list[tuple[str, bytes]]:
