@@ -58,8 +58,9 @@ from engine.ops.append_staging import order_pieces
 from engine.ops.lease import leased_partitions
 from engine.ops.rejects import drop_partition_rejects, rejects_dir
 from engine.ops.run import JobRun, PartitionInput, PartitionResult
-from jobs.ingest.append_task import RESULT, RESULT_SCHEMA, AppendTasks, partition_results, tally
+from jobs.ingest.append_task import RESULT, RESULT_SCHEMA, AppendTasks, partition_results
 from jobs.ingest.assign import tp_names
+from jobs.ingest.report import report_append
 from jobs.ingest.source import InputSettings, input_job_id, is_dir, open_input
 from jobs.ingest.stage import STAGE_FLUSH_BYTES, Stager, append_tasks, buffer_bytes, stage_input
 from jobs.runtime.job_runner import JobContext, JobSpec, check_partitions, main
@@ -149,7 +150,7 @@ def append_input(ctx: JobContext, settings: InputSettings) -> None:
 
     run_ = ctx.run_partitions_with(tps, execute, ledger_idle=True)
     _drop_uncommitted_rejects(ctx, run_, where)
-    _report(ctx, run_, rows, where)
+    report_append(ctx, run_, rows, where)
 
 
 def _appended_already(ctx: JobContext, tps: Sequence[TopicPartition]) -> bool:
@@ -175,34 +176,6 @@ def _drop_uncommitted_rejects(ctx: JobContext, run_: JobRun[PartitionAppendOutco
         counters = result.step.outcome.counters if result.step is not None else None
         if str(result.tp) in run_.failures and counters is not None and sum(counters.rejected.values()):
             drop_partition_rejects(where, result.tp, ctx.store)
-
-
-def _report(ctx: JobContext, run_: JobRun[PartitionAppendOutcome], rows: list[dict], where: str | None) -> None:
-    """Appended and rejected records of the partitions this attempt committed; held-back records of the
-    others (the run fails, so the scheduler retries with the same job id)."""
-    t = tally(rows, run_)
-    count = sum(t.by_reason.values())
-    ctx.report.rejected = {"count": count, "by_reason": dict(t.by_reason), "path": where if count else None}
-    ctx.report.results.update({"records_in": t.received, "records_appended": 0 if ctx.dry_run else t.appended,
-                               "appended_by_earlier_attempt": t.earlier, "not_yet_appended": dict(t.pending),
-                               "already_committed": bool(run_.committed_earlier) and not run_.results
-                               and not run_.failures})
-    reasons = ', '.join(f'{k} {v}' for k, v in sorted(t.by_reason.items()))
-    if ctx.dry_run:
-        ctx.report.results |= {"records_to_append": t.appended, "segment_versions_to_write": t.versions}
-        line = (f"append: would append {t.appended} of {t.received} record(s) in "
-                f"{plural(t.versions, 'segment version')}" + (f"; would reject {count} ({reasons})" if count else ""))
-    else:
-        line = f"append: {t.appended} of {t.received} record(s) appended"
-    if t.earlier:
-        line += f"; {t.earlier} appended earlier by job {ctx.job_id}"
-    if count and where is not None:
-        line += f"; {count} rejected ({reasons}) -> {where}"
-    ctx.report.summary.append(line)
-    if t.pending:
-        ctx.report.summary.append(
-            f"append: {sum(t.pending.values())} record(s) of {', '.join(sorted(t.pending))} not yet appended: "
-            f"re-run with --job-id {ctx.job_id} to append exactly those")
 
 
 SPEC = JobSpec("append", "append records (Spark's Kafka sink columns) to topics", run, add_arguments,

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from jobs import import_log
 from jobs.runtime.job_runner import JobSpec, main
@@ -70,3 +70,16 @@ def checkpointed_offsets(checkpoint: Path) -> list[dict]:
     """The end offsets of every batch in the checkpoint's offset log (its last line: the source's JSON)."""
     files = sorted((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     return [json.loads(p.read_text().splitlines()[-1]) for p in files]
+
+
+def consumed(broker: KafkaBroker, topic: str, partitions: int, isolation: str = "read_committed") -> list[tuple]:
+    """(partition, offset, timestamp, key, value, headers) of every record a consumer of `isolation` reads,
+    from the beginning of each partition: the cluster's answer the archive and restore tests compare with."""
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, isolation_level=isolation,
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    out = sorted((r.partition, r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
+                 for r in consumer)
+    consumer.close()
+    return out

@@ -27,6 +27,7 @@ from jobs.cli import main as cli
 from jobs.read import read_records
 from jobs.runtime.config import load_config
 from jobs.runtime.job_runner import main
+from tests.kafka.runs import consumed
 from tests.kafka_broker import SASL_USER, KafkaBroker, free_port
 from tests.oracles import fetch_jvm
 
@@ -236,17 +237,6 @@ def test_each_run_snapshots_the_groups_committed_offsets_and_groups_answers_wher
     assert "no snapshot of group" in capsys.readouterr().err
 
 
-def _records(broker: KafkaBroker, topic: str, partitions: int) -> list[tuple]:
-    """(partition, offset, timestamp, key, value, headers) of every committed record, in offset order."""
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
-    consumer.assign([KafkaTP(topic, p) for p in range(partitions)])
-    consumer.seek_to_beginning()
-    out = sorted((r.partition, r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
-                 for r in consumer)
-    consumer.close()
-    return out
-
 
 def test_restore_produces_the_archive_into_a_new_topic_and_the_group_resumes_where_it_would_have(
         spark, kafka_broker: KafkaBroker, tmp_path: Path) -> None:
@@ -262,7 +252,7 @@ def test_restore_produces_the_archive_into_a_new_topic_and_the_group_resumes_whe
                       timestamp_ms=1_790_000_000_000 + i)
     producer.flush()
     producer.close()
-    source = _records(kafka_broker, topic, 2)
+    source = consumed(kafka_broker, topic, 2)
     gap = next(o for o in range(source[-1][1]) if (0, o) not in {(p, x) for p, x, *_ in source})
     group = f"readers-{topic}"
     committed = {0: gap, 1: [o for p, o, *_ in source if p == 1][3]}  # partition 0: at a gap (an aborted record)
@@ -276,7 +266,7 @@ def test_restore_produces_the_archive_into_a_new_topic_and_the_group_resumes_whe
     code = main(restore.SPEC, ["--conf", str(conf), "--bootstrap-servers", kafka_broker.bootstrap, "--topic", topic,
                                "--to-topic", target, "--apply-groups", "--no-progress", "--report", str(report)])
     assert code == 0, report.read_text()
-    restored = _records(kafka_broker, target, 2)
+    restored = consumed(kafka_broker, target, 2)
     assert [(p, t, k, v, h) for p, _, t, k, v, h in restored] == [(p, t, k, v, h) for p, _, t, k, v, h in source]
     admin = kafka_broker.admin()
     positions = admin.list_group_offsets({group: None})[group]

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KafkaTP
+from kafka import KafkaProducer
 
 from jobs.read import read_records
 from jobs.runtime.config import load_config
 from tests.conftest import PROJECT_ROOT
+from tests.kafka.runs import consumed
 from tests.kafka_broker import KafkaBroker
 from tests.oracles import fetch_jvm
 
@@ -104,16 +104,6 @@ class Producers:
         self._guarded(body)
 
 
-def _consume(broker: KafkaBroker, topic: str, isolation: str) -> list[tuple]:
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, isolation_level=isolation,
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
-    consumer.assign([KafkaTP(topic, p) for p in range(PARTITIONS)])
-    consumer.seek_to_beginning()
-    out = sorted((r.partition, r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
-                 for r in consumer)
-    consumer.close()
-    return out
-
 
 def _archived(spark, conf: Path, topic: str) -> list[tuple]:  # noqa: ANN001
     rows = read_records(spark, load_config(str(conf), []), topic).collect()
@@ -157,10 +147,10 @@ def test_archive_killed_at_each_point_of_its_run_and_rerun_loses_and_duplicates_
     report = json.loads((tmp_path / "last.json").read_text())
     assert all(row["lag"] == 0 for row in report["results"]["archive"].values()), report["results"]["archive"]
 
-    committed = _consume(kafka_broker, topic, "read_committed")
+    committed = consumed(kafka_broker, topic, PARTITIONS)
     archived = _archived(spark, conf, topic)
     assert archived == committed  # each record once, at its source offset, with its time, key, value, headers
-    everything = _consume(kafka_broker, topic, "read_uncommitted")
+    everything = consumed(kafka_broker, topic, PARTITIONS, "read_uncommitted")
     assert any(v.endswith(b"-abort") for *_, v, _ in everything)  # aborted records exist in the cluster
     assert not any(v.endswith(b"-abort") for *_, v, _ in archived)
     assert len(archived) > 200

@@ -27,6 +27,7 @@ from kafka.structs import OffsetAndMetadata
 
 from jobs import archive, export
 from jobs.runtime.job_runner import main
+from tests.kafka.runs import consumed
 from tests.kafka_broker import KafkaBroker, start_broker
 from tests.oracles import fetch_jvm
 
@@ -58,17 +59,6 @@ def _produce(broker: KafkaBroker, topic: str) -> None:
     plain.flush()
     plain.close()
 
-
-def _records(broker: KafkaBroker, topic: str) -> list[tuple]:
-    """(partition, offset, timestamp, key, value, headers) of every committed record, in offset order."""
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
-    consumer.assign([KafkaTP(topic, p) for p in range(PARTITIONS)])
-    consumer.seek_to_beginning()
-    out = sorted((r.partition, r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
-                 for r in consumer)
-    consumer.close()
-    return out
 
 
 def _list_offsets(broker: KafkaBroker, topic: str, targets: list[int]) -> list[tuple[int, int, int, int]]:
@@ -118,7 +108,7 @@ def test_a_topic_archived_and_restored_offline_into_a_fresh_broker_is_served_who
     fetch_jvm.require("spark-kafka")
     topic = kafka_broker.create_topic(f"offline-{uuid.uuid4().hex[:8]}", partitions=PARTITIONS, retention_ms=-1)
     _produce(kafka_broker, topic)
-    source = _records(kafka_broker, topic)
+    source = consumed(kafka_broker, topic, PARTITIONS)
     held = {(p, o) for p, o, *_ in source}
     aborted = next(o for o in range(1, source[-1][1]) if not {(0, o - 1), (0, o), (0, o + 1)} & held)  # not a marker
     group = f"readers-{topic}"
@@ -142,7 +132,7 @@ def test_a_topic_archived_and_restored_offline_into_a_fresh_broker_is_served_who
             assert main(export.SPEC, ["--conf", str(conf), "--topic", topic, "--output", str(fresh.log_dir),
                                       "--topic-id", f"{topic}={fresh.topic_id(topic)}", "--groups-csv", str(plans),
                                       "--no-progress"]) == 0
-        assert _records(fresh, topic) == source
+        assert consumed(fresh, topic, PARTITIONS) == source
         times = sorted({t for *_, t, _, _, _ in source})
         targets = [-1, -2, -3, 0, *times[-6:], times[-1] + 1]  # the plain records' times: after every marker
         assert _list_offsets(fresh, topic, targets) == _list_offsets(kafka_broker, topic, targets)
