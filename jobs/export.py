@@ -49,25 +49,25 @@ def topic_id_argument(text: str) -> tuple[str, str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, metavar="DIR",
-                        help="the log dir to write (local directory or s3:// prefix), outside the klake root")
+                        help="log dir to write (local or s3://), outside the root")
     parser.add_argument("--from-offset", type=at_least(0), metavar="N", help="first offset, inclusive")
     parser.add_argument("--to-offset", type=at_least(0), metavar="N", help="end offset, exclusive")
     parser.add_argument("--from", dest="from_ms", type=time_argument, metavar="TIME",
-                        help="start at the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
+                        help="first offset with timestamp >= TIME")
     parser.add_argument("--to", dest="to_ms", type=time_argument, metavar="TIME",
-                        help="end before the first offset whose timestamp is >= TIME (epoch ms or ISO-8601)")
+                        help="before the first offset with timestamp >= TIME")
     parser.add_argument("--isolation-level", type=IsolationLevel, choices=list(IsolationLevel), metavar="LEVEL",
                         default=IsolationLevel.READ_UNCOMMITTED,
                         help="read_committed: end each partition where no transaction is left open "
                         "(default read_uncommitted)")
     parser.add_argument("--topic-id", dest="topic_ids", action="append", default=[], type=topic_id_argument,
-                        metavar="TOPIC=ID", help="the topic id for partition.metadata (the cluster's, as "
-                        "kafka-topics --describe prints it); default: one derived from the topic name")
+                        metavar="TOPIC=ID", help="the cluster's topic id (kafka-topics --describe) for "
+                        "partition.metadata; default: derived from the name")
     parser.add_argument("--groups-csv", metavar="DIR",
-                        help="also write each archived consumer group's positions on the exported partitions as "
-                        "DIR/{group}.csv, for kafka-consumer-groups --reset-offsets --from-file")
+                        help="archived groups' positions to DIR/{group}.csv "
+                        "(for kafka-consumer-groups --from-file)")
     parser.add_argument("--groups-at", type=time_argument, metavar="TIME",
-                        help="the group positions as of this time (default: the last snapshot)")
+                        help="group positions as of TIME (default: last snapshot)")
 
 
 def run(ctx: JobContext) -> None:
