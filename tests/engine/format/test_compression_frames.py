@@ -140,3 +140,24 @@ def test_lz4_frames_are_python_lz4s(magic) -> None:
         assert bytes(compression.compress(compression.LZ4, payload, magic)) == expected
         if magic == 2:
             assert bytes(compression.compress_behind(compression.LZ4, payload, 61)[61:]) == expected
+
+
+@pytest.mark.parametrize("codec", [compression.SNAPPY, compression.LZ4, compression.ZSTD])
+def test_a_compressed_batch_has_a_buffer_of_its_own_size(codec) -> None:
+    """A batch compressed behind its header's room is kept (a segment holds its batches until its upload): it holds
+    a buffer of exactly its bytes, not the compressor's bound, and no later compression (which reuses the thread's
+    scratch buffer) changes it; the reference reads each back to its records."""
+    rng = random.Random(30)
+    first, second = (b"".join(b'{"user": %d, "event": "click"}' % rng.randrange(50_000) for _ in range(30_000))
+                     for _ in range(2))
+    packed = compression.compress_behind(codec, first, 61)
+    kept = bytes(packed)
+    again = compression.compress_behind(codec, second, 61)
+    for out, data in ((packed, first), (again, second)):
+        assert out.obj.size == len(out) < len(data) // 2
+        assert compression.decompress(codec, out[61:]) == data
+    assert bytes(packed) == kept
+    if codec == compression.LZ4:
+        assert _lz4_reference(bytes(packed[61:])) == first
+    elif codec == compression.ZSTD:
+        assert _zstd_reference(bytes(packed[61:])) == first
