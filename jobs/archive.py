@@ -348,15 +348,17 @@ def _report_partitions(ctx: JobContext, tps: list[TopicPartition], ranges: Mappi
                        cluster_end: Mapping[TopicPartition, int]) -> None:
     """Per partition: records and bytes appended, first and last offset, lag behind the cluster now. A
     partition that did not fail was read to its range's end, which may lie past its last record (a
-    transaction's commit marker, aborted records): the lag counts from there."""
+    transaction's commit marker, aborted records): the lag counts from there (its archive ends at or before
+    it). A failed one was read to where its archive ends, which only the catalog knows."""
     outcomes = {p["partition"]: p.get("outcome") or {} for p in ctx.report.partitions}
     failed = {f["partition"] for f in ctx.report.failures}
     rows = {}
     for tp in tps:
         outcome = outcomes.get(str(tp), {})
-        live = ctx.catalog.live_segments(tp.topic, tp.partition) if ctx.catalogued_partitions() else []
-        log_end = live[-1].next_offset if live else ranges[tp][0]
-        read_to = log_end if str(tp) in failed or "*" in failed else max(log_end, ranges[tp][1])
+        log_end = read_to = ranges[tp][1]
+        if str(tp) in failed or "*" in failed:
+            live = ctx.catalog.live_segments(tp.topic, tp.partition) if ctx.catalogued_partitions() else []
+            log_end = read_to = live[-1].next_offset if live else ranges[tp][0]
         records = outcome.get("records_accepted", 0)
         rows[str(tp)] = {"records": records, "bytes": outcome.get("bytes", 0),
                          "first_offset": outcome.get("first_offset") if records else None,
