@@ -563,7 +563,8 @@ class _Written:
             largest_timestamp=largest if has_largest else none,
             offset_of_largest_timestamp=largest_offset if has_largest else base,
             timestamp_type=types.pop() if len(types) == 1 else ("Mixed" if types else "CreateTime"),
-            magic=max(magics, default=2), valid_bytes=size)
+            magic=max(magics, default=2), valid_bytes=size,
+            txn_batch_count=old.txn_batch_count if old else 0)  # an append writes no transactional batch
 
 
 def _batch_max_timestamps(ts: np.ndarray, lengths: np.ndarray, lat: int | None, kip228: bool) -> np.ndarray:

@@ -45,6 +45,8 @@ class SegmentSummary:
     magic: int
     valid_bytes: int
     problems: list[CorruptRecordError] = field(default_factory=list)
+    txn_batch_count: int | None = None
+    """Transactional or control batches (`count_txn_batches`); None: unknown."""
 
     def facts(self) -> dict[str, int | str]:
         """What a catalog row records of the segment, under the row's column names (`SEGMENT_FACTS`)."""
@@ -70,6 +72,12 @@ def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: in
     if not has_timestamp(ts, min_timestamp):
         return no_timestamp(min_timestamp), base_offset
     return ts, int(headers.last_offset[row])
+
+
+def count_txn_batches(headers: BatchHeaders) -> int:
+    """How many batches are transactional or control batches: the ones a read_committed reader's walk of
+    the partition (`engine.cleaner.txn`) looks at; a segment without any adds no transaction."""
+    return int(np.count_nonzero(headers.is_transactional | headers.is_control))
 
 
 def timestamp_type_label(headers: BatchHeaders) -> str:
@@ -111,4 +119,5 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", 
         magic=int(headers.magic.max()) if len(headers) else 2,
         valid_bytes=scan.valid_bytes,
         problems=scan.problems,
+        txn_batch_count=count_txn_batches(headers),
     )
