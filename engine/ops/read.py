@@ -217,12 +217,14 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, store: Store,
 def partition_transactions(rows: Sequence[SegmentRow], store: Store, floor: int
                            ) -> Transactions:
     """The transactions of a partition's live segments (`rows`), from the batch headers and the records of
-    the control batches of the segments that can hold any (`scanned_for_transactions`); `floor`: the
-    topic's smallest timestamp (`ReadRange.floor`)."""
+    the control batches of the segments that can hold any (`scanned_for_transactions`), each read over
+    `transaction_span`; `floor`: the topic's smallest timestamp (`ReadRange.floor`)."""
     parts: list[BatchHeaders] = []
     kinds: list[np.ndarray] = []
     for row in sorted(scanned_for_transactions(rows), key=lambda r: r.base_offset):
-        for data, headers in StoredSegment(row, store, read_window=READ_WINDOW, min_timestamp=floor).chunks_from(0):
+        start, stop = transaction_span(row)
+        segment = StoredSegment(row, store, read_window=READ_WINDOW, min_timestamp=floor)
+        for data, headers in segment.chunks_from(start, stop=stop):
             parts.append(headers)
             kinds.append(control_types(data, headers, row.log_key))
     if not parts:
@@ -237,6 +239,15 @@ def scanned_for_transactions(rows: Iterable[SegmentRow]) -> list[SegmentRow]:
     (`engine.cleaner.txn`) looks at no other batch, so leaving them out changes nothing: this is what
     Kafka's `.txnindex` (entries only where a transaction aborted) and producer snapshot spare a broker."""
     return [r for r in rows if r.txn_batch_count != 0]
+
+
+def transaction_span(row: SegmentRow) -> tuple[int, int | None]:
+    """The `.log` bytes [start, stop) holding every transactional and control batch of a segment, as its row
+    records them (`SegmentRow.txn_start_position`); the whole log (0, None) where it does not. The walk
+    needs no batch outside it: the others are neither transactional nor markers."""
+    if row.txn_start_position is None or row.txn_end_position is None:
+        return 0, None
+    return row.txn_start_position, row.txn_end_position
 
 
 def transactions_by_partition(rows: Iterable[SegmentRow], store: Store, floor: int,

@@ -236,8 +236,8 @@ DATA_ONLY = [[batch(0, 5, -1, "data"), batch(5, 5, 7, "data")], [batch(10, 6, -1
 """Segments without a transaction (plain and idempotent producers)."""
 MIXED = [
     [batch(0, 5, -1, "data"), batch(5, 5, 7, "data")],
-    [batch(10, 3, 100, "txn"), batch(13, 2, 101, "txn"), batch(15, 1, 100, "marker", CONTROL_ABORT),
-     batch(16, 4, -1, "data")],
+    [batch(10, 3, -1, "data"), batch(13, 3, 100, "txn"), batch(16, 2, 101, "txn"),
+     batch(18, 1, 100, "marker", CONTROL_ABORT), batch(19, 1, -1, "data")],
     [batch(20, 5, -1, "data"), batch(25, 5, 7, "data")],  # inside 101's open transaction, holding none of it
     [batch(30, 2, 101, "txn"), batch(32, 1, 101, "marker", CONTROL_ABORT), batch(33, 2, 100, "txn"),
      batch(35, 1, 100, "marker", CONTROL_COMMIT), batch(36, 4, -1, "data")],
@@ -246,6 +246,13 @@ MIXED = [
     [batch(50, 5, -1, "data")],
 ]
 """Aborted transactions spanning a segment without transactional batches, a committed one, an open one."""
+
+
+def transaction_span(segment: list[Gen]) -> tuple[int, int] | None:
+    """The bytes from a segment's first transactional or control batch to the end of its last one."""
+    ends = [sum(len(b.blob) for b in segment[:i + 1]) for i in range(len(segment))]
+    marked = [i for i, b in enumerate(segment) if b.kind != "data"]
+    return (ends[marked[0]] - len(segment[marked[0]].blob), ends[marked[-1]]) if marked else None
 
 
 def committed_plan(catalog: Catalog, backend) -> tuple[range_read.ReadPlan, dict[int, list[int]]]:
@@ -263,6 +270,10 @@ def test_the_rows_count_each_segments_transactional_and_control_batches(tmp_path
     backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     rows = build(backend, MIXED, "src").live_segments(TOPIC, 0)
     assert [r.txn_batch_count for r in rows] == [sum(b.kind != "data" for b in s) for s in MIXED] == [0, 3, 0, 4, 0, 1, 0]
+    assert [(r.txn_start_position, r.txn_end_position) if r.txn_batch_count else None for r in rows] == [
+        transaction_span(s) for s in MIXED]
+    assert {(r.txn_start_position, r.txn_end_position) for r in rows if not r.txn_batch_count} == {(None, None)}
+    assert rows[1].txn_start_position > 0 and rows[1].txn_end_position < rows[1].size_bytes
 
 
 def test_a_read_committed_plan_of_a_topic_without_transactions_reads_no_segment(tmp_path) -> None:
@@ -277,14 +288,15 @@ def test_a_read_committed_plan_of_a_topic_without_transactions_reads_no_segment(
 
 def test_a_read_committed_plan_reads_only_the_segments_holding_transactions(tmp_path) -> None:
     """Of each of three partitions (scanned on threads, their reads all counted), the three segments with
-    transactional batches, whole; the result is the consumer's."""
+    transactional batches, from their first such batch to the end of their last; the result is the
+    consumer's."""
     backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     catalog = build(backend, MIXED, "src", partitions=3)
     plan, offsets = committed_plan(catalog, backend)
-    transactional = sum(len(b.blob) for s in MIXED if any(b.kind != "data" for b in s) for b in s)
+    transactional = sum(end - start for s in MIXED if (span := transaction_span(s)) for start, end in [span])
     assert plan.bytes["read"] == 3 * transactional and plan.requests["GET"] == 3 * 3
     truth = consumer_model([b for s in MIXED for b in s])
-    assert truth[-1] == 44 and 10 not in truth and 30 not in truth and 33 in truth
+    assert truth[-1] == 44 and 13 not in truth and 30 not in truth and 33 in truth and 10 in truth
     assert offsets == {0: truth, 1: truth, 2: truth}
 
 
