@@ -276,8 +276,7 @@ def test_the_rows_count_each_segments_transactional_and_control_batches(tmp_path
     assert rows[1].txn_start_position > 0 and rows[1].txn_end_position < rows[1].size_bytes
 
 
-def test_a_read_committed_plan_of_a_topic_without_transactions_reads_no_segment(tmp_path) -> None:
-    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
+def test_a_read_committed_plan_of_a_topic_without_transactions_reads_no_segment(backend: Backend) -> None:
     catalog = build(backend, DATA_ONLY, "src", partitions=3)
     plan, offsets = committed_plan(catalog, backend)
     assert plan.bytes["read"] == 0 and plan.requests["GET"] == 0
@@ -286,11 +285,10 @@ def test_a_read_committed_plan_of_a_topic_without_transactions_reads_no_segment(
                                                            for p in range(3)}
 
 
-def test_a_read_committed_plan_reads_only_the_segments_holding_transactions(tmp_path) -> None:
+def test_a_read_committed_plan_reads_only_the_segments_holding_transactions(backend: Backend) -> None:
     """Of each of three partitions (scanned on threads, their reads all counted), the three segments with
     transactional batches, from their first such batch to the end of their last; the result is the
     consumer's."""
-    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     catalog = build(backend, MIXED, "src", partitions=3)
     plan, offsets = committed_plan(catalog, backend)
     transactional = sum(end - start for s in MIXED if (span := transaction_span(s)) for start, end in [span])
@@ -300,10 +298,9 @@ def test_a_read_committed_plan_reads_only_the_segments_holding_transactions(tmp_
     assert offsets == {0: truth, 1: truth, 2: truth}
 
 
-def test_rows_of_an_older_catalog_without_the_count_are_scanned_as_before(tmp_path) -> None:
+def test_rows_of_an_older_catalog_without_the_count_are_scanned_as_before(backend: Backend) -> None:
     """A catalog written before `txn_batch_count` reads it as null: unknown, so every segment is scanned,
     and the aborted transactions are still dropped."""
-    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
     rows = build(backend, MIXED, "src").live_segments(TOPIC, 0)
     uri = backend.uri("old-cat")
     old_schema = pa.schema([f for f in CATALOG_SCHEMA if f.name not in TXN_COLUMNS])
