@@ -313,4 +313,17 @@ def test_rows_of_an_older_catalog_without_the_count_are_scanned_as_before(backen
     assert {r.txn_batch_count for r in old.live_segments(TOPIC, 0)} == {None}
     plan, offsets = committed_plan(old, backend)
     assert plan.bytes["read"] == sum(r.size_bytes for r in rows)
-    assert offsets == {0: consumer_model([b for s in MIXED for b in s])}
+    truth = consumer_model([b for s in MIXED for b in s])
+    assert offsets == {0: truth}
+
+    # its next commit adds the columns: a partition imported now has them, the old rows stay null
+    for batches in MIXED:
+        backend.store().write(backend.uri("src1", f"{TOPIC}-1", f"{batches[0].base:020d}.log"),
+                              b"".join(b.blob for b in batches))
+    assert not import_log_dir(backend.store("src1"), backend.store("src-root"), old).failed
+    assert set(TXN_COLUMNS) <= {f.name for f in DeltaTable(uri, storage_options=storage).schema().fields}
+    assert [r.txn_batch_count for r in old.live_segments(TOPIC, 1)] == [0, 3, 0, 4, 0, 1, 0]
+    plan, offsets = committed_plan(old, backend)
+    spans = sum(end - start for s in MIXED if (span := transaction_span(s)) for start, end in [span])
+    assert plan.bytes["read"] == sum(r.size_bytes for r in rows) + spans
+    assert offsets == {0: truth, 1: truth}
