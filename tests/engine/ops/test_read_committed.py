@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import random
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from engine.catalog.changes import CatalogStateError
 from engine.catalog.schema import CATALOG_SCHEMA, PARTITION_COLUMNS, TXN_COLUMNS, rows_to_table
 from engine.format.builder import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
 from engine.log.topic_config import TopicConfig
@@ -27,9 +28,11 @@ from engine.ops import read as range_read
 from engine.ops.catalog_table import TABLE_CONFIGURATION, Catalog
 from engine.ops.export import ExportRange
 from engine.ops.importer import import_log_dir
+from engine.ops.recover import verify_partition
 from kernel.names import TopicPartition
 from layouts.store import StorageOptions, list_objects, read_bytes
 from layouts.store.bound import Store
+from tests.catalog_rows import swap
 from tests.codecs_for_tests import control_record
 from tests.conftest import Backend
 from tests.single_partition import export_log_dir
@@ -327,3 +330,28 @@ def test_rows_of_an_older_catalog_without_the_count_are_scanned_as_before(backen
     spans = sum(end - start for s in MIXED if (span := transaction_span(s)) for start, end in [span])
     assert plan.bytes["read"] == sum(r.size_bytes for r in rows) + spans
     assert offsets == {0: truth, 1: truth}
+
+
+def test_verify_names_a_row_whose_transaction_columns_disagree_with_its_log(tmp_path) -> None:
+    """A row saying "no transactional batch" over a segment holding some would let aborted records through
+    read_committed planning: verify compares the columns with the log, as it does the other facts."""
+    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
+    catalog = build(backend, MIXED, "src")
+    assert verify_partition(catalog, TopicPartition(TOPIC, 0)).ok
+    row = catalog.live_segments(TOPIC, 0)[1]
+    swap(catalog, [row.ref], [replace(row, segment_id=row.segment_id + "x", txn_batch_count=0,
+                                      txn_start_position=None, txn_end_position=None)])
+    problems = verify_partition(catalog, TopicPartition(TOPIC, 0)).all_problems
+    assert [(p.object, p.kind) for p in problems] == [(row.log_key, "facts")]
+    assert "txn_batch_count 0" in problems[0].what and "says 3" in problems[0].what
+
+
+@pytest.mark.parametrize(("count", "start", "end"), [(-1, None, None), (2, None, None), (0, 10, 20),
+                                                      (1, 20, 20), (1, -1, 20), (1, 0, 10**9)])
+def test_a_row_whose_transaction_columns_name_no_span_of_its_log_is_refused(tmp_path, count, start, end) -> None:
+    backend = Backend("local", str(tmp_path / "store"), StorageOptions())
+    catalog = build(backend, MIXED, "src")
+    row = catalog.live_segments(TOPIC, 0)[1]
+    with pytest.raises(CatalogStateError, match="transaction columns"):
+        swap(catalog, [row.ref], [replace(row, segment_id=row.segment_id + "x", txn_batch_count=count,
+                                          txn_start_position=start, txn_end_position=end)])
