@@ -72,6 +72,9 @@ class JobSpec:
     dry_run: bool = True
     retires: bool = True
     """Its runs delete the segments they retire (`engine.ops.run`): it takes `--allow-external-deletes`."""
+    deletes_after_commit: bool = False
+    """Its steps may retire segments, deleted after the run's commit: its leases outlive the commit
+    (`engine.ops.run.lease_is_spent`)."""
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -292,7 +295,8 @@ class JobContext:
                                 operation=self.spec.name, job_id=self.job_id,
                                 mutate=mutate,
                                 lease_ttl_ms=self.config.jobs.lease_ttl_ms,
-                                allow_external_deletes=self.allow_external_deletes, **kwargs)
+                                allow_external_deletes=self.allow_external_deletes,
+                                deletes_after_commit=self.spec.deletes_after_commit, **kwargs)
         self.report.add_run(run)
         return run
 
