@@ -71,6 +71,7 @@ from layouts.metering import metered
 from layouts.store.bound import Store
 
 PlanT = TypeVar("PlanT")
+PlanT_co = TypeVar("PlanT_co", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -93,14 +94,15 @@ class PartitionInput(Generic[PlanT]):
         return {**self.__dict__, "segments": None if self.segments is None else owned(self.segments)}
 
 
-class DriverPlan(Protocol):
-    """A plan of many partitions made on the driver in one vectorised pass (`RetentionPlan`, `RollPlan`,
-    `CompactionPlan`)."""
+class DriverPlan(Protocol[PlanT_co]):
+    """A plan of many partitions made on the driver in one vectorised pass, generic over each partition's
+    slice of it (`RetentionPlan`: `PartitionRetention`, `RollPlan`: `PartitionRoll`, `CompactionPlan`:
+    `PartitionCompaction`), which its task gets as `PartitionInput.plan`."""
 
-    def partition(self, tp: TopicPartition) -> Any: ...
+    def partition(self, tp: TopicPartition) -> PlanT_co: ...
 
 
-class Planner(Protocol):
+class Planner(Protocol[PlanT_co]):
     """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
     order; `columns` are the catalog columns it reads (a run that changes nothing reads only those), and
     `task_columns` those its tasks need of their rows when the run changes data (with the two-phase
@@ -109,7 +111,7 @@ class Planner(Protocol):
     columns: Sequence[str]
     task_columns: Sequence[str]
 
-    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan[PlanT_co]: ...
 
 
 class StepOutcome(Protocol):
@@ -195,7 +197,7 @@ class JobRun(Generic[OutcomeT]):
     committed_earlier: list[TopicPartition] = field(default_factory=list)
     spent_leases: dict[str, str] = field(default_factory=dict)
     """The spent leases the run took over ("topic-partition" -> their job id; `lease_is_spent`)."""
-    plan: DriverPlan | None = None
+    plan: DriverPlan[Any] | None = None  # (a job's outcome type, not its plan's, is JobRun's parameter)
     requests: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
 
@@ -284,7 +286,7 @@ class _Leases:
 def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute[OutcomeT], *, operation: str, job_id: str,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner[Any] | None = None,
                       app_ids: Callable[[TopicPartition], Sequence[str]] | None = None,
                       allow_external_deletes: bool = False, deletes_after_commit: bool = False) -> JobRun[OutcomeT]:
     """Run one operation over the partitions in `configs` of the root `store` (see the module docstring).
@@ -362,7 +364,7 @@ def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[To
 
 def run_single_partition(catalog: Catalog, store: Store, tp: TopicPartition, config: TopicConfig, prepare: Prepare[OutcomeT],
                          *, operation: str, job_id: str, mutate: bool = True,
-                         ledger_idle: bool = False, planner: Planner | None = None,
+                         ledger_idle: bool = False, planner: Planner[Any] | None = None,
                          allow_external_deletes: bool = False, deletes_after_commit: bool = False) -> JobRun[OutcomeT]:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
