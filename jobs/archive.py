@@ -64,7 +64,7 @@ JOB_PREFIX = "archive-"  # of an archive run's default job id (`archive_job_id`)
 SECRET_MARKERS = ("password", "sasl.jaas.config", "secret")
 CLIENT_TIMEOUT_MS = 15_000
 JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
-KAFKA_PYTHON_CONNECTIONS = "kafka.net.manager"  # the logger of kafka-python's bootstrap attempts
+KAFKA_PYTHON_LOGGER = "kafka"  # kafka-python's package logger: each of its modules logs under it
 # topic configs klake takes from the cluster (Kafka's names; the others are broker-side or klake's own)
 CLUSTER_CONFIGS = ("cleanup.policy", "compression.type", "retention.ms", "retention.bytes", "segment.bytes",
                    "segment.ms", "segment.jitter.ms", "segment.index.bytes", "index.interval.bytes",
@@ -123,18 +123,21 @@ def sasl_credentials(options: Mapping[str, str]) -> dict[str, str]:
 
 
 class _Refusals(logging.Handler):
-    """The brokers' refusals of the client's credentials while kafka-python bootstraps: it logs each one and
-    retries until its timeout, which alone would say only that the cluster is out of reach."""
+    """The brokers' refusals of the client's credentials, by the error's type (`SaslAuthenticationFailedError`,
+    Kafka's SASL_AUTHENTICATION_FAILED). kafka-python (3.0.12, and its master) raises it only after bootstrap:
+    its bootstrap loop catches the failed connection's error, logs it and retries until its timeout, then raises
+    `KafkaTimeoutError`, which alone would say only that the cluster is out of reach. The error instance is an
+    argument of its log records: read from any record under the package's logger, whichever module logs it."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.DEBUG)
         self.refused = False
 
     def emit(self, record: logging.LogRecord) -> None:
         from kafka.errors import SaslAuthenticationFailedError
 
-        args = record.args if isinstance(record.args, tuple) else ()
-        self.refused |= any(isinstance(arg, SaslAuthenticationFailedError) for arg in args)
+        carried = [*(record.args if isinstance(record.args, tuple) else ()), *(record.exc_info or ())]
+        self.refused |= any(isinstance(arg, SaslAuthenticationFailedError) for arg in carried)
 
 
 class Cluster:
@@ -143,7 +146,7 @@ class Cluster:
 
     def __init__(self, bootstrap: str, options: Mapping[str, str], isolation: str) -> None:
         from kafka import KafkaAdminClient, KafkaConsumer
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
         settings: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "request_timeout_ms": CLIENT_TIMEOUT_MS,
                                     "bootstrap_timeout_ms": CLIENT_TIMEOUT_MS}
@@ -152,13 +155,13 @@ class Cluster:
                      if (name := key[len("kafka."):].replace(".", "_")) in known}
         settings |= sasl_credentials(options)
         self.bootstrap = bootstrap
-        refusals, log = _Refusals(), logging.getLogger(KAFKA_PYTHON_CONNECTIONS)
+        refusals, log = _Refusals(), logging.getLogger(KAFKA_PYTHON_LOGGER)
         log.addHandler(refusals)
         try:
             self.consumer = KafkaConsumer(isolation_level=isolation, enable_auto_commit=False, **settings)
             self.admin = KafkaAdminClient(**settings)
         except KafkaError as exc:
-            if refusals.refused:
+            if refusals.refused or isinstance(exc, SaslAuthenticationFailedError):
                 raise KlakeError(f"--bootstrap-servers {bootstrap}: the cluster refused the credentials (SASL "
                                  f"{settings.get('sasl_mechanism')} authentication failed; check kafka.sasl.*)") \
                     from None
