@@ -8,6 +8,7 @@ kill at a point of the run raises `Killed` there."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -21,7 +22,7 @@ from engine.log.topic_config import TopicConfig
 from engine.ops import run as run_module
 from engine.ops.append import prepare_append
 from engine.ops.catalog_table import Catalog
-from engine.ops.lease import LeaseHeldError, read_lease
+from engine.ops.lease import LeaseHeldError, lease_uri, read_lease
 from engine.ops.retention import RetentionPlanner, prepare_retention
 from engine.ops.run import JobRun, run_single_partition
 from jobs.runtime.report import RunReport
@@ -100,6 +101,18 @@ def test_an_append_killed_after_its_commit_leaves_a_spent_lease_another_job_take
     report = RunReport("append", "append-b", False, NOW)
     report.add_run(run)
     assert any("took over the lease of job append-a" in line for line in report.summary), report.summary
+
+
+def test_a_lease_that_declares_nothing_an_older_klake_wrote_is_not_taken_as_spent(backend, catalog,
+                                                                               monkeypatch) -> None:
+    with _killed(monkeypatch):
+        _append(backend, catalog, "append-a", _records(50))
+    store = Store(backend.uri("root"), backend.options)
+    content = json.loads(store.read(lease_uri(store, TP)))
+    del content["deletes_after_commit"]
+    backend.put(lease_uri(store, TP), json.dumps(content).encode())
+    with pytest.raises(LeaseHeldError, match="append-a"):
+        _append(backend, catalog, "append-b", _records(30, 50))
 
 
 def test_a_retention_killed_after_its_commit_with_its_deletes_pending_keeps_its_lease(backend, catalog,
