@@ -277,8 +277,9 @@ class JobContext:
                     prepare: Callable[Concatenate[PartitionInput[PlanT], ...], PartitionStep[OutcomeT]],
                     planner: Planner[PlanT]) -> JobRun[OutcomeT]:
         """A job the driver plans (`planner`: compact, roll, retention) whose `prepare` takes its partition's
-        slice of that plan (`PlanT`) with the run's store, clock, job id and dry run; a dry run plans and reports only (it reads no segment, writes nothing), so
-        its partitions run one after another in this process and start no Spark task."""
+        slice of that plan (`PlanT`) with the run's store, clock, job id and dry run; a dry run plans and
+        reports only (it reads no segment, writes nothing), so its partitions run one after another in this
+        process and start no Spark task."""
         bound = partial(prepare, store=self.store, now_ms=self.now_ms, job_id=self.job_id, dry_run=self.dry_run)
         execute = serial_execute(bound) if self.dry_run else self.execute(bound)
         return self.run_partitions_with(tps, execute, planner=planner)
