@@ -9,6 +9,8 @@ to do, so that re-running a change that already committed (a retried job) is a n
 - a removed row must be in one of the change's `remove_states`;
 - an added row whose segment id is already registered must describe the same object (same log key,
   size and offsets), otherwise the change conflicts;
+- an added row's transaction columns, when known, name a span inside its log (`txn_batch_count` 0 with no
+  span, or > 0 with 0 <= start < end <= size): read_committed planning reads only that span (engine.ops.read);
 - after the change, the live segments of a partition never overlap in offsets
   (spec 1.1: a segment's base offset is > every offset in earlier segments).
 """
@@ -96,6 +98,11 @@ def validate_row(row: SegmentRow) -> None:
     for column in SIDECAR_SIZE_COLUMNS:
         if (size := getattr(row, column)) is not None and size < 0:
             raise CatalogStateError(f"{_name(row.ref)}: negative {column} {size}")
+    count, start, end = row.txn_batch_count, row.txn_start_position, row.txn_end_position
+    if count is not None and (count < 0 or (count > 0) != (start is not None and end is not None)
+                              or (count > 0 and not 0 <= start < end <= row.size_bytes)):
+        raise CatalogStateError(f"{_name(row.ref)}: transaction columns {count} batches at bytes [{start}, {end}) "
+                                f"do not describe a span of its {row.size_bytes} bytes")
 
 
 def plan_change(change: CatalogChange, current: Mapping[SegmentRef, SegmentRow] | CatalogRows) -> PlannedChange:

@@ -20,6 +20,14 @@ written before these columns existed read them as null: unknown, and the size is
 A third, `batchindex_size_bytes`, is the length of klake's own `.batchindex` beside the `.timeindex`
 (`engine.index.batch_index`); null: the segment has none (it did not pay, or the row is older).
 
+`txn_batch_count` is how many of the segment's batches are transactional or control batches (spec 1.6), and
+`txn_start_position`/`txn_end_position` the `.log` bytes from the first of them to the end of the last:
+what read_committed planning needs of a segment (`engine.ops.read.partition_transactions`). Kafka
+answers it from the `.txnindex` and the producer state snapshot; an archive has neither, so a segment
+without such batches is known to add no transaction and is not read, and of one with them only that
+span is. Null: unknown (a row of an older catalog, or one built without its headers), and the whole
+segment is read as before; the span is null too where the count is 0.
+
 The key columns (`log_key`, `index_key`, `timeindex_key`) are stored relative to the root for objects
 under it, and absolute for an object outside it (a segment imported in place), so that a copied root is
 independent of its original (issue 26, `layouts.root_keys`); rows in memory always carry URIs. The stored
@@ -103,6 +111,9 @@ CATALOG_SCHEMA = pa.schema([
     pa.field("index_size_bytes", pa.int64(), nullable=True),
     pa.field("timeindex_size_bytes", pa.int64(), nullable=True),
     pa.field("batchindex_size_bytes", pa.int64(), nullable=True),
+    pa.field("txn_batch_count", pa.int64(), nullable=True),
+    pa.field("txn_start_position", pa.int64(), nullable=True),
+    pa.field("txn_end_position", pa.int64(), nullable=True),
 ])
 SIDECAR_SIZE_COLUMNS = ("index_size_bytes", "timeindex_size_bytes", "batchindex_size_bytes")
 """Added after the first catalogs were written: nullable, and added to an older catalog's schema by its
@@ -114,7 +125,9 @@ EXTERNAL_COLUMN = "external"
 STORED_SCHEMA = CATALOG_SCHEMA.append(pa.field(EXTERNAL_COLUMN, pa.bool_(), nullable=True))
 """The catalog table's schema: the rows' columns and `external`, derived from the keys when a row is written
 (not a field of `SegmentRow`: in memory it is `layouts.root_keys.within_root` of the row's URIs)."""
-ADDED_COLUMNS = (*SIDECAR_SIZE_COLUMNS, EXTERNAL_COLUMN)
+TXN_COLUMNS = ("txn_batch_count", "txn_start_position", "txn_end_position")
+"""Added after the sidecar sizes: nullable, null read as unknown (the module docstring)."""
+ADDED_COLUMNS = (*SIDECAR_SIZE_COLUMNS, *TXN_COLUMNS, EXTERNAL_COLUMN)
 """Every nullable column added after the first catalogs were written (`engine.ops.catalog_table`)."""
 
 
@@ -164,6 +177,9 @@ class SegmentRow:
     index_size_bytes: int | None = None
     timeindex_size_bytes: int | None = None
     batchindex_size_bytes: int | None = None
+    txn_batch_count: int | None = None
+    txn_start_position: int | None = None
+    txn_end_position: int | None = None
 
     @property
     def ref(self) -> SegmentRef:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -72,7 +72,7 @@ from engine.log.kept_offsets import (
 )
 from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegmentState, Append, ClosedSegment, SegmentWriter
-from engine.log.summary import SegmentSummary
+from engine.log.summary import SegmentSummary, TxnSummary
 from engine.log.timestamp_floor import has_timestamp, no_timestamp
 from engine.log.topic_config import TopicConfig, min_timestamp
 from kernel.times import format_duration, format_time
@@ -563,7 +563,8 @@ class _Written:
             largest_timestamp=largest if has_largest else none,
             offset_of_largest_timestamp=largest_offset if has_largest else base,
             timestamp_type=types.pop() if len(types) == 1 else ("Mixed" if types else "CreateTime"),
-            magic=max(magics, default=2), valid_bytes=size)
+            magic=max(magics, default=2), valid_bytes=size,
+            **asdict(old.transactions if old else TxnSummary(0, None, None)))  # an append adds no transaction
 
 
 def _batch_max_timestamps(ts: np.ndarray, lengths: np.ndarray, lat: int | None, kip228: bool) -> np.ndarray:

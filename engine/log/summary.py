@@ -9,7 +9,7 @@ time-range query can prune with `base_timestamp <= to` even when timestamps are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -45,6 +45,14 @@ class SegmentSummary:
     magic: int
     valid_bytes: int
     problems: list[CorruptRecordError] = field(default_factory=list)
+    txn_batch_count: int | None = None
+    txn_start_position: int | None = None
+    txn_end_position: int | None = None
+    """Transactional or control batches and their byte span (`TxnSummary`); None: unknown."""
+
+    @property
+    def transactions(self) -> TxnSummary:
+        return TxnSummary(self.txn_batch_count, self.txn_start_position, self.txn_end_position)
 
     def facts(self) -> dict[str, int | str]:
         """What a catalog row records of the segment, under the row's column names (`SEGMENT_FACTS`)."""
@@ -70,6 +78,25 @@ def largest_timestamp(headers: BatchHeaders, base_offset: int, min_timestamp: in
     if not has_timestamp(ts, min_timestamp):
         return no_timestamp(min_timestamp), base_offset
     return ts, int(headers.last_offset[row])
+
+
+@dataclass(frozen=True)
+class TxnSummary:
+    """How many batches are transactional or control batches, the ones a read_committed reader's walk of the
+    partition (`engine.cleaner.txn`) looks at, and the bytes from the first of them to the end of the last
+    (None without any): a segment without them adds no transaction, and of one with them only that span
+    needs reading. All None: unknown."""
+
+    txn_batch_count: int | None
+    txn_start_position: int | None
+    txn_end_position: int | None
+
+    @classmethod
+    def of(cls, headers: BatchHeaders) -> TxnSummary:
+        rows = np.flatnonzero(headers.is_transactional | headers.is_control)
+        if not rows.size:
+            return cls(0, None, None)
+        return cls(int(rows.size), int(headers.position[rows[0]]), int(headers.next_position[rows[-1]]))
 
 
 def timestamp_type_label(headers: BatchHeaders) -> str:
@@ -111,4 +138,5 @@ def summarize_segment(data: bytes, base_offset: int, source: str = "<segment>", 
         magic=int(headers.magic.max()) if len(headers) else 2,
         valid_bytes=scan.valid_bytes,
         problems=scan.problems,
+        **asdict(TxnSummary.of(headers)),
     )

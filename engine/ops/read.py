@@ -11,7 +11,9 @@ the default as Kafka's and Spark's Kafka source's, returns the records of aborte
 `read_committed` drops them as a read_committed consumer does (`engine.cleaner.txn.AbortedTxns.covers`) and
 returns nothing at or past the partition's last stable offset, the first offset of a transaction without
 a marker (`engine.cleaner.txn.completed_transactions`). Those come from a scan of the batch headers (and
-the control records) of every live segment of each partition read: an archive holds no producer state.
+the control records) of each partition read, of the live segments whose catalog row does not say they hold
+no transactional or control batch (`scanned_for_transactions`), only over their span of such batches, on
+parallel threads: an archive holds no producer state, and its catalog stands in for Kafka's `.txnindex`.
 
 How the work is cut:
 1. prune: the catalog returns only live segments whose time and offset ranges can hold a match;
@@ -29,7 +31,8 @@ How the work is cut:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -39,7 +42,7 @@ import pyarrow.compute as pc
 
 from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_to_rows
 from engine.cleaner.txn import AbortedTxns, Transactions, completed_transactions, control_types
-from engine.format.batch import BatchHeaders
+from engine.format.batch import BatchHeaders, scan_batches
 from engine.format.records import HEADERS_TYPE, RecordTable
 from engine.index.common import DEFAULT_INDEX_INTERVAL_BYTES
 from engine.log.timestamp_floor import has_timestamp
@@ -47,7 +50,7 @@ from engine.ops.catalog_table import Catalog
 from engine.ops.stored_segment import StoredSegment
 from kernel.errors import KlakeError
 from kernel.times import format_time
-from layouts.metering import metered
+from layouts.metering import Meter, add_counted, metered
 from layouts.store.bound import Store
 
 KAFKA_ARROW_SCHEMA = pa.schema([
@@ -72,6 +75,10 @@ DEFAULT_PACK_BYTES = 256 * 1024**2
 per core, so 128 MiB is ~0.1-0.13 s of work, about the fixed cost of a wave of Python tasks in local Spark
 (~0.05-0.1 s; benchmarks/history/2026-11-results-diary.md "Full-scan reads: tasks sized to the cores")."""
 READ_WINDOW = 4 * 1024**2
+TRANSACTION_SCAN_THREADS = 8
+"""Segments a read_committed plan reads at once for their transactions (`partition_transactions`): a thread
+mostly waits on its ranged GETs, so more threads than cores pay, and 8 bounds the driver's memory to 8
+read windows."""
 _TIMESTAMP = KAFKA_ARROW_SCHEMA.field("timestamp").type
 _MS_LIMIT = np.iinfo(np.int64).max // 1000  # a ms timestamp beyond this has no microsecond value
 
@@ -188,8 +195,7 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, store: Store,
     with metered() as meter:
         candidates = _catalog_candidates(catalog, topic, rng, wanted, live)
         txns = ({} if isolation == IsolationLevel.READ_UNCOMMITTED else
-                {p: partition_transactions([r for r in live if r.partition == p], store, rng.floor)
-                 for p in sorted({r.partition for r in candidates})})
+                transactions_by_partition(live, store, rng.floor, {r.partition for r in candidates}))
         for row in candidates:
             bounds = replace(rng, from_offset=max(rng.from_offset or 0, start_offsets[row.partition]))
             aborted = None
@@ -210,18 +216,86 @@ def plan_read(catalog: Catalog, topic: str, rng: ReadRange, store: Store,
 
 def partition_transactions(rows: Sequence[SegmentRow], store: Store, floor: int
                            ) -> Transactions:
-    """The transactions of a partition's live segments (`rows`), from every batch header and the records of
-    its control batches; `floor`: the topic's smallest timestamp (`ReadRange.floor`)."""
+    """The transactions of a partition's live segments (`rows`), from the headers of their transactional and
+    control batches and the records of the control ones (`segment_transactions`), of the segments that can
+    hold any (`scanned_for_transactions`); `floor`: the topic's smallest timestamp (`ReadRange.floor`)."""
+    return _completed(_scanned(sorted(scanned_for_transactions(rows), key=lambda r: r.base_offset), store, floor))
+
+
+def transactions_by_partition(rows: Iterable[SegmentRow], store: Store, floor: int,
+                              partitions: Iterable[int] | None = None) -> dict[int, Transactions]:
+    """`partition_transactions` of each of `partitions` (default: every partition of `rows`, the live
+    segments of one topic), the segments of all of them read in one pool of threads (`_scanned`)."""
+    by_partition: dict[int, list[SegmentRow]] = {}
+    for row in rows:
+        by_partition.setdefault(row.partition, []).append(row)
+    wanted = sorted(by_partition if partitions is None else set(partitions))
+    scanned = [r for p in wanted
+               for r in sorted(scanned_for_transactions(by_partition.get(p, [])), key=lambda r: r.base_offset)]
+    found: dict[int, list[tuple[BatchHeaders, np.ndarray]]] = {}
+    for row, scan in zip(scanned, _scanned(scanned, store, floor), strict=True):
+        found.setdefault(row.partition, []).append(scan)
+    return {p: _completed(found.get(p, [])) for p in wanted}
+
+
+def scanned_for_transactions(rows: Iterable[SegmentRow]) -> list[SegmentRow]:
+    """The segments whose batches a partition's transactions need: all but those known to hold no
+    transactional or control batch (`SegmentRow.txn_batch_count` 0; null is unknown, so scanned). The walk
+    (`engine.cleaner.txn`) looks at no other batch, so leaving them out changes nothing: this is what
+    Kafka's `.txnindex` (entries only where a transaction aborted) and producer snapshot spare a broker."""
+    return [r for r in rows if r.txn_batch_count != 0]
+
+
+def transaction_span(row: SegmentRow) -> tuple[int, int | None]:
+    """The `.log` bytes [start, stop) holding every transactional and control batch of a segment, as its row
+    records them (`SegmentRow.txn_start_position`); the whole log (0, None) where it does not. The walk
+    needs no batch outside it: the others are neither transactional nor markers."""
+    if row.txn_start_position is None or row.txn_end_position is None:
+        return 0, None
+    return row.txn_start_position, row.txn_end_position
+
+
+def segment_transactions(row: SegmentRow, store: Store, floor: int) -> tuple[BatchHeaders, np.ndarray]:
+    """The headers of a segment's transactional and control batches, read over `transaction_span`, and their
+    control types (`engine.cleaner.txn.control_types`): all the walk needs of it, so a partition's other
+    batches are not held while its segments are read."""
+    start, stop = transaction_span(row)
     parts: list[BatchHeaders] = []
     kinds: list[np.ndarray] = []
-    for row in sorted(rows, key=lambda r: r.base_offset):
-        for data, headers in StoredSegment(row, store, read_window=READ_WINDOW, min_timestamp=floor).chunks_from(0):
-            parts.append(headers)
-            kinds.append(control_types(data, headers, row.log_key))
+    for data, headers in StoredSegment(row, store, read_window=READ_WINDOW, min_timestamp=floor).chunks_from(
+            start, stop=stop):
+        keep = np.flatnonzero(headers.is_transactional | headers.is_control)
+        parts.append(headers.take(keep))
+        kinds.append(control_types(data, headers, row.log_key)[keep])
     if not parts:
+        return scan_batches(b"").headers, np.zeros(0, np.int16)
+    return BatchHeaders.concat(parts), np.concatenate(kinds)
+
+
+def _scanned(rows: Sequence[SegmentRow], store: Store, floor: int) -> list[tuple[BatchHeaders, np.ndarray]]:
+    """`segment_transactions` of each of `rows`, in their order, read on up to `TRANSACTION_SCAN_THREADS`
+    threads; their traffic is counted into the caller's meters (a thread does not share its context)."""
+    if not rows:
+        return []
+
+    def scan(row: SegmentRow) -> tuple[tuple[BatchHeaders, np.ndarray], Meter]:
+        with metered() as meter:
+            return segment_transactions(row, store, floor), meter
+
+    out = []
+    with ThreadPoolExecutor(min(len(rows), TRANSACTION_SCAN_THREADS), thread_name_prefix="klake-txn") as pool:
+        for found, meter in pool.map(scan, rows):
+            add_counted(meter.requests, meter.bytes)
+            out.append(found)
+    return out
+
+
+def _completed(scans: Sequence[tuple[BatchHeaders, np.ndarray]]) -> Transactions:
+    """`completed_transactions` of a partition's scanned segments, in offset order."""
+    if not scans:
         none = np.zeros(0, np.int64)
         return Transactions(AbortedTxns(none, none, none, none), None, None)
-    return completed_transactions(BatchHeaders.concat(parts), np.concatenate(kinds))
+    return completed_transactions(BatchHeaders.concat([h for h, _ in scans]), np.concatenate([k for _, k in scans]))
 
 
 def _committed(bounds: ReadRange, row: SegmentRow, txns: Transactions) -> tuple[ReadRange, AbortedTxns]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.catalog.schema import SegmentRow, SegmentState
+from engine.catalog.schema import TXN_COLUMNS, SegmentRow, SegmentState
 from engine.format.batch import BatchHeaders, scan_batches
 from engine.format.records import decode_records
 from engine.index.batch_index import batch_index_bytes
@@ -225,7 +225,10 @@ def _fact_problems(row: SegmentRow, summary: SegmentSummary, h: BatchHeaders) ->
     return [Problem(row.log_key, where.get(name), "facts",
                     f"facts: catalog row {row.segment_id} says {name} {getattr(row, name)!r} but the log "
                     f"says {getattr(summary, name)!r}")
-            for name in FACT_FIELDS if getattr(row, name) != getattr(summary, name)]
+            for name in FACT_FIELDS if getattr(row, name) != getattr(summary, name)] + [
+        Problem(row.log_key, None, "facts", f"facts: catalog row {row.segment_id} says {name} {getattr(row, name)!r} "
+                f"but the log says {getattr(summary, name)!r} (read_committed reads would miss transactions)")
+        for name in TXN_COLUMNS if getattr(row, name) is not None and getattr(row, name) != getattr(summary, name)]
 
 
 def _sidecar_problems(row: SegmentRow, lines: list[str]) -> list[Problem]:

@@ -6,6 +6,8 @@ validated); expectations are computed here from the spec's rules, record by reco
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -29,7 +31,7 @@ from engine.log.append import (
 )
 from engine.log.roll_rule import RollPolicy
 from engine.log.segment_writer import ActiveSegment
-from engine.log.summary import summarize_segment
+from engine.log.summary import TxnSummary, summarize_segment
 from engine.log.topic_config import KIP228_MIN_TIMESTAMP, TopicConfig, min_timestamp
 from tests.oracles.kafka_python import read_with_kafka_python
 
@@ -463,3 +465,22 @@ def test_segment_facts_come_from_the_encoder_and_equal_a_decode_of_the_bytes(row
         assert len(result.summaries) == len(segments)
         for (base, log), summary in zip(segments, result.summaries, strict=True):
             assert summary == summarize_segment(log, base, "segment", min_timestamp=floor), base
+
+
+@pytest.mark.parametrize("recorded", [(None, None, None), (2, 40, 160)])
+def test_an_append_keeps_what_the_resumed_segment_says_of_its_transactions(recorded) -> None:
+    """An append writes no transactional batch, so the segment it continues holds the transactional batches
+    (and their span) its row recorded, or still unknown ones (a row of an older catalog: null)."""
+    first = append_records(_table([b"a", b"b"], [b"x", b"y"]), TopicConfig(), log_end_offset=0, now_ms=NOW,
+                           segment_key="t-0")
+    act = first.active
+    resumed = summarize_segment(b"".join(act.pieces), act.base_offset, "active", min_timestamp=0)
+    assert resumed.transactions == TxnSummary(0, None, None)
+    said = replace(resumed, **dict(zip(("txn_batch_count", "txn_start_position", "txn_end_position"), recorded,
+                                       strict=True)))
+    second = append_records(_table([b"c"], [b"z"]), TopicConfig(), log_end_offset=first.log_end_offset,
+                            now_ms=NOW + 1, resume=act.state, resume_log=b"".join(act.pieces), resume_summary=said,
+                            segment_key="t-0")
+    assert [s.base_offset for s in second.summaries] == [act.base_offset]
+    assert second.summaries[0].transactions == TxnSummary(*recorded)
+    assert second.summaries[0].record_count == 3
