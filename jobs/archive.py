@@ -18,9 +18,9 @@
   leaves their offsets as gaps. `--isolation-level read_uncommitted` copies everything a plain consumer sees.
 - Exactly once across runs and crashes: the job id names the cluster, the topics and each partition's
   start (the archive's log end at the start of the run), so a re-run after a kill before the commit is the
-  same job (the job ledger and leases take it over) and one after the commit starts where it ended (releasing
-  the leases a run killed after its commit left, `_release_finished_runs`); and an offset already in the
-  archive is never appended again (the kept-offsets rule rejects it).
+  same job (the job ledger and leases take it over) and one after the commit starts where it ended (taking
+  over the leases a run killed after its commit left, `engine.ops.run.lease_is_spent`); and an offset already
+  in the archive is never appended again (the kept-offsets rule rejects it).
 - Records the cluster no longer holds (its log start passed the archive's log end) are a gap: reported with
   their offset range, and the run exits 1 unless `--allow-gaps`. Never hidden: Spark's Kafka source keeps
   `failOnDataLoss`, so records retention removes during the run fail it.
@@ -45,14 +45,12 @@ import re
 import sys
 import uuid
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.log.topic_config import TopicConfig
 from engine.ops.groups_table import GroupOffset, snapshot_groups
-from engine.ops.lease import LeaseLostError, leased_partitions, read_lease, release_lease
 from jobs import append
 from jobs.ingest.source import InputSettings
 from jobs.runtime.config import TopicSettings
@@ -66,7 +64,7 @@ JOB_PREFIX = "archive-"  # of an archive run's default job id (`archive_job_id`)
 SECRET_MARKERS = ("password", "sasl.jaas.config", "secret")
 CLIENT_TIMEOUT_MS = 15_000
 JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
-KAFKA_PYTHON_CONNECTIONS = "kafka.net.manager"  # the logger of kafka-python's bootstrap attempts
+KAFKA_PYTHON_LOGGER = "kafka"  # kafka-python's package logger: each of its modules logs under it
 # topic configs klake takes from the cluster (Kafka's names; the others are broker-side or klake's own)
 CLUSTER_CONFIGS = ("cleanup.policy", "compression.type", "retention.ms", "retention.bytes", "segment.bytes",
                    "segment.ms", "segment.jitter.ms", "segment.index.bytes", "index.interval.bytes",
@@ -125,18 +123,21 @@ def sasl_credentials(options: Mapping[str, str]) -> dict[str, str]:
 
 
 class _Refusals(logging.Handler):
-    """The brokers' refusals of the client's credentials while kafka-python bootstraps: it logs each one and
-    retries until its timeout, which alone would say only that the cluster is out of reach."""
+    """The brokers' refusals of the client's credentials, by the error's type (`SaslAuthenticationFailedError`,
+    Kafka's SASL_AUTHENTICATION_FAILED). kafka-python (3.0.12, and its master) raises it only after bootstrap:
+    its bootstrap loop catches the failed connection's error, logs it and retries until its timeout, then raises
+    `KafkaTimeoutError`, which alone would say only that the cluster is out of reach. The error instance is an
+    argument of its log records: read from any record under the package's logger, whichever module logs it."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.DEBUG)
         self.refused = False
 
     def emit(self, record: logging.LogRecord) -> None:
         from kafka.errors import SaslAuthenticationFailedError
 
-        args = record.args if isinstance(record.args, tuple) else ()
-        self.refused |= any(isinstance(arg, SaslAuthenticationFailedError) for arg in args)
+        carried = [*(record.args if isinstance(record.args, tuple) else ()), *(record.exc_info or ())]
+        self.refused |= any(isinstance(arg, SaslAuthenticationFailedError) for arg in carried)
 
 
 class Cluster:
@@ -145,7 +146,7 @@ class Cluster:
 
     def __init__(self, bootstrap: str, options: Mapping[str, str], isolation: str) -> None:
         from kafka import KafkaAdminClient, KafkaConsumer
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
         settings: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "request_timeout_ms": CLIENT_TIMEOUT_MS,
                                     "bootstrap_timeout_ms": CLIENT_TIMEOUT_MS}
@@ -154,13 +155,13 @@ class Cluster:
                      if (name := key[len("kafka."):].replace(".", "_")) in known}
         settings |= sasl_credentials(options)
         self.bootstrap = bootstrap
-        refusals, log = _Refusals(), logging.getLogger(KAFKA_PYTHON_CONNECTIONS)
+        refusals, log = _Refusals(), logging.getLogger(KAFKA_PYTHON_LOGGER)
         log.addHandler(refusals)
         try:
             self.consumer = KafkaConsumer(isolation_level=isolation, enable_auto_commit=False, **settings)
             self.admin = KafkaAdminClient(**settings)
         except KafkaError as exc:
-            if refusals.refused:
+            if refusals.refused or isinstance(exc, SaslAuthenticationFailedError):
                 raise KlakeError(f"--bootstrap-servers {bootstrap}: the cluster refused the credentials (SASL "
                                  f"{settings.get('sasl_mechanism')} authentication failed; check kafka.sasl.*)") \
                     from None
@@ -298,7 +299,6 @@ def run(ctx: JobContext) -> None:
             _kafka_frame(ctx, options, todo).createOrReplaceTempView(view)
             ctx.job_id = ctx.report.job_id = args.job_id or archive_job_id(
                 args.bootstrap_servers, {tp: r[0] for tp, r in todo.items()})
-            _release_finished_runs(ctx, list(todo))
             append.append_input(ctx, InputSettings(
                 input=None, table=view, format="kafka", input_options=(), topics=tuple(sorted(counts)),
                 partition_ids=tuple(sorted({tp.partition for tp in todo})) if args.partition_ids else (),
@@ -313,23 +313,6 @@ def run(ctx: JobContext) -> None:
     ctx.report.results["group_offsets"] = rows
     ctx.report.summary.append(f"archive: {plural(rows, 'committed offset')} of "
                               f"{plural(len({p.group for p in positions}), 'consumer group')} snapshotted")
-
-
-def _release_finished_runs(ctx: JobContext, tps: list[TopicPartition]) -> None:
-    """Release the leases an archive run left when it was killed after its commit: its job id names its starts, so
-    the re-run, starting where that commit ended, is another job, which would wait out the lease's TTL (an hour)
-    where a re-run before the commit takes its own job's lease over at once. A lease of an archive job that the
-    job ledger says committed the partition holds no work: an archive deletes nothing after its commit."""
-    if not ctx.catalogued_partitions():
-        return
-    for tp in sorted(leased_partitions(ctx.store, tps)):
-        lease = read_lease(ctx.store, tp)
-        if (lease is not None and lease.job_id != ctx.job_id and lease.job_id.startswith(JOB_PREFIX)
-                and ctx.catalog.committed_partitions(lease.job_id, [tp])):
-            with suppress(LeaseLostError):  # (released or taken over meanwhile)
-                release_lease(ctx.store, lease)
-            ctx.report.summary.append(f"archive: {tp}: released the lease of job {lease.job_id}, which committed "
-                                      "its archive of the partition and was stopped before releasing it")
 
 
 def _report_gaps(ctx: JobContext, gaps: Mapping[TopicPartition, tuple[int, int]], allowed: bool) -> None:

@@ -74,7 +74,8 @@ def _why(outcome: CompactOutcome) -> str:
 
 
 SPEC = JobSpec("compact", "compact cleanup.policy=compact topics (Kafka's log cleaner)", run, add_arguments,
-               example="klake compact --conf demo-output/demo.yaml --topic orders --dry-run --now 2026-11-06T12:00:00Z")
+               example="klake compact --conf demo-output/demo.yaml --topic orders --dry-run --now 2026-11-06T12:00:00Z",
+               deletes_after_commit=True)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

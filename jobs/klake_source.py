@@ -73,7 +73,14 @@ from engine.ops.read import (
 )
 from engine.ops.topic_store import load_topic_config
 from jobs.klake_stream import KlakeStreamReader, records
-from jobs.source_offsets import archive_extents, checked_ranges, ending_offsets, plan_ranges, starting_offsets
+from jobs.source_offsets import (
+    checked_ranges,
+    ending_offsets,
+    extents_of,
+    plan_ranges,
+    starting_offsets,
+    subscribed_partitions,
+)
 from jobs.source_options import KAFKA_SCHEMA, include_headers, parse_options
 from kernel.errors import ConfigError, KlakeError
 from kernel.times import EPOCH, InvalidTimeError, parse_time
@@ -260,9 +267,10 @@ class KlakeReader(DataSourceReader):
         or earliest with `topic`; end: `endingOffsets`, default latest) with the data-loss rule, then only the
         partitions and topics the filters keep, within `self.range`."""
         catalog = Catalog.open(self.store.at(self.source.catalog))
-        extents = archive_extents(catalog, self.source, self.store, self.configs)
+        seen = subscribed_partitions(catalog, self.source, self.store, self.configs)
+        extents = extents_of(seen)
         start = ({tp: e.log_start for tp, e in extents.items()} if self.legacy
-                 else starting_offsets(catalog, self.source, self.store, dict(self.configs)))
+                 else starting_offsets(seen, self.source, self.store, dict(self.configs)))
         ranges = checked_ranges(start, ending_offsets(extents, self.source), extents, self.source.fail_on_data_loss)
         tests = list(self.partition_tests)
         kept = {tp: r for tp, r in ranges.items() if (self.topics is None or tp[0] in self.topics)

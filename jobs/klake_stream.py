@@ -45,15 +45,17 @@ from engine.ops.read import DEFAULT_PACK_BYTES, DEFAULT_SPLIT_BYTES, WorkItem, p
 from engine.ops.topic_store import load_topic_config
 from jobs.source_offsets import (
     Offsets,
-    PartitionExtent,
-    TopicPartition,
+    Subscribed,
     archive_extents,
     behind_latest,
     checked_ranges,
+    extents_of,
     from_json,
+    latest_offsets,
     plan_ranges,
     rate_limit,
     starting_offsets,
+    subscribed_partitions,
     to_json,
 )
 from jobs.source_options import SourceOptions
@@ -69,17 +71,21 @@ class KlakeStreamPartition(InputPartition):
 
 
 class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Spark calls it on the driver (offsets, planning) and pickles it to the tasks (`read`): it keeps only
-    options, storage settings, the AvailableNow target and the latest offsets its last `latestOffset` found
-    (reported without a second look at the archive: under read_committed that look scans batch headers), and
-    opens the catalog per call."""
+    """Spark calls it on the driver (offsets, planning) in a process of its own per query, and pickles it to
+    the tasks (`read`). It reads the catalog once per call at most, and not at all where this process has
+    already read the answer: the starting offsets are found once per query (Spark asks twice), from the catalog
+    read that fixed the AvailableNow target when there is one; under AvailableNow every `latestOffset` is that
+    target, as Spark's Kafka source's `allDataForTriggerAvailableNow` (the run reads up to what was there when
+    it started); `reportLatestOffset` is the latest offsets `latestOffset` found."""
 
     def __init__(self, options: SourceOptions, storage: StorageOptions) -> None:
         self.options = options
         self.store = Store(options.root, storage)
+        self.configs: dict[str, TopicConfig] = {}
+        self.seen: Subscribed | None = None
+        self.initial: Offsets | None = None
         self.target: Offsets | None = None
         self.latest: Offsets | None = None
-        self.configs: dict[str, TopicConfig] = {}
 
     def _catalog(self) -> Catalog:
         return Catalog.open(self.store.at(self.options.catalog))
@@ -89,31 +95,34 @@ class KlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.configs[topic] = load_topic_config(self.store, topic)
         return self.configs[topic]
 
-    def _latest(self) -> tuple[Offsets, dict[TopicPartition, PartitionExtent]]:
-        extents = archive_extents(self._catalog(), self.options, self.store, self.configs)
-        return {tp: e.log_end for tp, e in extents.items()}, extents
+    def _look(self) -> Subscribed:
+        """The subscribed partitions as the catalog shows them now (one snapshot)."""
+        self.seen = subscribed_partitions(self._catalog(), self.options, self.store, self.configs)
+        return self.seen
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
-        return to_json(starting_offsets(self._catalog(), self.options, self.store, self.configs))
+        if self.initial is None:
+            seen = self._look() if self.seen is None else self.seen
+            self.initial = starting_offsets(seen, self.options, self.store, self.configs)
+        return to_json(self.initial)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
-        self.target = self._latest()[0]
+        self.target = latest_offsets(self._look())
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         limit = self.options.max_offsets_per_trigger
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802 - Spark's name
-        latest, extents = self._latest()
-        self.latest = latest
-        until = latest if self.target is None else {tp: min(o, latest.get(tp, o)) for tp, o in self.target.items()}
+        seen = self.seen if self.target is not None and self.seen is not None else self._look()
+        self.latest = until = self.target if self.target is not None else latest_offsets(seen)
         if isinstance(limit, ReadMaxRows):
-            until = rate_limit(from_json(start), until, extents, limit.max_rows)
+            until = rate_limit(from_json(start), until, extents_of(seen), limit.max_rows)
         return to_json(until)
 
     def reportLatestOffset(self) -> dict:  # noqa: N802 - Spark's name
         """The latest offsets `latestOffset` found for this batch (Spark asks right after it)."""
-        return to_json(self._latest()[0] if self.latest is None else self.latest)
+        return to_json(latest_offsets(self._look()) if self.latest is None else self.latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         catalog = self._catalog()

@@ -50,7 +50,8 @@ def run(ctx: JobContext) -> None:
 
 
 SPEC = JobSpec("retention", "delete old segments by retention.ms / retention.bytes / log start offset", run,
-               example="klake retention --conf demo-output/demo.yaml --dry-run --now 2026-11-06T12:00:00Z")
+               example="klake retention --conf demo-output/demo.yaml --dry-run --now 2026-11-06T12:00:00Z",
+               deletes_after_commit=True)
 
 if __name__ == "__main__":
     sys.exit(main(SPEC))

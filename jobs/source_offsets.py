@@ -102,27 +102,16 @@ def _java_double(value: float) -> str:
     return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
 
 
-def archive_extents(catalog: Catalog, options: SourceOptions, store: Store,
-                    configs: dict[str, TopicConfig], *, readable_end: bool = True
-                    ) -> dict[TopicPartition, PartitionExtent]:
-    """The subscribed partitions and their readable offsets (an assigned partition the archive lacks: [0, 0));
-    `configs` caches the topics' settings. Without `readable_end` the end is the log end even under
-    read_committed, for callers that need only the log starts (the data-loss check): the last stable offset
-    costs a scan of every live segment's batch headers."""
-    return {tp: extent for tp, (extent, _) in
-            _subscribed_rows(catalog, options, store, configs, readable_end).items()}
+Subscribed = dict[TopicPartition, tuple[PartitionExtent, list[SegmentRow]]]
+"""The subscribed partitions as one catalog snapshot shows them: each one's readable offsets and live segments."""
 
 
-def _topic_config(configs: dict[str, TopicConfig], options: SourceOptions, topic: str,
-                  store: Store) -> TopicConfig:
-    if topic not in configs:
-        configs[topic] = load_topic_config(store, topic)
-    return configs[topic]
-
-
-def _subscribed_rows(catalog: Catalog, options: SourceOptions, store: Store,
-                     configs: dict[str, TopicConfig], readable_end: bool = True
-                     ) -> dict[TopicPartition, tuple[PartitionExtent, list[SegmentRow]]]:
+def subscribed_partitions(catalog: Catalog, options: SourceOptions, store: Store, configs: dict[str, TopicConfig],
+                          *, readable_end: bool = True) -> Subscribed:
+    """The subscribed partitions, their readable offsets (an assigned partition the archive lacks: [0, 0)) and
+    live segments; `configs` caches the topics' settings. Without `readable_end` the end is the log end even
+    under read_committed, for callers that need only the log starts (the data-loss check): the last stable
+    offset costs a scan of every live segment's batch headers."""
     topics = options.subscription.fixed_topics
     rows = [r for t in (topics if topics is not None else [None]) for r in table_to_rows(catalog.segments(topic=t))]
     by_partition: dict[TopicPartition, list[SegmentRow]] = {}
@@ -134,7 +123,7 @@ def _subscribed_rows(catalog: Catalog, options: SourceOptions, store: Store,
         extent = PartitionExtent(partition_log_start_offset(live) or 0, live[-1].next_offset) if live \
             else PartitionExtent(0, 0)
         if readable_end and live and options.isolation_level == IsolationLevel.READ_COMMITTED:
-            floor = min_timestamp(_topic_config(configs, options, tp[0], store))
+            floor = min_timestamp(_topic_config(configs, tp[0], store))
             stable = partition_transactions(live, store, floor).first_unstable_offset
             if stable is not None:
                 extent = replace(extent, log_end=max(extent.log_start, min(extent.log_end, stable)))
@@ -142,13 +131,36 @@ def _subscribed_rows(catalog: Catalog, options: SourceOptions, store: Store,
     return out
 
 
-def starting_offsets(catalog: Catalog, options: SourceOptions, store: Store,
+def extents_of(subscribed: Subscribed) -> dict[TopicPartition, PartitionExtent]:
+    """The readable offsets of each subscribed partition."""
+    return {tp: extent for tp, (extent, _) in subscribed.items()}
+
+
+def latest_offsets(subscribed: Subscribed) -> Offsets:
+    """The latest offset of each subscribed partition: its readable end (module docstring)."""
+    return {tp: extent.log_end for tp, (extent, _) in subscribed.items()}
+
+
+def archive_extents(catalog: Catalog, options: SourceOptions, store: Store,
+                    configs: dict[str, TopicConfig], *, readable_end: bool = True
+                    ) -> dict[TopicPartition, PartitionExtent]:
+    """`subscribed_partitions`' offsets alone."""
+    return extents_of(subscribed_partitions(catalog, options, store, configs, readable_end=readable_end))
+
+
+def _topic_config(configs: dict[str, TopicConfig], topic: str, store: Store) -> TopicConfig:
+    if topic not in configs:
+        configs[topic] = load_topic_config(store, topic)
+    return configs[topic]
+
+
+def starting_offsets(subscribed: Subscribed, options: SourceOptions, store: Store,
                      configs: dict[str, TopicConfig]) -> Offsets:
-    """Where a new query starts per partition: `startingTimestamp`, else `startingOffsetsByTimestamp` (Kafka's
-    ListOffsets by time, `engine.log.lookup.list_offsets`, with `startingOffsetsByTimestampStrategy`), else
-    `startingOffsets` (-2 earliest, -1 latest); a JSON of offsets or times must name every subscribed partition."""
+    """Where a new query starts per partition of `subscribed`: `startingTimestamp`, else
+    `startingOffsetsByTimestamp` (Kafka's ListOffsets by time, `engine.log.lookup.list_offsets`, with
+    `startingOffsetsByTimestampStrategy`), else `startingOffsets` (-2 earliest, -1 latest); a JSON of offsets
+    or times must name every subscribed partition."""
     starting = options.starting
-    subscribed = _subscribed_rows(catalog, options, store, configs)
     by_time = starting.timestamp is not None or starting.by_timestamp is not None
     named = starting.by_timestamp if starting.by_timestamp is not None else starting.offsets
     if (by_time and starting.timestamp is None) or named:
@@ -166,7 +178,7 @@ def starting_offsets(catalog: Catalog, options: SourceOptions, store: Store,
                                                                                              wanted_offset)
             continue
         target = starting.timestamp if starting.timestamp is not None else named[topic][partition]
-        config = _topic_config(configs, options, topic, store)
+        config = _topic_config(configs, topic, store)
         try:
             answer = list_offsets([stored_segment(r, store, config) for r in rows], target, extent.log_start,
                                   min_timestamp=min_timestamp(config))

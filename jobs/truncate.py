@@ -103,9 +103,11 @@ def run_delete_records(ctx: JobContext) -> None:
 
 
 SPEC = JobSpec("truncate", "remove every record at or above an offset", run_truncate, add_truncate_arguments,
-               example="klake truncate --conf demo-output/demo.yaml --topic orders --partition 0 --offset 3800", dry_run=False)
+               example="klake truncate --conf demo-output/demo.yaml --topic orders --partition 0 --offset 3800", dry_run=False,
+               deletes_after_commit=True)
 DELETE_RECORDS = JobSpec("delete-records", "raise the log start offset (Kafka DeleteRecords)", run_delete_records,
-                         add_arguments, example="klake delete-records --conf demo-output/demo.yaml --topic orders --partition 0 --offset 2000", dry_run=False)
+                         add_arguments, example="klake delete-records --conf demo-output/demo.yaml --topic orders --partition 0 --offset 2000", dry_run=False,
+                         deletes_after_commit=True)
 
 if __name__ == "__main__":
     if "--delete-records" in sys.argv:

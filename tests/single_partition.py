@@ -55,7 +55,7 @@ def compact_partition(catalog: Catalog, root: str, tp: TopicPartition, config: T
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
     prepare = partial(prepare_compaction, store=Store(root, options), now_ms=now_ms, job_id=job_id, dry_run=dry_run)
-    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="compact", job_id=job_id, mutate=not dry_run, planner=CompactionPlanner(now_ms, force))
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="compact", job_id=job_id, mutate=not dry_run, planner=CompactionPlanner(now_ms, force), deletes_after_commit=True)
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome
@@ -69,7 +69,7 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
     job_id = job_id or uuid.uuid4().hex
     root = normalize_uri(root)
     prepare = partial(prepare_retention, store=Store(root, options), now_ms=now_ms, job_id=job_id, dry_run=dry_run)
-    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="retention", job_id=job_id, mutate=not dry_run, planner=RetentionPlanner(now_ms), allow_external_deletes=allow_external_deletes)
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation="retention", job_id=job_id, mutate=not dry_run, planner=RetentionPlanner(now_ms), allow_external_deletes=allow_external_deletes, deletes_after_commit=True)
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     outcome.finished_from_earlier_run = run.finished_from_earlier_run.get(str(tp), 0)
@@ -78,7 +78,8 @@ def apply_retention(catalog: Catalog, root: str, tp: TopicPartition, config: Top
 
 def _run_single(catalog: Catalog, root: str, tp: TopicPartition, config: TopicConfig, prepare: Prepare[TruncateOutcome],
                 operation: str, job_id: str, options: StorageOptions | None) -> TruncateOutcome:
-    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation=operation, job_id=job_id)
+    run = run_single_partition(catalog, Store(root, options), tp, config, prepare, operation=operation, job_id=job_id,
+                               deletes_after_commit=True)
     outcome = run.outcome(tp)
     outcome.cleanup = run.cleanup
     return outcome

@@ -7,7 +7,11 @@ owner, the job id, a random token and the expiry time in ms. Rules:
   id exists; a lease of the SAME job id is taken over at once: its holder is a dead attempt of this
   job or this very job, and the job ledger (engine.ops.catalog_table) keeps a second attempt from committing
   twice what the first committed;
-- an expired lease is taken over through a takeover marker `{lease}.takeover-{token}`, itself created
+- a spent lease of another job is taken over at once as well: its job committed the partition (the job
+  ledger says so) and its operation declared, in the lease, that it does no work after its commit, so the
+  lease holds nothing any more (the rule and why: `engine.ops.run.lease_is_spent`); a job killed after its
+  commit, before its release, then blocks no other job for the lease's TTL;
+- an expired (or spent) lease is taken over through a takeover marker `{lease}.takeover-{token}`, itself created
   put-if-absent: of all takers that saw the same expired lease, only the one that created the marker
   may delete it and create a new lease. Without the marker, taker A could delete the expired lease and
   create its own, then taker B (which read the old one earlier) delete A's fresh lease, and both would
@@ -61,6 +65,10 @@ class Lease:
     token: str
     acquired_at_ms: int
     expires_at_ms: int
+    deletes_after_commit: bool = True
+    """Its run deletes the segments it retired after its commit (`engine.ops.run`, step 7), so the lease
+    still guards work once the ledger shows the commit. Declared by the operation; a lease written before
+    the declaration existed says nothing and is taken to do so."""
 
     def describe(self, now: int | None = None) -> str:
         """Who holds the lease, until when, and how to take it over safely."""
@@ -105,21 +113,29 @@ def _encode(lease: Lease) -> bytes:
     return json.dumps(content, sort_keys=True).encode()
 
 
+def _never_spent(lease: Lease) -> bool:
+    return False
+
+
 def acquire_lease(store: Store, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
-                  clock: Callable[[], int] = now_ms) -> Lease:
-    """Take the lease on `tp` for `ttl_ms`, taking over an expired one or one of the same `job_id`;
-    `LeaseHeldError` if another job holds it."""
+                  clock: Callable[[], int] = now_ms, *, deletes_after_commit: bool = True,
+                  spent: Callable[[Lease], bool] = _never_spent) -> Lease:
+    """Take the lease on `tp` for `ttl_ms`, taking over an expired one, one of the same `job_id` or one
+    `spent` says holds nothing (`engine.ops.run.lease_is_spent`); `LeaseHeldError` if another job holds it.
+    `deletes_after_commit`: the taker's own declaration, stored in its lease."""
     if ttl_ms <= 0:
         raise ValueError(f"lease ttl must be positive, got {ttl_ms} ms")
     uri = lease_uri(store, tp)
     start = clock()
     mine = Lease(uri=uri, topic=tp.topic, partition=tp.partition, owner=owner, job_id=job_id,
-                 token=uuid.uuid4().hex, acquired_at_ms=start, expires_at_ms=start + ttl_ms)
+                 token=uuid.uuid4().hex, acquired_at_ms=start, expires_at_ms=start + ttl_ms,
+                 deletes_after_commit=deletes_after_commit)
     try:
         store.put_if_absent(uri, _encode(mine))
     except FileExistsError:
         current = _read(store, uri)
-        if current is not None and current.expires_at_ms > clock() and current.job_id != job_id:
+        if (current is not None and current.expires_at_ms > clock() and current.job_id != job_id
+                and not spent(current)):
             raise LeaseHeldError(current.describe(clock())) from None
         if current is not None:
             _take_over(store, current, job_id, clock)
@@ -135,7 +151,7 @@ def acquire_lease(store: Store, tp: TopicPartition, owner: str, job_id: str, ttl
 
 
 def _take_over(store: Store, expired: Lease, job_id: str, clock: Callable[[], int]) -> None:
-    """Delete `expired` (or a same-job lease) if we win its takeover marker (as job `job_id`); raise
+    """Delete `expired` (or a same-job or spent lease) if we win its takeover marker (as job `job_id`); raise
     `LeaseHeldError` if another taker does."""
     marker = f"{expired.uri}.takeover-{expired.token}"
     busy = LeaseHeldError(f"{expired.topic}-{expired.partition}: the lease of job {expired.job_id!r} is being "

@@ -4,7 +4,8 @@ The driver side of every mutating job, with the per-partition work pluggable (`e
 this process for the engine's single-partition functions, one Spark task per partition in `jobs/`.
 
 1. take every partition's lease (put-if-absent object); a partition whose lease another job holds
-   fails alone, the others go on; a lease of the same job id (a dead attempt) is taken over at once;
+   fails alone, the others go on; a lease of the same job id (a dead attempt) is taken over at once, and
+   so is a spent one: its job committed the partition and has no work after its commit (`lease_is_spent`);
 2. read every partition's catalog rows once; finish two-phase deletes an earlier crash left
    (DELETE_STARTED rows), in one bulk delete and one commit;
 3. skip the partitions the job ledger says this job id already finished (an earlier attempt committed
@@ -22,6 +23,8 @@ this process for the engine's single-partition functions, one Spark task per par
 7. the segments that commit retired are deleted (one DeleteObjects per 1,000 keys, several requests or
    local unlinks at once: `Store.delete_many`) and their rows removed (one more commit, checked
    against the rows the first one left when no other commit came between); then the leases are released.
+   This is a run's only work after its commit, and only an operation that declares it
+   (`deletes_after_commit`: retention, compaction, truncate, delete-records) may retire segments.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from layouts.metering import metered
 from layouts.store.bound import Store
 
 PlanT = TypeVar("PlanT")
+PlanT_co = TypeVar("PlanT_co", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -90,14 +94,15 @@ class PartitionInput(Generic[PlanT]):
         return {**self.__dict__, "segments": None if self.segments is None else owned(self.segments)}
 
 
-class DriverPlan(Protocol):
-    """A plan of many partitions made on the driver in one vectorised pass (`RetentionPlan`, `RollPlan`,
-    `CompactionPlan`)."""
+class DriverPlan(Protocol[PlanT_co]):
+    """A plan of many partitions made on the driver in one vectorised pass, generic over each partition's
+    slice of it (`RetentionPlan`: `PartitionRetention`, `RollPlan`: `PartitionRoll`, `CompactionPlan`:
+    `PartitionCompaction`), which its task gets as `PartitionInput.plan`."""
 
-    def partition(self, tp: TopicPartition) -> Any: ...
+    def partition(self, tp: TopicPartition) -> PlanT_co: ...
 
 
-class Planner(Protocol):
+class Planner(Protocol[PlanT_co]):
     """Plans every partition at once on the driver, over their live rows in (topic, partition, offset)
     order; `columns` are the catalog columns it reads (a run that changes nothing reads only those), and
     `task_columns` those its tasks need of their rows when the run changes data (with the two-phase
@@ -106,7 +111,7 @@ class Planner(Protocol):
     columns: Sequence[str]
     task_columns: Sequence[str]
 
-    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan: ...
+    def __call__(self, live: pa.Table, configs: Mapping[TopicPartition, TopicConfig]) -> DriverPlan[PlanT_co]: ...
 
 
 class StepOutcome(Protocol):
@@ -190,7 +195,9 @@ class JobRun(Generic[OutcomeT]):
     finished_from_earlier_run: dict[str, int] = field(default_factory=dict)
     commit: CommitResult | None = None
     committed_earlier: list[TopicPartition] = field(default_factory=list)
-    plan: DriverPlan | None = None
+    spent_leases: dict[str, str] = field(default_factory=dict)
+    """The spent leases the run took over ("topic-partition" -> their job id; `lease_is_spent`)."""
+    plan: DriverPlan[Any] | None = None  # (a job's outcome type, not its plan's, is JobRun's parameter)
     requests: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
 
@@ -205,26 +212,62 @@ def lease_owner() -> str:
     return f"klake@{socket.gethostname()}:{os.getpid()}"
 
 
-class _Leases:
-    """The leases a run holds, released on exit; a partition whose lease is held elsewhere is a failure."""
+def lease_is_spent(lease: Lease, catalog: Catalog) -> bool:
+    """The spent-lease rule: another job's unexpired `lease` holds nothing, and any job may take it over at
+    once, when the job ledger shows its job committed the partition and its operation declared (in the lease)
+    that it does no work after its commit.
 
-    def __init__(self, store: Store, job_id: str, ttl_ms: int, strict: bool) -> None:
-        self.store, self.job_id, self.ttl_ms, self.strict = store, job_id, ttl_ms, strict
+    The ledger entry is committed with the partition's rows (`Catalog.committed_partitions`), and after its
+    commit a run does only step 7, the deletes of what it retired, then releases. An operation that retires
+    nothing (append, archive, import, mirror, roll, recover) therefore has nothing left under its lease once
+    the ledger shows the commit, whether it was killed before its release (the case this rule is for: an
+    archive killed there blocked the next run, another job id since it starts where that commit ended, for
+    the lease's hour) or is releasing now (its release then finds the lease taken and leaves it). An operation
+    that retires (`deletes_after_commit`) keeps its lease after its commit until its own re-run (same job id)
+    or the TTL: its run may still be deleting, and a taker would finish the same DELETE_STARTED rows (step 2)
+    under its own `--allow-external-deletes` choice instead of the holder's (removing the rows of objects
+    outside the root while leaving the objects, which scrub, listing the root only, never finds again) and
+    report the holder's deletes as its own. Import and mirror keep no ledger (`ledger=False`): the rule never
+    frees their leases."""
+    return (not lease.deletes_after_commit
+            and bool(catalog.committed_partitions(lease.job_id, [TopicPartition(lease.topic, lease.partition)])))
+
+
+class _Leases:
+    """The leases a run holds, released on exit; a partition whose lease is held elsewhere is a failure,
+    unless that lease is spent (`lease_is_spent`)."""
+
+    def __init__(self, store: Store, catalog: Catalog | None, job_id: str, ttl_ms: int, strict: bool,
+                 deletes_after_commit: bool) -> None:
+        self.store, self.catalog, self.job_id, self.ttl_ms, self.strict = store, catalog, job_id, ttl_ms, strict
+        self.deletes_after_commit = deletes_after_commit
         self.held: dict[TopicPartition, Lease] = {}
+        self.spent: dict[TopicPartition, Lease] = {}
 
     def take(self, tps: Sequence[TopicPartition], run: JobRun[Any], stack: ExitStack) -> list[TopicPartition]:
         owner = lease_owner()
         for tp in tps:
             try:
-                lease = acquire_lease(self.store, tp, owner, self.job_id, self.ttl_ms)
+                lease = acquire_lease(self.store, tp, owner, self.job_id, self.ttl_ms,
+                                      deletes_after_commit=self.deletes_after_commit,
+                                      spent=self._is_spent)
             except LeaseHeldError as exc:
                 if self.strict:
                     raise
                 run.failures[str(tp)] = str(exc)
                 continue
+            if tp in self.spent:
+                run.spent_leases[str(tp)] = self.spent[tp].job_id
             self.held[tp] = lease
             stack.callback(self._release, lease)
         return list(self.held)
+
+    def _is_spent(self, lease: Lease) -> bool:
+        """`lease_is_spent`, remembering the spent leases found (the run reports those it took over)."""
+        if self.catalog is None or not lease_is_spent(lease, self.catalog):
+            return False
+        self.spent[TopicPartition(lease.topic, lease.partition)] = lease
+        return True
 
     def _release(self, lease: Lease) -> None:
         """Release at the end of the run; a lease lost meanwhile is the taker's now, and its partition
@@ -243,9 +286,9 @@ class _Leases:
 def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[TopicPartition, TopicConfig],
                       execute: Execute[OutcomeT], *, operation: str, job_id: str,
                       mutate: bool = True, strict: bool = False, ledger: bool = True, ledger_idle: bool = False,
-                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner | None = None,
+                      lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS, planner: Planner[Any] | None = None,
                       app_ids: Callable[[TopicPartition], Sequence[str]] | None = None,
-                      allow_external_deletes: bool = False) -> JobRun[OutcomeT]:
+                      allow_external_deletes: bool = False, deletes_after_commit: bool = False) -> JobRun[OutcomeT]:
     """Run one operation over the partitions in `configs` of the root `store` (see the module docstring).
 
     `mutate=False` (dry runs, read-only checks) takes no lease and commits nothing; it may run without a
@@ -261,7 +304,10 @@ def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[To
     (`PartitionInput.app_versions`), read after its lease is taken. `allow_external_deletes`: the run's
     opt-in to delete retired objects outside the root too (`engine.ops.deletion`). A run that commits
     migrates a catalog written before keys were relative first (`Catalog.migrate_keys`), so that it plans
-    on the root's own objects.
+    on the root's own objects. `deletes_after_commit`: the operation's declaration that its steps may retire
+    segments, whose objects the run deletes after its commit (step 7); it is written into the run's leases
+    (`lease_is_spent`), and a step that retires under an operation that did not declare it fails the run
+    before its commit.
     """
     if catalog is None and mutate:
         raise ValueError("a run that commits needs a catalog")
@@ -269,7 +315,7 @@ def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[To
     if mutate:
         catalog.migrate_keys()
     with ExitStack() as stack:
-        leases = _Leases(store, job_id, lease_ttl_ms, strict)
+        leases = _Leases(store, catalog, job_id, lease_ttl_ms, strict, deletes_after_commit)
         with _driver_io(run):
             tps = leases.take(list(configs), run, stack) if mutate else list(configs)
             columns = COLUMNS if planner is None else (
@@ -312,19 +358,19 @@ def run_partition_job(catalog: Catalog | None, store: Store, configs: Mapping[To
             run.bytes.update(result.bytes)
         if mutate:
             with _driver_io(run):
-                _commit(catalog, store, run, leases, ledger, ledger_idle, allow_external_deletes)
+                _commit(catalog, store, run, leases, ledger, ledger_idle, allow_external_deletes, deletes_after_commit)
     return run
 
 
 def run_single_partition(catalog: Catalog, store: Store, tp: TopicPartition, config: TopicConfig, prepare: Prepare[OutcomeT],
                          *, operation: str, job_id: str, mutate: bool = True,
-                         ledger_idle: bool = False, planner: Planner | None = None,
-                         allow_external_deletes: bool = False) -> JobRun[OutcomeT]:
+                         ledger_idle: bool = False, planner: Planner[Any] | None = None,
+                         allow_external_deletes: bool = False, deletes_after_commit: bool = False) -> JobRun[OutcomeT]:
     """The engine's one single-partition entry (library use and tests): the same protocol as a job over
     many partitions, run in this process, raising the partition's failure instead of reporting it."""
     return run_partition_job(catalog, store, {tp: config}, serial_execute(prepare, catch=False), operation=operation,
                              job_id=job_id, mutate=mutate, strict=True, ledger_idle=ledger_idle, planner=planner,
-                             allow_external_deletes=allow_external_deletes)
+                             allow_external_deletes=allow_external_deletes, deletes_after_commit=deletes_after_commit)
 
 
 @contextmanager
@@ -385,7 +431,7 @@ def _finish_earlier_deletes(catalog: Catalog, store: Store, table: pa.Table, run
 
 
 def _commit(catalog: Catalog, store: Store, run: JobRun[Any], leases: _Leases, ledger: bool, ledger_idle: bool,
-            allow_external: bool) -> None:
+            allow_external: bool, deletes_after_commit: bool) -> None:
     """One commit for every partition that prepared a change (or transaction identifiers) and still holds
     its lease, entering the partitions it finishes in the job ledger; then the deletes."""
     adds, removes, transitions, retire, finished = [], [], [], [], []
@@ -405,6 +451,9 @@ def _commit(catalog: Catalog, store: Store, run: JobRun[Any], leases: _Leases, l
         removes += change.remove
         transitions += change.transitions
         if result.step.retire is not None and result.step.retire.num_rows:
+            if not deletes_after_commit:
+                raise ValueError(f"{run.operation}: {result.tp} retires segments, but the operation did not declare "
+                                 "deletes_after_commit: its leases would be taken over while it deletes them")
             retire.append(result.step.retire)
         app_transactions.update(result.step.app_transactions)
     if not finished:

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate
 
 from engine.log.topic_config import TopicConfig
 from engine.ops.catalog_table import Catalog, CatalogNotFoundError
@@ -39,6 +39,7 @@ from engine.ops.run import (
     PartitionResult,
     PartitionStep,
     Planner,
+    PlanT,
     Prepare,
     run_partition_job,
     serial_execute,
@@ -72,6 +73,9 @@ class JobSpec:
     dry_run: bool = True
     retires: bool = True
     """Its runs delete the segments they retire (`engine.ops.run`): it takes `--allow-external-deletes`."""
+    deletes_after_commit: bool = False
+    """Its steps may retire segments, deleted after the run's commit: its leases outlive the commit
+    (`engine.ops.run.lease_is_spent`)."""
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -269,11 +273,13 @@ class JobContext:
         """Run `prepare` over `tps` as Spark tasks with one driver commit, and fold it into the report."""
         return self.run_partitions_with(tps, self.execute(prepare))
 
-    def run_planned(self, tps: Iterable[TopicPartition], prepare: Callable[..., PartitionStep[OutcomeT]],
-                    planner: Planner) -> JobRun[OutcomeT]:
-        """A job the driver plans (`planner`: compact, roll, retention) whose `prepare` takes the run's store,
-        clock, job id and dry run; a dry run plans and reports only (it reads no segment, writes nothing), so
-        its partitions run one after another in this process and start no Spark task."""
+    def run_planned(self, tps: Iterable[TopicPartition],
+                    prepare: Callable[Concatenate[PartitionInput[PlanT], ...], PartitionStep[OutcomeT]],
+                    planner: Planner[PlanT]) -> JobRun[OutcomeT]:
+        """A job the driver plans (`planner`: compact, roll, retention) whose `prepare` takes its partition's
+        slice of that plan (`PlanT`) with the run's store, clock, job id and dry run; a dry run plans and
+        reports only (it reads no segment, writes nothing), so its partitions run one after another in this
+        process and start no Spark task."""
         bound = partial(prepare, store=self.store, now_ms=self.now_ms, job_id=self.job_id, dry_run=self.dry_run)
         execute = serial_execute(bound) if self.dry_run else self.execute(bound)
         return self.run_partitions_with(tps, execute, planner=planner)
@@ -292,7 +298,8 @@ class JobContext:
                                 operation=self.spec.name, job_id=self.job_id,
                                 mutate=mutate,
                                 lease_ttl_ms=self.config.jobs.lease_ttl_ms,
-                                allow_external_deletes=self.allow_external_deletes, **kwargs)
+                                allow_external_deletes=self.allow_external_deletes,
+                                deletes_after_commit=self.spec.deletes_after_commit, **kwargs)
         self.report.add_run(run)
         return run
 

@@ -102,6 +102,9 @@ class RunReport:
                            "removed": run.commit.removed, "transitioned": run.commit.transitioned}
         if run.committed_earlier:
             self.results["committed_earlier"] = [str(tp) for tp in run.committed_earlier]
+        for name, job_id in sorted(run.spent_leases.items()):
+            self.summary.append(f"{run.operation}: {name}: took over the lease of job {job_id}, which committed the "
+                                "partition and was stopped before releasing it (it has no work after its commit)")
         cleanup = run.cleanup
         self.results["cleanup"] = {"deleted_objects": len(cleanup.deleted_objects),
                                    "left_in_place": cleanup.left_in_place,

@@ -254,32 +254,40 @@ def test_starting_offsets_by_timestamp_are_kafkas_list_offsets_answers(spark, tm
 
 DRIVER_CALLS = """
 import pickle, sys
+from engine.ops.catalog_table import Catalog
 from jobs.klake_stream import KlakeStreamReader
 from jobs.source_options import parse_options
 from layouts.store import StorageOptions
+opened = []
+real_open = Catalog.open.__func__
+Catalog.open = classmethod(lambda cls, *a, **k: opened.append(1) or real_open(cls, *a, **k))
 reader = KlakeStreamReader(parse_options({"root": sys.argv[1], "subscribe": sys.argv[2],
                                           "startingOffsets": "earliest"}, "stream"), StorageOptions())
 reader.prepareForTriggerAvailableNow()
 start = reader.initialOffset()
 end = reader.latestOffset(start, reader.getDefaultReadLimit())
 reader.reportLatestOffset()
+assert reader.initialOffset() == start
 items = sum(len(p.value) for p in pickle.loads(pickle.dumps(reader.partitions(start, end))))
-print(items, *sorted(m for m in ("pandas", "Crypto", "cryptography") if m in sys.modules))
+assert reader.latestOffset(end, reader.getDefaultReadLimit()) == end and reader.reportLatestOffset() == end
+print(items, len(opened), *sorted(m for m in ("pandas", "Crypto", "cryptography") if m in sys.modules))
 """
 
 
 def test_a_streams_driver_calls_import_neither_pandas_nor_the_cipher_libraries(spark, tmp_path: Path) -> None:
     """Spark starts a fresh Python process for each streaming query's driver calls (its source runner, not a
-    reused worker), so what they import is paid per query (issue 29's benchmark: ~0.5 s for pandas, which
-    pyarrow imports when a Python value becomes an Arrow scalar; ~0.2 s for the Aiven cipher libraries, needed
-    only for encrypted uploads). The calls, in Spark's order, in a process of their own, plan a non-empty read."""
+    reused worker), so what they import and read is paid per query (issue 29's benchmark: ~0.5 s for pandas,
+    which pyarrow imports when a Python value becomes an Arrow scalar; ~0.2 s for the Aiven cipher libraries,
+    needed only for encrypted uploads). The calls of an AvailableNow run of one batch, in Spark 4.2's order, in
+    a process of their own, plan a non-empty read and open the catalog twice: once to fix the run's target (the
+    starting offsets and every `latestOffset` answer from that look), once to plan the batch."""
     jobs = Jobs(tmp_path, local_backend(tmp_path), TOPICS)
     add(jobs, 40, "i", NOW - HOUR)
     done = subprocess.run([sys.executable, "-c", DRIVER_CALLS, jobs.root, TOPIC], cwd=PROJECT_ROOT, text=True,
                           capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    items, *imported = done.stdout.split()
-    assert int(items) > 0 and imported == []
+    items, opened, *imported = done.stdout.split()
+    assert int(items) > 0 and int(opened) == 2 and imported == []
 
 
 def killed_run(root: str, delta: str, checkpoint: str, block_at: str, marker: str) -> None:

@@ -2,7 +2,7 @@
 (issue 30): while an idempotent producer and a transactional one (every other transaction aborted) keep writing,
 the archive is killed during the Spark tasks' appends (a segment's upload), after the appends before the catalog's
 commit, and after the commit before the leases' release and the groups' snapshot (the next run, another job since
-it starts where that commit ended, releases the leases the killed one left); a last run after the producers stop. Truth is the cluster itself: a read_committed consumer (kafka-python) reads exactly the archive's records at
+it starts where that commit ended, takes over the leases the killed one left: `engine.ops.run.lease_is_spent`); a last run after the producers stop. Truth is the cluster itself: a read_committed consumer (kafka-python) reads exactly the archive's records at
 their offsets, no aborted record is in the archive, and a read_uncommitted consumer shows the aborted ones exist.
 
 A kill is the crash hook's (`tests/crash/hook`): the run's whole process group (CLI, JVM, Python workers) dies by
@@ -146,6 +146,7 @@ def test_archive_killed_at_each_point_of_its_run_and_rerun_loses_and_duplicates_
     assert last.returncode == 0, last.stderr[-3000:]
     report = json.loads((tmp_path / "last.json").read_text())
     assert all(row["lag"] == 0 for row in report["results"]["archive"].values()), report["results"]["archive"]
+    assert "took over the lease of job archive-" in report["summary"], report["summary"]
 
     committed = consumed(kafka_broker, topic, PARTITIONS)
     archived = _archived(spark, conf, topic)
