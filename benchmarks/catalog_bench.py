@@ -63,6 +63,8 @@ def synthetic_slice(start_seq: int, count: int, partitions: list[tuple[str, int]
         "log_start_offset": np.full(n, -1), "cleaned": np.zeros(n, bool),
         "index_size_bytes": np.full(n, 2_048), "timeindex_size_bytes": np.full(n, 3_072),
         "batchindex_size_bytes": np.full(n, None),  # 10 KiB batches, above the interval: none
+        "txn_batch_count": np.zeros(n, np.int64),  # no transactions: read_committed planning reads none
+        "txn_start_position": np.full(n, None), "txn_end_position": np.full(n, None),
     }
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in CATALOG_SCHEMA}, schema=CATALOG_SCHEMA)
 
