@@ -9,7 +9,9 @@
   offset means the same record in the archive and in the cluster. Each partition is appended by the Spark
   task that reads it from the cluster (one task per partition, as Spark's Kafka source splits): nothing is
   staged, so the archive costs about what the Kafka source's own write to Parquet does (issue 30's benchmark,
-  `benchmarks/archive_bench.py`).
+  `benchmarks/archive_bench.py`). Spark hands the records to the tasks in Arrow batches sized from the largest
+  record of each range's first fetch (`Cluster.largest_record`, `jobs.ingest.arrow_batches`): within Spark's
+  byte bound without its per-row check.
 - A topic new to klake is declared with the cluster's partition count and the topic configs the cluster
   reports (Admin DescribeConfigs; those klake knows), unless the config file declares it.
 - `read_committed` by default: a consumer's records carry no producer id, transactional flag or control
@@ -43,6 +45,7 @@ import logging
 import os
 import re
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -52,6 +55,7 @@ from typing import Any
 from engine.log.topic_config import TopicConfig
 from engine.ops.groups_table import GroupOffset, snapshot_groups
 from jobs import append
+from jobs.ingest.arrow_batches import sized_batches
 from jobs.ingest.source import InputSettings
 from jobs.runtime.config import TopicSettings
 from jobs.runtime.job_runner import JobContext, JobSpec, main, time_argument
@@ -63,6 +67,7 @@ EARLIEST = "earliest"
 JOB_PREFIX = "archive-"  # of an archive run's default job id (`archive_job_id`)
 SECRET_MARKERS = ("password", "sasl.jaas.config", "secret")
 CLIENT_TIMEOUT_MS = 15_000
+SAMPLE_SECONDS = 5.0  # longest the run waits for each partition's first fetch (`Cluster.largest_record`)
 JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
 KAFKA_PYTHON_LOGGER = "kafka"  # kafka-python's package logger: each of its modules logs under it
 # topic configs klake takes from the cluster (Kafka's names; the others are broker-side or klake's own)
@@ -200,6 +205,32 @@ class Cluster:
         entries = {key: data.get("value") for key, data in response["topic"][topic].items()}
         return TopicConfig.from_mapping({k: entries[k] for k in CLUSTER_CONFIGS if entries.get(k) is not None}, topic)
 
+    def largest_record(self, ranges: Mapping[TopicPartition, tuple[int, int]]) -> int | None:
+        """The largest record (key, value and headers' keys and values, uncompressed) among each range's first
+        fetch (up to `max.partition.fetch.bytes` from its start), as the archive's Arrow batches will hold them
+        (`jobs.ingest.arrow_batches`); None if no record came. A range with no record to read (aborted ones
+        only, under read_committed) counts as fetched once the consumer's position passes its end."""
+        from kafka import TopicPartition as KafkaTP
+
+        ends = {KafkaTP(tp.topic, tp.partition): end for tp, (_, end) in ranges.items()}
+        self.consumer.assign(list(ends))
+        for tp, (start, _) in ranges.items():
+            self.consumer.seek(KafkaTP(tp.topic, tp.partition), start)
+        largest, deadline = None, time.monotonic() + SAMPLE_SECONDS
+        try:
+            while ends and time.monotonic() < deadline:
+                for key, records in self.consumer.poll(timeout_ms=100).items():
+                    sizes = [max(r.serialized_key_size, 0) + max(r.serialized_value_size, 0)
+                             + max(r.serialized_header_size, 0) for r in records if r.offset < ends.get(key, -1)]
+                    largest = max([*sizes, *([] if largest is None else [largest])], default=None)
+                    ends.pop(key, None)
+                for key in [key for key, end in ends.items() if self.consumer.position(key) >= end]:
+                    ends.pop(key)
+                self.consumer.pause(*[key for key in self.consumer.assignment() if key not in ends])
+        finally:
+            self.consumer.unsubscribe()
+        return largest
+
     def offsets(self, tps: list[TopicPartition], at_ms: int | None = None) -> tuple[dict, dict, dict | None]:
         """Each partition's log start, its end (the last stable offset under read_committed) and, with
         `at_ms`, the first offset at or after that time (the end if none)."""
@@ -299,11 +330,14 @@ def run(ctx: JobContext) -> None:
             _kafka_frame(ctx, options, todo).createOrReplaceTempView(view)
             ctx.job_id = ctx.report.job_id = args.job_id or archive_job_id(
                 args.bootstrap_servers, {tp: r[0] for tp, r in todo.items()})
-            append.append_input(ctx, InputSettings(
-                input=None, table=view, format="kafka", input_options=(), topics=tuple(sorted(counts)),
-                partition_ids=tuple(sorted({tp.partition for tp in todo})) if args.partition_ids else (),
-                keep_offsets=True, rejects=None, known_topics=tuple(sorted({tp.topic for tp in todo})),
-                by_partition=True))
+            largest = cluster.largest_record(todo)
+            with sized_batches(ctx.spark, largest) as rows:
+                ctx.report.results["arrow_batches"] = {"records": rows, "largest_record_bytes": largest}
+                append.append_input(ctx, InputSettings(
+                    input=None, table=view, format="kafka", input_options=(), topics=tuple(sorted(counts)),
+                    partition_ids=tuple(sorted({tp.partition for tp in todo})) if args.partition_ids else (),
+                    keep_offsets=True, rejects=None, known_topics=tuple(sorted({tp.topic for tp in todo})),
+                    by_partition=True))
         lag_end = cluster.offsets(tps)[1]
         positions = cluster.group_offsets(set(counts))
     finally:
