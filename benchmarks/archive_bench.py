@@ -18,8 +18,9 @@ times (A B A B ...), in the same Spark session (`local[2]`, the spark-sql-kafka 
     its cluster metadata to the catalog commit and the consumer-group snapshot.
 Both must hold every record: the Parquet output's row count, and the archive's per-partition record counts and
 last offsets against the broker's end offsets. Reported: every round's wall seconds (warm-up rounds apart), the
-median of each side, MiB/s of keys and values at the median, records, and the ratio archive / Kafka source of the
-medians and of each round.
+median of each side, MiB/s of keys and values at the median, records, the ratio archive / Kafka source of the
+medians and of each round, and the archive's Arrow batches (rows per batch and the largest record sampled,
+`jobs.ingest.arrow_batches`).
 
 Run: .venv/bin/python benchmarks/archive_bench.py [--mb 1024] [--partitions 4] [--rounds 3] [--warmup 1]
 [--codec lz4] [--value-bytes 1024] [--workdir DIR] (`make bench-archive` resolves the JVM sets first).
@@ -99,20 +100,22 @@ def kafka_to_parquet(spark, broker: KafkaBroker, ends: dict[int, int], out: Path
     return time.perf_counter() - started
 
 
-def klake_archive(conf: Path, broker: KafkaBroker, report: Path, ends: dict[int, int]) -> float:
-    """The whole `archive` job; the archive checked complete against the broker's end offsets."""
+def klake_archive(conf: Path, broker: KafkaBroker, report: Path, ends: dict[int, int]) -> tuple[float, dict | None]:
+    """The whole `archive` job's seconds and its Arrow batches; the archive checked complete against the broker's
+    end offsets."""
     started = time.perf_counter()
     code = main(archive.SPEC, ["--conf", str(conf), "--bootstrap-servers", broker.bootstrap, "--topic", TOPIC,
                                "--report", str(report), "--no-progress"])
     seconds = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"klake archive failed with exit code {code}; see {report}")
-    rows = json.loads(report.read_text())["results"]["archive"]
+    results = json.loads(report.read_text())["results"]
+    rows = results["archive"]
     got = {int(name.rsplit("-", 1)[1]): (row["records"], row["last_offset"], row["lag"]) for name, row in rows.items()}
     want = {p: (end, end - 1, 0) for p, end in ends.items()}
     if got != want:
         raise SystemExit(f"the archive is not the cluster's: (records, last offset, lag) {got}, the broker's {want}")
-    return seconds
+    return seconds, results.get("arrow_batches")
 
 
 def run(mb: int, workdir: Path, partitions: int = 4, rounds: int = 3, codec: str = "lz4",
@@ -134,6 +137,7 @@ def run(mb: int, workdir: Path, partitions: int = 4, rounds: int = 3, codec: str
         runs: dict[str, list[float]] = {"spark": [], "archive": []}
         warm: dict[str, list[float]] = {"spark": [], "archive": []}
         sizes = {}
+        batches = None
         for index in range(warmup + rounds):  # A B A B: the machine is shared, so each round pairs the two
             into = warm if index < warmup else runs
             out = workdir / f"parquet-{index}"
@@ -145,7 +149,8 @@ def run(mb: int, workdir: Path, partitions: int = 4, rounds: int = 3, codec: str
             shutil.rmtree(out)
             root = workdir / f"root-{index}"
             conf = config_file(workdir / f"archive-{index}.yaml", root)
-            into["archive"].append(klake_archive(conf, broker, workdir / f"archive-{index}.json", ends))
+            seconds, batches = klake_archive(conf, broker, workdir / f"archive-{index}.json", ends)
+            into["archive"].append(seconds)
             sizes["archive_mb"] = round(_dir_bytes(root) / 2**20, 1)
             shutil.rmtree(root)
     finally:
@@ -162,7 +167,7 @@ def run(mb: int, workdir: Path, partitions: int = 4, rounds: int = 3, codec: str
             "ratio_per_round": [round(a / s, 2) for s, a in zip(runs["spark"], runs["archive"], strict=True)],
             "runs": {name: [round(s, 2) for s in times] for name, times in runs.items()},
             "warmup_runs": {name: [round(s, 2) for s in times] for name, times in warm.items()},
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+            "arrow_batches": batches, "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def cli() -> dict:

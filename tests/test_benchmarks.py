@@ -7,10 +7,12 @@ benchmarks/RESULTS.md (issue 14: `catalog_bench.py` had broken unnoticed).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 
+from jobs.ingest.arrow_batches import records_per_batch
 from tests.conftest import PROJECT_ROOT
 from tests.oracles import fetch_jvm
 
@@ -116,3 +118,5 @@ def test_archive_bench_runs_in_smoke_size() -> None:
     out = _bench("archive_bench.py", "--mb", "2", "--partitions", "2", "--rounds", "1", "--warmup", "0",
                  timeout=1200)
     assert re.search(r"^archive: klake [\d.]+ MB/s \([\d.]+ s\) vs Spark's Kafka source to Parquet", out, re.M), out
+    batches = json.loads(out[out.index("\n{\n") + 1:out.rindex("\n}") + 2])["arrow_batches"]  # sized, Spark's check off
+    assert batches["records"] == records_per_batch(batches["largest_record_bytes"]) == 10_000, batches
