@@ -61,7 +61,7 @@ bench-kafka: $(STAMP)
 # `klake archive` of a live topic (>= 1 GiB) beside Spark's Kafka source writing it as Parquet (issue 30).
 bench-archive: $(STAMP)
 	$(VENV)/bin/python tests/oracles/fetch_jvm.py kafka spark-kafka
-	$(VENV)/bin/python benchmarks/archive_bench.py
+	$(VENV)/bin/python benchmarks/archive_bench.py --rounds 5
 
 # What a cluster needs: the wheel (pip install it, with its pinned dependencies, into the executors'
 # Python) or, where the dependencies are already there, the code alone for `spark-submit --py-files`.
