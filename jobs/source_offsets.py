@@ -24,7 +24,7 @@ from engine.catalog.schema import SegmentRow, partition_log_start_offset, table_
 from engine.log.lookup import list_offsets
 from engine.log.topic_config import TopicConfig, min_timestamp
 from engine.ops.catalog_table import Catalog
-from engine.ops.read import IsolationLevel, ReadRange, WorkItem, partition_transactions, plan_read
+from engine.ops.read import IsolationLevel, ReadRange, WorkItem, plan_read, transactions_by_partition
 from engine.ops.stored_segment import stored_segment
 from engine.ops.topic_store import load_topic_config
 from jobs.source_options import EARLIEST, LATEST, SourceOptions
@@ -117,16 +117,24 @@ def subscribed_partitions(catalog: Catalog, options: SourceOptions, store: Store
     by_partition: dict[TopicPartition, list[SegmentRow]] = {}
     for row in rows:
         by_partition.setdefault((row.topic, row.partition), []).append(row)
+    selected = options.subscription.select(by_partition)
+    stable: dict[TopicPartition, int | None] = {}
+    if readable_end and options.isolation_level == IsolationLevel.READ_COMMITTED:
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in selected:
+            if by_partition.get((topic, partition)):
+                wanted.setdefault(topic, []).append(partition)
+        for topic, partitions in wanted.items():  # a topic's partitions scanned in one pool of threads
+            found = transactions_by_partition([r for p in partitions for r in by_partition[(topic, p)]], store,
+                                              min_timestamp(_topic_config(configs, topic, store)), partitions)
+            stable |= {(topic, p): txns.first_unstable_offset for p, txns in found.items()}
     out = {}
-    for tp in options.subscription.select(by_partition):
+    for tp in selected:
         live = by_partition.get(tp, [])
         extent = PartitionExtent(partition_log_start_offset(live) or 0, live[-1].next_offset) if live \
             else PartitionExtent(0, 0)
-        if readable_end and live and options.isolation_level == IsolationLevel.READ_COMMITTED:
-            floor = min_timestamp(_topic_config(configs, tp[0], store))
-            stable = partition_transactions(live, store, floor).first_unstable_offset
-            if stable is not None:
-                extent = replace(extent, log_end=max(extent.log_start, min(extent.log_end, stable)))
+        if stable.get(tp) is not None:
+            extent = replace(extent, log_end=max(extent.log_start, min(extent.log_end, stable[tp])))
         out[tp] = (extent, live)
     return out
 

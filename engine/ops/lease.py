@@ -31,7 +31,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from kernel.errors import KlakeError
 from kernel.names import TopicPartition
@@ -99,12 +99,16 @@ def read_lease(store: Store, tp: TopicPartition) -> Lease | None:
     return _read(store, lease_uri(store, tp))
 
 
+_LEASE_FIELDS = frozenset(f.name for f in fields(Lease)) - {"uri"}
+
+
 def _read(store: Store, uri: str) -> Lease | None:
     try:
         content = json.loads(store.read(uri))
     except FileNotFoundError:
         return None
-    return Lease(uri=uri, **content)
+    # a lease a newer klake wrote may carry fields this one does not know: it holds the partition all the same
+    return Lease(uri=uri, **{name: value for name, value in content.items() if name in _LEASE_FIELDS})
 
 
 def _encode(lease: Lease) -> bytes:
@@ -113,16 +117,12 @@ def _encode(lease: Lease) -> bytes:
     return json.dumps(content, sort_keys=True).encode()
 
 
-def _never_spent(lease: Lease) -> bool:
-    return False
-
-
 def acquire_lease(store: Store, tp: TopicPartition, owner: str, job_id: str, ttl_ms: int,
                   clock: Callable[[], int] = now_ms, *, deletes_after_commit: bool = True,
-                  spent: Callable[[Lease], bool] = _never_spent) -> Lease:
+                  spent: Callable[[Lease], bool] | None = None) -> Lease:
     """Take the lease on `tp` for `ttl_ms`, taking over an expired one, one of the same `job_id` or one
-    `spent` says holds nothing (`engine.ops.run.lease_is_spent`); `LeaseHeldError` if another job holds it.
-    `deletes_after_commit`: the taker's own declaration, stored in its lease."""
+    `spent` (if given) says holds nothing (`engine.ops.run.lease_is_spent`); `LeaseHeldError` if another job
+    holds it. `deletes_after_commit`: the taker's own declaration, stored in its lease."""
     if ttl_ms <= 0:
         raise ValueError(f"lease ttl must be positive, got {ttl_ms} ms")
     uri = lease_uri(store, tp)
@@ -135,7 +135,7 @@ def acquire_lease(store: Store, tp: TopicPartition, owner: str, job_id: str, ttl
     except FileExistsError:
         current = _read(store, uri)
         if (current is not None and current.expires_at_ms > clock() and current.job_id != job_id
-                and not spent(current)):
+                and not (spent is not None and spent(current))):
             raise LeaseHeldError(current.describe(clock())) from None
         if current is not None:
             _take_over(store, current, job_id, clock)

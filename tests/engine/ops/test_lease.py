@@ -159,3 +159,19 @@ def test_a_rerun_after_a_double_crash_takes_its_own_lease_over_at_once(backend, 
     assert [o.name for o in list_objects(backend.uri("_leases"), backend.options)] == ["orders-3.lease"]
     with pytest.raises(LeaseHeldError):  # the marker rule did not open the lease to other jobs
         acquire_lease(backend.store(), TP, "other", "job-y", 60_000, clock)
+
+
+def test_a_lease_written_with_fields_this_klake_does_not_know_still_holds_and_expires(backend) -> None:
+    """A newer klake's lease (a field added, as `deletes_after_commit` once was): read as held, named, and
+    taken over only once expired."""
+    clock = Clock()
+    store = backend.store()
+    lease = acquire_lease(store, TP, "host-a:1", "job-a", 60_000, clock)
+    content = json.loads(store.read(lease.uri))
+    store.write(lease.uri, json.dumps({**content, "written_by": "klake 9", "fencing_epoch": 7}).encode())
+    assert read_lease(store, TP) == lease
+    with pytest.raises(LeaseHeldError, match="leased by job 'job-a'"):
+        acquire_lease(store, TP, "host-b:2", "job-b", 60_000, clock)
+    clock.now += 61_000
+    taken = acquire_lease(store, TP, "host-b:2", "job-b", 60_000, clock)
+    assert read_lease(store, TP) == taken
