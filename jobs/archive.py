@@ -67,7 +67,7 @@ EARLIEST = "earliest"
 JOB_PREFIX = "archive-"  # of an archive run's default job id (`archive_job_id`)
 SECRET_MARKERS = ("password", "sasl.jaas.config", "secret")
 CLIENT_TIMEOUT_MS = 15_000
-SAMPLE_SECONDS = 5.0  # longest the run waits for each partition's first fetch (`Cluster.largest_record`)
+SAMPLE_SECONDS = 5.0  # longest the run waits for its partitions' first fetches (`Cluster.largest_record`)
 JAAS_CREDENTIAL = re.compile(r'\b(username|password)\s*=\s*"([^"]*)"')
 KAFKA_PYTHON_LOGGER = "kafka"  # kafka-python's package logger: each of its modules logs under it
 # topic configs klake takes from the cluster (Kafka's names; the others are broker-side or klake's own)
@@ -216,20 +216,20 @@ class Cluster:
         self.consumer.assign(list(ends))
         for tp, (start, _) in ranges.items():
             self.consumer.seek(KafkaTP(tp.topic, tp.partition), start)
-        largest, deadline = None, time.monotonic() + SAMPLE_SECONDS
+        sizes: list[int] = []
+        deadline = time.monotonic() + SAMPLE_SECONDS
         try:
             while ends and time.monotonic() < deadline:
                 for key, records in self.consumer.poll(timeout_ms=100).items():
-                    sizes = [max(r.serialized_key_size, 0) + max(r.serialized_value_size, 0)
-                             + max(r.serialized_header_size, 0) for r in records if r.offset < ends.get(key, -1)]
-                    largest = max([*sizes, *([] if largest is None else [largest])], default=None)
+                    sizes += [max(r.serialized_key_size, 0) + max(r.serialized_value_size, 0)
+                              + max(r.serialized_header_size, 0) for r in records if r.offset < ends.get(key, -1)]
                     ends.pop(key, None)
                 for key in [key for key, end in ends.items() if self.consumer.position(key) >= end]:
                     ends.pop(key)
                 self.consumer.pause(*[key for key in self.consumer.assignment() if key not in ends])
         finally:
             self.consumer.unsubscribe()
-        return largest
+        return max(sizes, default=None)
 
     def offsets(self, tps: list[TopicPartition], at_ms: int | None = None) -> tuple[dict, dict, dict | None]:
         """Each partition's log start, its end (the last stable offset under read_committed) and, with

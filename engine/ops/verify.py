@@ -222,13 +222,14 @@ def _fact_problems(row: SegmentRow, summary: SegmentSummary, h: BatchHeaders) ->
     where = {"last_offset": last, "next_offset": last, "first_batch_timestamp": 0,
              "largest_timestamp": int(at_max[0]) if at_max.size else None}
     where["offset_of_largest_timestamp"] = where["largest_timestamp"]
+    # a transaction column may be unknown (null: scanned whole); a wrong known one hides transactions
+    wrong = [name for name in FACT_FIELDS if getattr(row, name) != getattr(summary, name)] + [
+        name for name in TXN_COLUMNS if getattr(row, name) is not None and getattr(row, name) != getattr(summary, name)]
     return [Problem(row.log_key, where.get(name), "facts",
                     f"facts: catalog row {row.segment_id} says {name} {getattr(row, name)!r} but the log "
-                    f"says {getattr(summary, name)!r}")
-            for name in FACT_FIELDS if getattr(row, name) != getattr(summary, name)] + [
-        Problem(row.log_key, None, "facts", f"facts: catalog row {row.segment_id} says {name} {getattr(row, name)!r} "
-                f"but the log says {getattr(summary, name)!r} (read_committed reads would miss transactions)")
-        for name in TXN_COLUMNS if getattr(row, name) is not None and getattr(row, name) != getattr(summary, name)]
+                    f"says {getattr(summary, name)!r}"
+                    + (" (read_committed reads would miss transactions)" if name in TXN_COLUMNS else ""))
+            for name in wrong]
 
 
 def _sidecar_problems(row: SegmentRow, lines: list[str]) -> list[Problem]:
